@@ -1,0 +1,3 @@
+from domainpar.cli.main import main
+
+main()

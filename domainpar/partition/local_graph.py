@@ -1,0 +1,87 @@
+"""A part's local graph as torch tensors: what the model consumes.
+
+The model sees only local ids: owned nodes ``0 .. num_owned-1`` followed by halo
+nodes. With a one-part plan this is the whole event graph, so single-process and
+partitioned runs share one code path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from domainpar.data.event_graph import EventGraph
+from domainpar.partition.plan import PartPlan
+
+
+@dataclass(frozen=True, eq=False)
+class LocalGraph:
+    """Tensors of one part. n_o = owned nodes, n_h = halo nodes, E_l = local edges."""
+
+    x: torch.Tensor
+    """(n_o, F) input features of the owned nodes (halo features arrive by exchange)."""
+    edge_index: torch.Tensor
+    """(2, E_l) int64 local ids (owned then halo) of every local edge; interior edges first."""
+    edge_attr: torch.Tensor
+    """(E_l, F_e) input features of every local edge."""
+    num_owned: int
+    """Owned nodes n_o; local ids >= n_o are halo."""
+    num_halo: int
+    """Halo nodes n_h."""
+    num_interior_edges: int
+    """Edges [0, num_interior_edges) touch owned nodes only."""
+    edge_owned: torch.Tensor
+    """(E_l,) bool: edges this part counts in the loss and metrics (each global edge owned once)."""
+    edge_ids: torch.Tensor
+    """(E_l,) int64 global edge ids, to scatter predictions back to the event."""
+    y: torch.Tensor | None
+    """(E_l,) float labels, or None for a graph without truth."""
+    num_edges_global: int
+    """Edge count of the whole event the loss is normalised by."""
+    num_positive_edges_global: int
+    """True edges in the whole event."""
+
+    @property
+    def num_local_nodes(self) -> int:
+        return self.num_owned + self.num_halo
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "LocalGraph":
+        """Move to ``device``; ``dtype`` converts the floating-point features (not labels)."""
+        float_kw = {"device": device} if dtype is None else {"device": device, "dtype": dtype}
+        return LocalGraph(
+            x=self.x.to(**float_kw),
+            edge_index=self.edge_index.to(device),
+            edge_attr=self.edge_attr.to(**float_kw),
+            num_owned=self.num_owned,
+            num_halo=self.num_halo,
+            num_interior_edges=self.num_interior_edges,
+            edge_owned=self.edge_owned.to(device),
+            edge_ids=self.edge_ids.to(device),
+            y=None if self.y is None else self.y.to(device),
+            num_edges_global=self.num_edges_global,
+            num_positive_edges_global=self.num_positive_edges_global,
+        )
+
+
+def local_graph(graph: EventGraph, part: PartPlan) -> LocalGraph:
+    """Cut ``part``'s tensors out of ``graph`` (CPU; call ``.to(device)`` after)."""
+    edge_ids = part.edge_ids
+    return LocalGraph(
+        x=torch.from_numpy(np.ascontiguousarray(graph.x[part.owned_ids])),
+        edge_index=torch.from_numpy(np.ascontiguousarray(part.edge_index)),
+        edge_attr=torch.from_numpy(np.ascontiguousarray(graph.edge_attr[edge_ids])),
+        num_owned=part.num_owned,
+        num_halo=part.num_halo,
+        num_interior_edges=part.num_interior_edges,
+        edge_owned=torch.from_numpy(np.ascontiguousarray(part.edge_owned)),
+        edge_ids=torch.from_numpy(np.ascontiguousarray(edge_ids)),
+        y=None if graph.y is None else torch.from_numpy(np.ascontiguousarray(graph.y[edge_ids])),
+        num_edges_global=part.num_edges_global,
+        num_positive_edges_global=part.num_positive_edges_global,
+    )
