@@ -10,7 +10,6 @@ TORCH_CPU ?= torch==2.13.0
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_CPU) || $(PIP) install -q torch --index-url https://download.pytorch.org/whl/cpu
 	$(PIP) install -q -e '.[test]'
 	touch $@

@@ -29,6 +29,10 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=real_suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    # mkstemp creates 0600; give the final file the permissions a plain open() would (umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(tmp, path)

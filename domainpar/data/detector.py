@@ -4,7 +4,9 @@ The module table (``detectors.csv[.gz]``, 18,728 modules) is the challenge's own
 A copy ships inside the package, so the simulator and the graph builder work
 without any external data. The layer table approximates every barrel layer as
 a cylinder and every endcap layer as a disc, with extents taken from the module
-centres widened by the module half-sizes.
+centres widened by the module half-sizes (barrel: half-length along z, thickness
+and half-width in radius; endcap: radial half-length and half-width in radius,
+half-thickness in z).
 """
 
 from __future__ import annotations
@@ -63,8 +65,22 @@ def load_detector(path: str | os.PathLike | None = None) -> pd.DataFrame:
 def _layer_table_cached(path: str | None) -> pd.DataFrame:
     modules = load_detector(path)
     r = np.hypot(modules["cx"].to_numpy(), modules["cy"].to_numpy())
-    half = modules["module_hv"].to_numpy()
-    work = modules.assign(r=r, r_lo=r - half, r_hi=r + half, z_lo=modules["cz"] - half, z_hi=modules["cz"] + half)
+    cz = modules["cz"].to_numpy()
+    half_t = 0.5 * modules["module_t"].to_numpy()
+    half_u = modules["module_maxhu"].to_numpy()
+    half_v = modules["module_hv"].to_numpy()
+    barrel = modules["volume_id"].isin(BARREL_VOLUMES).to_numpy()
+    # Local v runs along z on barrel modules and radially on endcap modules; a flat
+    # module's corners reach out to hypot(r, half-width) in radius.
+    radial_half = np.where(barrel, half_t, half_v)
+    z_half = np.where(barrel, half_v, half_t)
+    work = modules.assign(
+        r=r,
+        r_lo=r - radial_half,
+        r_hi=np.hypot(r + radial_half, half_u),
+        z_lo=cz - z_half,
+        z_hi=cz + z_half,
+    )
     table = (
         work.groupby(["volume_id", "layer_id"], sort=True)
         .agg(

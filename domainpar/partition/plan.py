@@ -163,7 +163,9 @@ def build_plan(
     drop_cut_edges: bool = False,
     seconds_partition: float = 0.0,
 ) -> PartitionPlan:
-    """Build the per-part plans from an owner assignment (vectorised, O(E log E)).
+    """Build the per-part plans from an owner assignment (vectorised numpy, O(E + P·N)).
+
+    About 0.4-0.6 s for 4-16 parts of the real full event (125k hits, 1.8M edges).
 
     Args:
         edge_index: (2, E) int global node ids, src → dst.
@@ -186,6 +188,13 @@ def build_plan(
         raise DomainparError(f"edge_index must have shape (2, E) (got {edge_index.shape})")
     num_nodes = int(np.asarray(owner).shape[0])
     owner = _check_owner(owner, num_nodes, num_parts)
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise DomainparError(
+            f"edge_index must hold node ids within [0, {num_nodes}) "
+            f"(got values in [{int(edge_index.min())}, {int(edge_index.max())}])"
+        )
+    if y is not None and np.asarray(y).shape != (edge_index.shape[1],):
+        raise DomainparError(f"y must have shape ({edge_index.shape[1]},) (got {np.asarray(y).shape})")
     src, dst = edge_index
     num_edges = src.shape[0]
     src_part = owner[src]
@@ -195,37 +204,44 @@ def build_plan(
     num_cut = int(np.count_nonzero(is_cut))
     num_true_cut = 0 if labels is None else int(np.count_nonzero(labels & is_cut))
 
-    # (part, edge) pairs: every edge belongs to its dst owner; a cut edge also to its src owner.
-    edge_all = np.arange(num_edges, dtype=np.int64)
-    if drop_cut_edges:
-        pair_edge = edge_all[~is_cut]
-        pair_part = dst_part[~is_cut]
-        kept = ~is_cut
-    else:
-        cut_edges = edge_all[is_cut]
-        pair_edge = np.concatenate([edge_all, cut_edges])
-        pair_part = np.concatenate([dst_part, src_part[is_cut]])
-        kept = np.ones(num_edges, dtype=bool)
-    order = np.lexsort((pair_edge, pair_part))  # by part, then ascending edge id
-    pair_edge = pair_edge[order]
-    pair_part = pair_part[order]
-    edge_bounds = np.searchsorted(pair_part, np.arange(num_parts + 1))
-
+    # (part, edge) pairs: every kept edge belongs to its dst's owner; a replicated cut edge
+    # also to its src's owner. Pairs are laid out in edge order and stably sorted by part
+    # (a radix sort for int16 keys), so every part's edges come out in ascending id order.
+    kept = ~is_cut if drop_cut_edges else np.ones(num_edges, dtype=bool)
     num_edges_global = int(np.count_nonzero(kept))
     num_pos_global = 0 if labels is None else int(np.count_nonzero(labels & kept))
+    if drop_cut_edges:
+        pair_edge = np.flatnonzero(kept)
+        pair_part = dst_part[pair_edge]
+    else:
+        copies = 1 + is_cut.astype(np.int64)
+        pair_edge = np.repeat(np.arange(num_edges, dtype=np.int64), copies)
+        first = np.cumsum(copies) - copies  # position of each edge's first pair
+        pair_part = np.empty(pair_edge.size, dtype=np.int64)
+        pair_part[first] = dst_part
+        pair_part[first[is_cut] + 1] = src_part[is_cut]
+    key_dtype = np.int16 if num_parts <= np.iinfo(np.int16).max else np.int64
+    order = np.argsort(pair_part.astype(key_dtype), kind="stable")
+    pair_edge = pair_edge[order]
+    edge_bounds = np.searchsorted(pair_part[order], np.arange(num_parts + 1))
 
     node_order = np.argsort(owner, kind="stable")  # ascending global id within each part
     node_bounds = np.searchsorted(owner[node_order], np.arange(num_parts + 1))
 
     global_to_local = np.full(num_nodes, -1, dtype=np.int64)
+    is_endpoint = np.zeros(num_nodes, dtype=bool)
     staged = []
     for p in range(num_parts):
         owned = node_order[node_bounds[p] : node_bounds[p + 1]]
         local_edges = pair_edge[edge_bounds[p] : edge_bounds[p + 1]]
         e_src, e_dst = src[local_edges], dst[local_edges]
-        endpoints = np.concatenate([e_src, e_dst])
-        halo = np.unique(endpoints[owner[endpoints] != p])
-        halo = halo[np.argsort(owner[halo], kind="stable")]  # unique() sorted by id; stable keeps that per owner
+        # Halo = endpoints not owned here; a mark array gives them ascending without np.unique.
+        is_endpoint[e_src] = True
+        is_endpoint[e_dst] = True
+        is_endpoint[owned] = False
+        halo = np.flatnonzero(is_endpoint)
+        is_endpoint[halo] = False
+        halo = halo[np.argsort(owner[halo], kind="stable")]  # grouped by owner, ascending id kept per group
         halo_owner = owner[halo]
         recv_parts = np.unique(halo_owner)
         recv_offsets = np.searchsorted(halo_owner, np.append(recv_parts, num_parts)).astype(np.int64)
@@ -254,6 +270,7 @@ def build_plan(
             )
         )
 
+    recv_index = [{int(q): i for i, q in enumerate(sp["recv_parts"])} for sp in staged]
     parts = []
     for p in range(num_parts):
         # What p sends to q is exactly q's halo block received from p, mapped to p's local ids.
@@ -262,10 +279,9 @@ def build_plan(
             if q == p:
                 continue
             sq = staged[q]
-            hits = np.flatnonzero(sq["recv_parts"] == p)
-            if hits.size == 0:
+            i = recv_index[q].get(p)
+            if i is None:
                 continue
-            i = int(hits[0])
             block = sq["halo"][sq["recv_offsets"][i] : sq["recv_offsets"][i + 1]]
             send_parts.append(q)
             send_chunks.append(np.searchsorted(staged[p]["owned"], block))

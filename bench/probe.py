@@ -1,0 +1,224 @@
+"""One part's forward+backward in a fresh process: peak memory, saved bytes and step time.
+
+Run by the memory, speed and reference benchmarks as
+``python -m bench.probe --graph G.npz --parts P --method M [--checkpointing] ...``;
+it prints one JSON record on stdout.
+
+A part of a P-way plan is run alone: its halo rows come from
+:class:`StandInExchange`, a fixed leaf tensor of the right shape standing in
+for the neighbours (values do not change the memory or the work; the backward
+still computes the halo gradients a real exchange would send back). So the
+per-rank cost of a P-way run is measured without P processes, which is what
+lets a 2-core machine measure 8 parts. The part measured is the one with the
+most local edges: the rank that sets the peak.
+
+Memory is the kernel's RSS high-water mark during the step minus the RSS just
+before it (``/proc/self/clear_refs`` resets the mark), after a warm-up step so
+thread pools and allocator caches exist already. glibc is told to serve every
+large block by mmap (``MALLOC_MMAP_THRESHOLD_``), so freed activations go back
+to the kernel and each repeat measures afresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench.report import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+
+#: Environment for probe subprocesses (see the module docstring).
+PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
+
+
+class _Ready:
+    def __init__(self, value: torch.Tensor) -> None:
+        self._value = value
+
+    def wait(self) -> torch.Tensor:
+        return self._value
+
+
+class StandInExchange:
+    """A part's halo without the other ranks: fixed halo rows appended to the owned rows.
+
+    Args:
+        num_halo: halo rows of the part.
+        hidden: row width H.
+        dtype: row dtype.
+    """
+
+    def __init__(self, num_halo: int, hidden: int, dtype: torch.dtype = torch.float32) -> None:
+        self.num_halo = num_halo
+        generator = torch.Generator().manual_seed(num_halo)
+        # A leaf that requires grad: backward computes the halo gradients a real exchange would return.
+        self.halo = torch.randn(num_halo, hidden, generator=generator, dtype=dtype).requires_grad_(True)
+
+    def __call__(self, x_owned: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x_owned, self.halo]) if self.num_halo else x_owned
+
+    def start(self, x_owned: torch.Tensor) -> _Ready:
+        return _Ready(self(x_owned))
+
+
+class SavedBytes:
+    """Counts the distinct storages autograd saves for backward (activation memory without allocator noise)."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, int] = {}
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    @property
+    def total(self) -> int:
+        return sum(self.storages.values())
+
+
+def run_probe(args: argparse.Namespace) -> dict:
+    from pathlib import Path
+
+    from bench.plans import graph_at, largest_part_index, plan_for
+    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.partition.local_graph import local_graph
+
+    torch.set_num_threads(args.threads)
+    path = Path(args.graph)
+    plan = plan_for(path, args.parts, args.method)
+    part_index = largest_part_index(plan) if args.part < 0 else args.part
+    part = local_graph(graph_at(path), plan.parts[part_index])
+    graph_at.cache_clear()
+    plan_for.cache_clear()
+    del plan
+    config = ModelConfig(
+        node_features=int(part.x.shape[1]),
+        edge_features=int(part.edge_attr.shape[1]),
+        hidden=args.hidden,
+        num_iterations=args.iterations,
+        mlp_layers=args.mlp_layers,
+        checkpointing=args.checkpointing,
+    )
+    torch.manual_seed(0)
+    model = InteractionNetwork(config)
+    if args.model == "reference":
+        from bench.reference_in import ReferenceInteractionNetwork
+
+        if part.num_halo:
+            raise SystemExit("the reference model runs whole graphs only (--parts 1)")
+        reference = ReferenceInteractionNetwork(config)
+        reference.load_state_dict(model.state_dict())
+        model = reference
+        step_model = lambda: model(part.x, part.edge_index, part.edge_attr)  # noqa: E731
+    else:
+        exchange = StandInExchange(part.num_halo, args.hidden)
+        step_model = lambda: model(part, exchange)  # noqa: E731
+    # A label-free loss of the same shape as training's: the work is the same, labels are not needed.
+    weights = torch.linspace(-1.0, 1.0, part.num_edges)
+
+    def step() -> None:
+        logits = step_model()
+        (logits * weights).sum().div(max(part.num_edges_global, 1)).backward()
+
+    def clear() -> None:
+        for parameter in model.parameters():
+            parameter.grad = None
+
+    step()  # warm-up: thread pools, allocator, lazy init
+    clear()
+    peaks, seconds = [], []
+    for _ in range(args.repeats):
+        baseline = current_rss_bytes()
+        reset_ok = reset_peak_rss()
+        t0 = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - t0)
+        peaks.append(peak_rss_bytes() - baseline if reset_ok else None)
+        clear()
+    saved = None
+    if not args.checkpointing:
+        counter = SavedBytes()
+        with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+            logits = step_model()
+        saved = counter.total
+        del logits
+    valid_peaks = [p for p in peaks if p is not None]
+    return {
+        "model": args.model,
+        "num_parts": args.parts,
+        "method": args.method if args.parts > 1 else "none",
+        "part": part_index,
+        "checkpointing": args.checkpointing,
+        "hidden": args.hidden,
+        "iterations": args.iterations,
+        "threads": args.threads,
+        "local_edges": part.num_edges,
+        "local_nodes": part.num_local_nodes,
+        "owned_nodes": part.num_owned,
+        "halo_nodes": part.num_halo,
+        "peak_bytes": statistics.median(valid_peaks) if valid_peaks else None,
+        "peak_bytes_samples": peaks,
+        "saved_bytes": saved,
+        "step_seconds": statistics.median(seconds),
+        "step_seconds_samples": seconds,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Measure one part's forward+backward (memory, time).")
+    parser.add_argument("--graph", required=True, help="graph file (.npz)")
+    parser.add_argument("--parts", type=int, default=1, help="number of parts of the plan")
+    parser.add_argument("--method", default="metis", choices=["metis", "geometric"], help="partitioner")
+    parser.add_argument("--part", type=int, default=-1, help="part to run (default: the one with most local edges)")
+    parser.add_argument("--model", default="ours", choices=["ours", "reference"], help="our model or the conventional reference")
+    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing per iteration")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--mlp-layers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=int, default=3, help="measured steps (after one warm-up)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    record = run_probe(parse_args())
+    json.dump(record, sys.stdout)
+    sys.stdout.write("\n")
+
+
+def probe_subprocess(graph: str | Path, *, timeout_s: float = 1800.0, **options) -> dict:
+    """Run this module in a fresh interpreter and return its JSON record.
+
+    Args:
+        graph: graph file.
+        timeout_s: kill the probe after this long.
+        **options: command-line options by their Python name (``parts=4``,
+            ``checkpointing=True``, ``model="reference"``).
+    """
+    import os
+    import subprocess
+
+    argv = [sys.executable, "-m", "bench.probe", "--graph", str(graph)]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        else:
+            argv += [flag, str(value)]
+    env = {**os.environ, **PROBE_ENV}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parent.parent)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"probe {' '.join(argv[3:])} failed with exit code {done.returncode}:\n{tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,62 @@
+"""``domainpar score``: the TrackML score of a submission file against an event's truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+
+from domainpar.errors import DomainparError
+
+
+def read_submission(path: Path) -> pd.DataFrame:
+    """Read a submission CSV (``hit_id, track_id`` and optionally ``event_id``) without judging its values."""
+    if not path.is_file():
+        raise DomainparError(f"{path}: submission file not found")
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id (found an empty file)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id, could not parse it ({exc})") from None
+
+
+@click.command("score", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--event", "event_prefix", required=True, type=click.Path(path_type=Path),
+    help="Event prefix with a truth file, e.g. data/event000000001 (reads event000000001-truth.csv[.gz]).",
+)
+@click.option(
+    "--submission", "submission_path", required=True, type=click.Path(path_type=Path),
+    help="CSV with columns hit_id, track_id (event_id optional): every hit of the event exactly once.",
+)
+def score(event_prefix: Path, submission_path: Path) -> None:
+    """Score a TrackML submission against an event's truth.
+
+    Prints a one-line summary whose last token is the TrackML score (0..1):
+    the weight of hits in good tracks (more than half of the track from one
+    particle, more than half of that particle in the track) over the event's
+    total truth weight.
+    """
+    from domainpar.data.trackml import event_id_of, load_event
+    from domainpar.tracks.score import analyze_tracks
+
+    (truth,) = load_event(event_prefix, parts=("truth",))
+    submission = read_submission(submission_path)
+    if "event_id" in submission.columns:
+        event_id = event_id_of(event_prefix)
+        values = pd.to_numeric(submission["event_id"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        wrong = np.flatnonzero(values != event_id)
+        if wrong.size:
+            raise DomainparError(
+                f"{submission_path}: column event_id must be {event_id} for {event_prefix} "
+                f"(got {submission['event_id'].iloc[wrong[0]]!r} in row {wrong[0] + 1})"
+            )
+    table = analyze_tracks(truth, submission, source=str(submission_path), truth_source=str(event_prefix))
+    good = table.good
+    click.echo(
+        f"{event_prefix}: {len(truth)} hits, {table.track_id.size} tracks, {int(good.sum())} good; "
+        f"TrackML score {table.score:.8f}"
+    )

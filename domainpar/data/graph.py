@@ -1,0 +1,457 @@
+"""Hit-graph construction: from one TrackML event to its :class:`EventGraph`.
+
+Nodes are hits (all of them by default). Edges are candidate segments between
+hits on geometrically adjacent layers over the whole detector — barrel →
+barrel, barrel → endcap, endcap → endcap, both endcaps — directed inner →
+outer. The layer pairs come from tracing trajectories out of the luminous
+region through the layer geometry (:mod:`domainpar.data.layer_pairs`); the
+candidates are found by a binned search (:mod:`domainpar.kernels.segments`)
+and kept by three geometric cuts:
+
+* phi slope: ``|dphi| <= phi_slope_max * |dr| + dphi_margin`` (a track of
+  transverse momentum pT bends by ``dphi ~= 0.0003 dr / pT[GeV]`` in 2 T, so
+  0.0006 rad/mm keeps pT above ~0.5 GeV; the margin absorbs the
+  position resolution of short segments between endcap discs);
+* z0: the straight (r, z) line through both hits meets the beam line within
+  ``|z0| <= z0_max`` (and points outward, ``dr > 0``);
+* eta window, on disc → disc pairs only, where z0 is poorly measured because
+  the two hits are a few mm apart in r: ``|deta| <= deta_max``.
+
+Labels and efficiency both use the true-segment definition of
+:mod:`domainpar.data.true_segments`.
+
+Node features ``x`` are r/1000, phi/pi, z/1000 (mm → m), plus, with
+``cell_features``, the number of cells of the hit / 10 and its summed charge.
+Edge features are dr/1000, dphi/pi, dz/1000 and the angular distance
+``dR = sqrt(deta^2 + dphi^2)`` (dphi in rad).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from domainpar.data.detector import layer_index_of, layer_table
+from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs
+from domainpar.data.true_segments import pair_keys, true_segments
+from domainpar.errors import DomainparError
+from domainpar.kernels.segments import bridged, find_segments
+
+#: Names of the extra node features appended with ``GraphConfig(cell_features=True)``.
+CELL_FEATURES = ("cell_count", "cell_charge")
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Cuts and options of the hit-graph construction (defaults: the documented graph)."""
+
+    phi_slope_max: float = 0.0005
+    """Largest |dphi| / |dr| of an edge in rad/mm (0.0006 ~ pT > 0.5 GeV in the 2 T field)."""
+    dphi_margin: float = 0.003
+    """Constant |dphi| allowance added to the phi-slope window, rad (hit resolution on short segments)."""
+    z0_max: float = 160.0
+    """Largest |z0| (mm) where the (r, z) line through both hits meets the beam line."""
+    deta_max: float = 0.05
+    """Largest |deta| between the two hits of a disc → disc edge (the eta window)."""
+    skip_missing: bool = True
+    """Also connect hits one layer apart when no hit on the layer between bridges them (a hit the particle missed)."""
+    skip_phi_slope_max: float = 0.00035
+    """Phi-slope cut of the edges that jump a layer, rad/mm (tighter: they only recover missed hits of pT > ~1 GeV tracks)."""
+    skip_z0_max: float = 150.0
+    """z0 cut of the edges that jump a layer, mm."""
+    adjacency_min_pt: float = 0.5
+    """pT (GeV) of the most curved helices traced when deriving the layer pairs."""
+    adjacency_z0_max: float = 200.0
+    """Half-length (mm) of the luminous region the layer-pair tracing starts from."""
+    num_phi_bins: int = 128
+    """Phi bins per layer of the binned search (speed only; the result does not depend on it)."""
+    min_pt: float = 0.0
+    """Truth-pT filter for studies: keep only hits of particles with pT >= min_pt GeV (0 keeps all hits, noise included)."""
+    cell_features: bool = False
+    """Append the cell count / 10 and summed cell charge of every hit to the node features."""
+
+    def __post_init__(self) -> None:
+        positive = ("phi_slope_max", "z0_max", "skip_phi_slope_max", "skip_z0_max", "deta_max", "adjacency_min_pt", "adjacency_z0_max")
+        for name in positive:
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value > 0):
+                raise DomainparError(f"GraphConfig.{name} must be a positive finite number (got {value})")
+        if not (np.isfinite(self.dphi_margin) and self.dphi_margin >= 0):
+            raise DomainparError(f"GraphConfig.dphi_margin must be a non-negative number (got {self.dphi_margin})")
+        if not (np.isfinite(self.min_pt) and self.min_pt >= 0):
+            raise DomainparError(f"GraphConfig.min_pt must be a non-negative number (got {self.min_pt})")
+        if not (isinstance(self.num_phi_bins, (int, np.integer)) and 1 <= self.num_phi_bins <= 4096):
+            raise DomainparError(f"GraphConfig.num_phi_bins must be an integer in [1, 4096] (got {self.num_phi_bins})")
+
+    def layer_pair_config(self, max_skip: int = 0) -> LayerPairConfig:
+        """How the layer pairs are traced (``max_skip=1`` adds the pairs one layer apart)."""
+        return LayerPairConfig(z0_max=self.adjacency_z0_max, min_pt=self.adjacency_min_pt, max_skip=max_skip)
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """What one graph construction produced and how well it kept the true segments."""
+
+    event_id: int
+    """TrackML event number."""
+    num_nodes: int
+    """Nodes (hits) in the graph."""
+    num_edges: int
+    """Candidate edges in the graph."""
+    num_true_segments: int | None
+    """True segments among the graph's nodes (None without truth)."""
+    num_true_kept: int | None
+    """True segments that are edges of the graph (None without truth)."""
+    efficiency: float | None
+    """num_true_kept / num_true_segments (None without truth or without true segments)."""
+    efficiency_pt1: float | None
+    """The same for segments of particles with pT > 1 GeV (None without truth or without such segments)."""
+    purity: float | None
+    """Fraction of edges that are true segments (None without truth or without edges)."""
+    seconds: float
+    """Wall-clock time of the construction (geometry, search, labels), excluding file reading."""
+
+    def as_record(self) -> dict:
+        """The JSON record of ``domainpar build --json``."""
+        return {
+            "event_id": self.event_id,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "num_true_segments": self.num_true_segments,
+            "num_true_kept": self.num_true_kept,
+            "efficiency": self.efficiency,
+            "efficiency_pt1": self.efficiency_pt1,
+            "purity": self.purity,
+            "seconds": self.seconds,
+        }
+
+
+def _require_columns(frame: pd.DataFrame, name: str, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise DomainparError(f"{name} must have columns {missing} (got {list(frame.columns)})")
+
+
+def _truth_per_hit(
+    hits: pd.DataFrame, truth: pd.DataFrame, particles: pd.DataFrame | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Particle id, particle pT and production vertex of every hit, in hits order."""
+    _require_columns(truth, "truth", ("hit_id", "particle_id"))
+    hit_ids = hits["hit_id"].to_numpy(np.int64)
+    truth_ids = truth["hit_id"].to_numpy(np.int64)
+    order = np.argsort(truth_ids, kind="stable")
+    position = np.searchsorted(truth_ids[order], hit_ids)
+    position = np.minimum(position, max(truth_ids.size - 1, 0))
+    if truth_ids.size == 0 or not np.array_equal(truth_ids[order][position], hit_ids):
+        raise DomainparError(
+            f"truth must have one row for every hit_id of the hits ({hits.shape[0]} hits, {truth.shape[0]} truth rows)"
+        )
+    rows = order[position]
+    particle_id = truth["particle_id"].to_numpy(np.int64)[rows]
+    num_hits = hit_ids.size
+    vertex = np.zeros((num_hits, 3))
+    if particles is not None:
+        _require_columns(particles, "particles", ("particle_id", "vx", "vy", "vz", "px", "py"))
+        table = particles.drop_duplicates("particle_id").set_index("particle_id")
+        known = table.index.get_indexer(particle_id)
+        found = known >= 0
+        px = table["px"].to_numpy(np.float64)
+        py = table["py"].to_numpy(np.float64)
+        pt = np.zeros(num_hits)
+        pt[found] = np.hypot(px[known[found]], py[known[found]])
+        for axis, column in enumerate(("vx", "vy", "vz")):
+            vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+        # Particles missing from the table (not the case in TrackML files) fall back to the truth momentum.
+        missing = ~found & (particle_id != 0)
+        if missing.any() and {"tpx", "tpy"} <= set(truth.columns):
+            pt[missing] = np.hypot(truth["tpx"].to_numpy(np.float64)[rows][missing], truth["tpy"].to_numpy(np.float64)[rows][missing])
+    elif {"tpx", "tpy"} <= set(truth.columns):
+        pt = np.hypot(truth["tpx"].to_numpy(np.float64)[rows], truth["tpy"].to_numpy(np.float64)[rows])
+    else:
+        raise DomainparError("truth without a particles table must have columns tpx, tpy (for the particle pT)")
+    pt[particle_id == 0] = 0.0
+    return particle_id, pt, vertex
+
+
+def _cell_features(hit_ids: np.ndarray, cells: pd.DataFrame) -> np.ndarray:
+    """(N, 2) cell count / 10 and summed charge of every hit (zeros for hits without cells)."""
+    _require_columns(cells, "cells", ("hit_id", "value"))
+    cell_hits = cells["hit_id"].to_numpy(np.int64)
+    order = np.argsort(hit_ids, kind="stable")
+    position = np.searchsorted(hit_ids[order], cell_hits)
+    position = np.minimum(position, hit_ids.size - 1)
+    matched = hit_ids[order][position] == cell_hits
+    node = order[position[matched]]
+    count = np.bincount(node, minlength=hit_ids.size).astype(np.float64)
+    charge = np.bincount(node, weights=cells["value"].to_numpy(np.float64)[matched], minlength=hit_ids.size)
+    return np.stack([count / 10.0, charge], axis=1)
+
+
+def _search_edges(
+    r: np.ndarray, phi: np.ndarray, z: np.ndarray, layer: np.ndarray, config: GraphConfig
+) -> np.ndarray:
+    """(2, E) int64 inner → outer node indices of every candidate segment, sorted by (src, dst)."""
+    table = layer_table()
+    num_layers = len(table)
+    num_bins = int(config.num_phi_bins)
+    barrel = table["barrel"].to_numpy(bool)
+    eta = np.arcsinh(z / np.maximum(r, 1e-9))
+    secondary = np.where(barrel[layer], z, r)
+    phi_bin = np.minimum(((phi + np.pi) / (2 * np.pi) * num_bins).astype(np.int64), num_bins - 1)
+    phi_bin = np.maximum(phi_bin, 0)
+    order = np.lexsort((secondary, phi_bin, layer))
+    sorted_layer = layer[order]
+    cell = sorted_layer * num_bins + phi_bin[order]
+    bin_start = np.searchsorted(cell, np.arange(num_layers * num_bins + 1)).astype(np.int64)
+    layer_start = bin_start[::num_bins].copy()
+    bin_start_2d = np.stack([bin_start[k * num_bins : (k + 1) * num_bins + 1] for k in range(num_layers)])
+    r_s, z_s = r[order], z[order]
+    extent = pd.DataFrame({"layer": sorted_layer, "r": r_s, "z": z_s}).groupby("layer").agg(
+        r_lo=("r", "min"), r_hi=("r", "max"), z_lo=("z", "min"), z_hi=("z", "max")
+    )
+    extent = extent.reindex(np.arange(num_layers)).fillna(0.0)
+    search_args = (
+        r_s,
+        phi[order],
+        z_s,
+        eta[order],
+        secondary[order],
+        layer_start,
+        bin_start_2d,
+        num_bins,
+        barrel,
+        extent["r_lo"].to_numpy(np.float64),
+        extent["r_hi"].to_numpy(np.float64),
+        extent["z_lo"].to_numpy(np.float64),
+        extent["z_hi"].to_numpy(np.float64),
+    )
+    cuts = (float(config.phi_slope_max), float(config.dphi_margin), float(config.z0_max), float(config.deta_max))
+    adjacent = layer_pairs(config.layer_pair_config(max_skip=0))
+    src, dst = find_segments(*search_args, adjacent, *cuts)
+    if config.skip_missing:
+        src, dst = _add_skip_edges(src, dst, r.size, search_args, cuts, adjacent, config)
+    src = order[src]
+    dst = order[dst]
+    n = np.int64(r.size)
+    sort = np.argsort(src * n + dst, kind="stable")
+    return np.stack([src[sort], dst[sort]])
+
+
+def _add_skip_edges(src, dst, num_nodes, search_args, cuts, adjacent, config) -> tuple[np.ndarray, np.ndarray]:
+    """Append the edges that jump one layer where no hit on the layer between bridges them.
+
+    Candidates a -> c on layer pairs one place apart are searched with the
+    tighter skip cuts. A particle that left a hit b between them has the true
+    segments a–b and b–c and not a–c, so a–c is dropped when some hit b has
+    edges a -> b and b -> c that both pass the skip cuts too (the tight cuts
+    keep a random hit from bridging a real missed-hit segment).
+    """
+    one_apart = layer_pairs(config.layer_pair_config(max_skip=1))
+    adjacent_keys = set(map(tuple, adjacent.tolist()))
+    skip_only = np.array([pair for pair in one_apart.tolist() if tuple(pair) not in adjacent_keys], dtype=np.int64)
+    if skip_only.size == 0:
+        return src, dst
+    phi_slope_max, dphi_margin, z0_max = float(config.skip_phi_slope_max), cuts[1], float(config.skip_z0_max)
+    skip_src, skip_dst = find_segments(*search_args, skip_only.reshape(-1, 2), phi_slope_max, dphi_margin, z0_max, cuts[3])
+    r, phi, z = search_args[0], search_args[1], search_args[2]
+    dr = r[dst] - r[src]
+    dz = z[dst] - z[src]
+    dphi = np.abs(np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi)
+    tight = (dphi <= phi_slope_max * np.abs(dr) + dphi_margin) & (np.abs(z[src] * dr - r[src] * dz) <= z0_max * dr)
+    bridge_src, bridge_dst = src[tight], dst[tight]
+    by_source = np.lexsort((bridge_dst, bridge_src))
+    out_dst = bridge_dst[by_source]
+    out_start = np.searchsorted(bridge_src[by_source], np.arange(num_nodes + 1)).astype(np.int64)
+    keep = ~bridged(out_start, out_dst, skip_src, skip_dst)
+    return np.concatenate([src, skip_src[keep]]), np.concatenate([dst, skip_dst[keep]])
+
+
+def _edge_features(r, phi, z, edge_index) -> np.ndarray:
+    """(E, 4) float32 dr/1000, dphi/pi, dz/1000, sqrt(deta^2 + dphi^2)."""
+    src, dst = edge_index
+    dr = r[dst] - r[src]
+    dz = z[dst] - z[src]
+    dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
+    eta = np.arcsinh(z / np.maximum(r, 1e-9))
+    deta = eta[dst] - eta[src]
+    return np.stack([dr / 1000.0, dphi / np.pi, dz / 1000.0, np.hypot(deta, dphi)], axis=1).astype(np.float32)
+
+
+def build_graph(
+    hits: pd.DataFrame,
+    truth: pd.DataFrame | None = None,
+    particles: pd.DataFrame | None = None,
+    cells: pd.DataFrame | None = None,
+    *,
+    config: GraphConfig = GraphConfig(),
+    event_id: int = 0,
+) -> tuple[EventGraph, GraphStats]:
+    """Build the hit graph of one event.
+
+    Args:
+        hits: TrackML hits (hit_id, x, y, z, volume_id, layer_id), N rows.
+        truth: TrackML truth (hit_id, particle_id[, tpx, tpy]); None builds an
+            unlabelled graph.
+        particles: TrackML particles (particle_id, vx, vy, vz, px, py) for the
+            particle pT and production vertex; optional.
+        cells: TrackML cells, needed only with ``config.cell_features``.
+        config: the cuts.
+        event_id: stored in the graph.
+
+    Returns:
+        ``(graph, stats)``. Nodes keep the order of ``hits`` (after the
+        optional truth-pT filter); edges are sorted by (src, dst).
+    """
+    start = time.perf_counter()
+    _require_columns(hits, "hits", ("hit_id", "x", "y", "z", "volume_id", "layer_id"))
+    if hits.shape[0] == 0:
+        raise DomainparError("hits must contain at least one hit (got an empty table)")
+    if config.min_pt > 0 and truth is None:
+        raise DomainparError(f"GraphConfig.min_pt={config.min_pt} filters by truth pT, so it needs truth (got none)")
+    if config.cell_features and cells is None:
+        raise DomainparError("GraphConfig.cell_features=True needs the cells table (got none)")
+    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    if (layer < 0).any():
+        bad = hits.loc[layer < 0, ["volume_id", "layer_id"]].iloc[0]
+        raise DomainparError(
+            f"hits: volume_id/layer_id must be a layer of the TrackML detector "
+            f"(got volume_id={int(bad['volume_id'])}, layer_id={int(bad['layer_id'])})"
+        )
+    hit_id = hits["hit_id"].to_numpy(np.int64)
+    pos = hits[["x", "y", "z"]].to_numpy(np.float64)
+    if truth is not None:
+        particle_id, particle_pt, vertex = _truth_per_hit(hits, truth, particles)
+        if config.min_pt > 0:
+            keep = (particle_id != 0) & (particle_pt >= config.min_pt)
+            hit_id, pos, layer = hit_id[keep], pos[keep], layer[keep]
+            particle_id, particle_pt, vertex = particle_id[keep], particle_pt[keep], vertex[keep]
+    r = np.hypot(pos[:, 0], pos[:, 1])
+    phi = np.arctan2(pos[:, 1], pos[:, 0])
+    z = pos[:, 2]
+    edge_index = _search_edges(r, phi, z, layer, config)
+    features = [r / 1000.0, phi / np.pi, z / 1000.0]
+    x = np.stack(features, axis=1)
+    if config.cell_features:
+        x = np.concatenate([x, _cell_features(hit_id, cells)], axis=1)
+    num_nodes = hit_id.size
+    num_edges = edge_index.shape[1]
+    y = stats_truth = None
+    if truth is not None:
+        segments = true_segments(particle_id, layer, pos, vertex)
+        segment_keys = pair_keys(segments[0], segments[1], num_nodes)
+        edge_keys = pair_keys(edge_index[0], edge_index[1], num_nodes)
+        y_bool = np.isin(edge_keys, segment_keys)
+        kept = np.isin(segment_keys, edge_keys)
+        high_pt = particle_pt[segments[0]] > 1.0
+        y = y_bool.astype(np.float32)
+        stats_truth = (
+            int(segment_keys.size),
+            int(kept.sum()),
+            float(kept.mean()) if kept.size else None,
+            float(kept[high_pt].mean()) if high_pt.any() else None,
+            float(y_bool.mean()) if num_edges else None,
+        )
+    graph = EventGraph(
+        event_id=int(event_id),
+        x=x.astype(np.float32),
+        pos=pos.astype(np.float32),
+        hit_id=hit_id,
+        layer=layer.astype(np.int64),
+        edge_index=edge_index.astype(np.int64),
+        edge_attr=_edge_features(r, phi, z, edge_index),
+        y=y,
+        particle_id=None if truth is None else particle_id.astype(np.int64),
+        particle_pt=None if truth is None else particle_pt.astype(np.float32),
+    )
+    num_true, num_kept, efficiency, efficiency_pt1, purity = stats_truth or (None,) * 5
+    stats = GraphStats(
+        event_id=int(event_id),
+        num_nodes=num_nodes,
+        num_edges=num_edges,
+        num_true_segments=num_true,
+        num_true_kept=num_kept,
+        efficiency=efficiency,
+        efficiency_pt1=efficiency_pt1,
+        purity=purity,
+        seconds=time.perf_counter() - start,
+    )
+    return graph, stats
+
+
+def build_event_graph(prefix: str | os.PathLike, config: GraphConfig = GraphConfig()) -> tuple[EventGraph, GraphStats]:
+    """Read the event at ``prefix`` and build its graph (labelled when a truth file exists).
+
+    Args:
+        prefix: path without the part suffix, e.g. ``data/event000000001``.
+        config: the cuts.
+    """
+    from domainpar.data.trackml import event_id_of, has_truth, load_event
+
+    labelled = has_truth(prefix)
+    parts = ["hits"]
+    if config.cell_features:
+        parts.append("cells")
+    if labelled:
+        parts += ["particles", "truth"]
+    frames = dict(zip(parts, load_event(prefix, parts=tuple(parts))))
+    return build_graph(
+        frames["hits"],
+        frames.get("truth"),
+        frames.get("particles"),
+        frames.get("cells"),
+        config=config,
+        event_id=event_id_of(prefix),
+    )
+
+
+def graph_file_name(event_id: int) -> str:
+    """File name of an event's graph inside a ``domainpar build`` output directory."""
+    return f"event{event_id:09d}.npz"
+
+
+def build_dataset(
+    input_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    config: GraphConfig = GraphConfig(),
+    progress: bool = True,
+) -> list[GraphStats]:
+    """Build and save the graph of every event under ``input_path``.
+
+    Args:
+        input_path: a directory of TrackML events, or one event prefix.
+        out_dir: where ``event{id:09d}.npz`` graph files are written.
+        config: the cuts.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        One :class:`GraphStats` per event, in event order.
+    """
+    from tqdm import tqdm
+
+    from domainpar.data.trackml import event_prefixes
+
+    input_path = Path(input_path)
+    if input_path.is_dir():
+        prefixes = event_prefixes(input_path)
+        if not prefixes:
+            raise DomainparError(f"{input_path}: expected TrackML event files event<digits>-<part>.csv[.gz] (found none)")
+    elif input_path.parent.is_dir() and any(input_path.parent.glob(input_path.name + "-hits.csv*")):
+        prefixes = [input_path]
+    else:
+        raise DomainparError(f"{input_path}: expected a directory of TrackML events or an event prefix (found neither)")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    all_stats = []
+    for prefix in tqdm(prefixes, desc="build", unit="event", disable=not progress):
+        graph, stats = build_event_graph(prefix, config)
+        save_graph(graph, out_dir / graph_file_name(graph.event_id))
+        all_stats.append(stats)
+    return all_stats

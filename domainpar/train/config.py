@@ -1,0 +1,419 @@
+"""Training configuration: frozen dataclasses, YAML loading, CLI overrides, validation.
+
+A :class:`TrainConfig` has five sections (``data``, ``model``, ``optim``,
+``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
+(see ``examples/train_default.yaml``). Command-line flags override single
+fields by their dotted name (``optim.lr``). Everything that can be checked
+before any process starts is checked by :func:`validate_config`, which raises
+one :class:`~domainpar.errors.DomainparError` line per mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from domainpar.errors import DomainparError
+
+MODES = ("domain", "sectors", "single")
+PRECISIONS = ("fp32", "bf16", "fp64")
+METHODS = ("metis", "geometric")
+SCHEDULES = ("cosine", "step", "constant")
+LR_SCALINGS = ("none", "linear", "sqrt")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where events come from and how they are split."""
+
+    train: str = ""
+    """Directory (or file) of training graphs (*.npz), or of raw TrackML events (graphs are built once into <out>/graphs)."""
+    val: str | None = None
+    """Validation graphs or raw events; None validates on the training events."""
+    plans: str | None = None
+    """Output directory of `domainpar partition` (one plan directory per graph, named like the graph file); None partitions on the fly."""
+    method: str = "metis"
+    """Partitioner for on-the-fly plans in domain mode: metis or geometric."""
+    cache_events: int = 256
+    """Events whose graph and plan are kept in memory between epochs (0 = reload every time)."""
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """Interaction Network hyper-parameters (feature sizes come from the data)."""
+
+    hidden: int = 64
+    """Width of every hidden layer."""
+    iterations: int = 8
+    """Message-passing iterations."""
+    mlp_layers: int = 2
+    """Linear layers per MLP."""
+    activation: str = "silu"
+    """Hidden activation: silu, relu, tanh, gelu, elu or leaky_relu."""
+    layer_norm: bool = True
+    """LayerNorm after hidden layers (row-wise, so exact under partitioning)."""
+    overlap: bool = False
+    """Compute interior edges while halo rows are in flight (domain mode)."""
+    recurrent: bool = True
+    """One edge and one node network shared by all iterations (False: one per iteration)."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Loss, optimiser and learning-rate schedule."""
+
+    lr: float = 1e-3
+    """Base learning rate (before replica scaling)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    beta1: float = 0.9
+    """AdamW first-moment decay."""
+    beta2: float = 0.999
+    """AdamW second-moment decay."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    clip: float = 1.0
+    """Clip gradients to this global L2 norm (0 = no clipping)."""
+    pos_weight: float = 1.0
+    """Weight of true edges in the binary cross-entropy."""
+    batch_events: int = 1
+    """Events per optimiser step over the whole world (global batch); a multiple of the number of replicas."""
+    schedule: str = "cosine"
+    """Learning-rate schedule after warm-up: cosine, step or constant."""
+    warmup: int = 0
+    """Linear warm-up steps from lr/warmup to lr."""
+    min_lr_ratio: float = 0.0
+    """Cosine floor as a fraction of the peak learning rate."""
+    step_size: int = 100
+    """Step schedule: multiply the rate by gamma every step_size steps."""
+    gamma: float = 0.5
+    """Step schedule decay factor."""
+    lr_scaling: str = "none"
+    """Scale lr with the number of data-parallel replicas: none, linear or sqrt."""
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Process layout."""
+
+    mode: str = "domain"
+    """domain (events split over G ranks with halo exchange), sectors (naive, no halo) or single (one process)."""
+    ranks: int = 1
+    """Local processes to spawn (ignored under torchrun/srun, where the environment gives the world size)."""
+    domain_size: int | None = None
+    """Ranks per domain group G (default: the whole world); world_size / G replicas train on different events."""
+    timeout_s: float = 300.0
+    """Process-group timeout: a dead or stuck rank makes the others fail after at most this long."""
+    device: str = "auto"
+    """auto (CUDA when available), cpu or cuda; CUDA uses NCCL with one GPU per local rank, CPU uses gloo."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Length, outputs, checkpoints, precision and memory options."""
+
+    out: str = "runs/train"
+    """Output directory: checkpoints, metrics.jsonl, curves.png, model.pt."""
+    epochs: int = 1
+    """Passes over the training events."""
+    max_steps: int | None = None
+    """Stop after this many optimiser steps in total (None = run all epochs)."""
+    seed: int = 0
+    """Seed of weights, sampling and every RNG."""
+    precision: str = "fp32"
+    """fp32, bf16 (autocast on CUDA, reductions in fp32; refused on CPU) or fp64 (verification)."""
+    checkpointing: bool = False
+    """Activation checkpointing per message-passing iteration."""
+    offload: bool = False
+    """Keep saved activations in host memory (torch.autograd.graph.save_on_cpu)."""
+    checkpoint_every: int = 0
+    """Also write a checkpoint every N optimiser steps (0 = only at epoch ends)."""
+    checkpoint_every_epochs: int = 1
+    """Write a checkpoint every N epochs (the last epoch always gets one)."""
+    keep: int = 3
+    """Checkpoints kept in <out>/checkpoints (oldest deleted first)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in <out>/checkpoints."""
+    resume_from: str | None = None
+    """Continue from this checkpoint file instead."""
+    threshold: float = 0.5
+    """Score threshold for efficiency and purity."""
+    tensorboard: bool = False
+    """Also write TensorBoard scalars to <out>/tensorboard (needs the tensorboard package)."""
+    progress: bool = True
+    """Rank 0 shows a progress bar."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; serialisable to and from YAML."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    """Event sources."""
+    model: ModelSection = field(default_factory=ModelSection)
+    """Model hyper-parameters."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Loss and optimiser."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """Process layout."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Outputs and run options."""
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Nested plain dict (YAML- and checkpoint-safe: only str/int/float/bool/None)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **dotted: Any) -> "TrainConfig":
+        """A copy with fields overridden by dotted name, e.g. ``replace(**{"optim.lr": 0.01})``."""
+        return apply_overrides(self, dotted, source="override")
+
+
+_SECTION_TYPES = {
+    "data": DataConfig,
+    "model": ModelSection,
+    "optim": OptimConfig,
+    "parallel": ParallelConfig,
+    "run": RunConfig,
+}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def _coerce(value: Any, annotation: Any, name: str, source: str) -> Any:
+    """Convert a YAML/CLI value to the field's type, or raise one clear line."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in options:
+                return None
+        inner = [t for t in options if t is not type(None)]
+        return _coerce(value, inner[0], name, source)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise DomainparError(f"{source}: {name} must be true or false (got {value!r})")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise DomainparError(f"{source}: {name} must be an integer (got {value!r})")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise DomainparError(f"{source}: {name} must be an integer (got {value!r})")
+    if annotation is float:
+        if isinstance(value, bool):
+            raise DomainparError(f"{source}: {name} must be a number (got {value!r})")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise DomainparError(f"{source}: {name} must be a number (got {value!r})")
+    if annotation is str:
+        if isinstance(value, (str, os.PathLike)):
+            return str(value)
+        raise DomainparError(f"{source}: {name} must be a string (got {value!r})")
+    raise TypeError(f"unsupported config field type {annotation!r} for {name}")
+
+
+def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: str = "override") -> TrainConfig:
+    """Return ``config`` with dotted-name fields replaced (values coerced and type-checked).
+
+    Args:
+        config: the base configuration.
+        overrides: ``{"section.field": value}``; values may be strings (from a CLI).
+        source: named in error messages (a file name, "command line").
+    """
+    sections = {name: getattr(config, name) for name in _SECTION_TYPES}
+    changes: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
+    for dotted, value in overrides.items():
+        section, _, name = dotted.partition(".")
+        if section not in _SECTION_TYPES or not name:
+            raise DomainparError(
+                f"{source}: unknown config key {dotted!r} (expected section.field with section one of {sorted(_SECTION_TYPES)})"
+            )
+        types_ = _field_types(_SECTION_TYPES[section])
+        if name not in types_:
+            raise DomainparError(f"{source}: unknown config key {dotted!r} (expected one of {sorted(types_)} in {section})")
+        changes[section][name] = _coerce(value, types_[name], dotted, source)
+    return TrainConfig(**{name: dataclasses.replace(sections[name], **changes[name]) for name in _SECTION_TYPES})
+
+
+def flatten(nested: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` → ``{"optim.lr": 1}``; a non-mapping section is an error."""
+    flat = {}
+    for section, values in nested.items():
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise DomainparError(f"{source}: section {section!r} must be a mapping of fields (got {type(values).__name__})")
+        for name, value in values.items():
+            flat[f"{section}.{name}"] = value
+    return flat
+
+
+def config_from_dict(nested: Mapping[str, Any], source: str = "config") -> TrainConfig:
+    """Build a config from a nested dict (a parsed YAML file or a checkpoint's ``config``)."""
+    return apply_overrides(TrainConfig(), flatten(nested, source), source=source)
+
+
+def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Read a YAML file (or start from defaults when ``path`` is None) and apply overrides.
+
+    Raises:
+        DomainparError: missing or malformed file, unknown key, wrong value type.
+    """
+    import yaml
+
+    config = TrainConfig()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise DomainparError(f"{path}: config file not found")
+        try:
+            nested = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DomainparError(f"{path}: expected a YAML config file, could not parse it ({first})") from None
+        if nested is None:
+            nested = {}
+        if not isinstance(nested, Mapping):
+            raise DomainparError(f"{path}: expected a YAML mapping of sections (got {type(nested).__name__})")
+        config = config_from_dict(nested, source=str(path))
+    if overrides:
+        config = apply_overrides(config, overrides, source="command line")
+    return config
+
+
+def dump_config(config: TrainConfig, path: str | os.PathLike) -> None:
+    """Write ``config`` as YAML (atomically)."""
+    import yaml
+
+    from domainpar.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise DomainparError(message)
+
+
+def validate_config(config: TrainConfig, world_size: int | None = None, cuda_available: bool | None = None) -> None:
+    """Check everything that can be checked before training starts.
+
+    Args:
+        config: the configuration.
+        world_size: ranks that will train (None: ``parallel.ranks``, or 1 in single mode).
+        cuda_available: override CUDA detection (tests).
+
+    Raises:
+        DomainparError: one line naming the first offending option.
+    """
+    from domainpar.model.interaction_network import ACTIVATIONS
+
+    d, m, o, p, r = config.data, config.model, config.optim, config.parallel, config.run
+    _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {p.mode!r})")
+    _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {r.precision!r})")
+    _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {d.method!r})")
+    _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {o.schedule!r})")
+    _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {o.lr_scaling!r})")
+    _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {p.device!r})")
+    _require(m.activation in ACTIVATIONS, f"--activation must be one of {', '.join(sorted(ACTIVATIONS))} (got {m.activation!r})")
+    _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
+    _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
+    _require(m.hidden >= 1, f"--hidden must be at least 1 (got {m.hidden})")
+    _require(m.iterations >= 1, f"--iterations must be at least 1 (got {m.iterations})")
+    _require(m.mlp_layers >= 1, f"--mlp-layers must be at least 1 (got {m.mlp_layers})")
+    _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
+    _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
+    _require(o.lr > 0, f"--lr must be positive (got {o.lr})")
+    _require(o.weight_decay >= 0, f"--weight-decay must be non-negative (got {o.weight_decay})")
+    _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, f"AdamW betas must be in [0, 1) (got {o.beta1}, {o.beta2})")
+    _require(o.clip >= 0, f"--clip must be non-negative (got {o.clip}; 0 disables clipping)")
+    _require(o.pos_weight > 0, f"--pos-weight must be positive (got {o.pos_weight})")
+    _require(o.batch_events >= 1, f"--batch-events must be at least 1 (got {o.batch_events})")
+    _require(o.warmup >= 0, f"--warmup must be non-negative steps (got {o.warmup})")
+    _require(0 <= o.min_lr_ratio <= 1, f"min_lr_ratio must be in [0, 1] (got {o.min_lr_ratio})")
+    _require(o.step_size >= 1, f"step_size must be at least 1 (got {o.step_size})")
+    _require(0 < o.gamma <= 1, f"gamma must be in (0, 1] (got {o.gamma})")
+    _require(r.checkpoint_every >= 0, f"--checkpoint-every must be non-negative steps (got {r.checkpoint_every})")
+    _require(r.checkpoint_every_epochs >= 1, f"checkpoint_every_epochs must be at least 1 (got {r.checkpoint_every_epochs})")
+    _require(r.keep >= 1, f"--keep must be at least 1 checkpoint (got {r.keep})")
+    _require(0 < r.threshold < 1, f"--threshold must be in (0, 1) (got {r.threshold})")
+    _require(d.cache_events >= 0, f"cache_events must be non-negative (got {d.cache_events})")
+    _require(bool(d.train), "--data is required: a directory of graphs (*.npz) or raw TrackML events")
+    _require(Path(d.train).exists(), f"--data {d.train}: no such file or directory")
+    _require(d.val is None or Path(d.val).exists(), f"--val {d.val}: no such file or directory")
+    _require(d.plans is None or Path(d.plans).is_dir(), f"--plans {d.plans}: expected a directory written by `domainpar partition`")
+    _require(
+        r.resume_from is None or Path(r.resume_from).is_file(), f"--resume-from {r.resume_from}: checkpoint file not found"
+    )
+    if r.tensorboard:
+        import importlib.util
+
+        _require(
+            importlib.util.find_spec("torch.utils.tensorboard") is not None
+            and importlib.util.find_spec("tensorboard") is not None,
+            "--tensorboard needs the tensorboard package (pip install tensorboard)",
+        )
+
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    _require(p.device != "cuda" or cuda_available, "--device cuda requested but torch sees no CUDA device")
+    on_cuda = p.device == "cuda" or (p.device == "auto" and cuda_available)
+    _require(
+        r.precision != "bf16" or on_cuda,
+        "--precision bf16 needs a CUDA device (autocast on CPU is slow and not exact); use fp32 on CPU",
+    )
+
+    if world_size is None:
+        world_size = 1 if p.mode == "single" else p.ranks
+    _require(world_size >= 1, f"world size must be at least 1 (got {world_size})")
+    if p.mode == "single":
+        _require(world_size == 1, f"--mode single runs one process (got {world_size} ranks); use --mode domain for several")
+    group = domain_size_of(config, world_size)
+    _require(group >= 1, f"--domain-size must be at least 1 (got {group})")
+    _require(
+        world_size % group == 0,
+        f"world size {world_size} must be divisible by --domain-size {group} (got remainder {world_size % group})",
+    )
+    replicas = world_size // group
+    _require(
+        o.batch_events % replicas == 0,
+        f"--batch-events {o.batch_events} must be a multiple of the number of replicas {replicas} "
+        f"(world size {world_size} / domain size {group})",
+    )
+    _require(
+        d.plans is None or p.mode == "domain",
+        f"--plans is only used in domain mode (got --mode {p.mode}); sectors and single plans are made on the fly",
+    )
+
+
+def domain_size_of(config: TrainConfig, world_size: int) -> int:
+    """Ranks per domain group: the configured G, else the whole world (1 in single mode)."""
+    if config.parallel.mode == "single":
+        return 1
+    return world_size if config.parallel.domain_size is None else config.parallel.domain_size

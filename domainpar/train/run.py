@@ -1,0 +1,120 @@
+"""``train(config)``: the programmatic entry point behind ``domainpar train``.
+
+Three ways a run starts:
+
+* under ``torchrun`` or ``srun`` (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS
+  set): this process is one rank; it joins the job and trains;
+* ``parallel.ranks > 1`` (domain or sectors mode): this process spawns that
+  many local ranks (gloo on CPU, NCCL with one GPU per rank on CUDA) and
+  waits; a rank that raises or dies stops the others and the error names it;
+* otherwise (single mode, or one rank): training runs in this process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domainpar.errors import DomainparError
+from domainpar.train.config import TrainConfig, dump_config, validate_config
+
+#: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
+_SPAWN_JOB_LIMIT_S = 30 * 24 * 3600.0
+
+
+def _device_kind(config: TrainConfig) -> str:
+    if config.parallel.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return config.parallel.device
+
+
+def _prepare_files(config: TrainConfig, progress: bool) -> tuple[list[str], list[str]]:
+    from domainpar.train.events import prepare_event_files
+
+    out = config.run.out
+    train_files = prepare_event_files(config.data.train, out, "train", progress)
+    val_source = config.data.val or config.data.train
+    val_files = prepare_event_files(val_source, out, "val" if config.data.val else "train", progress)
+    return [str(f) for f in train_files], [str(f) for f in val_files]
+
+
+def _payload(config: TrainConfig, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
+    return {"config": config.to_dict(), "train_files": train_files, "val_files": val_files, "device": _device_kind(config)}
+
+
+def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False) -> dict[str, Any]:
+    """Validate ``config`` for ``world_size`` ranks, list (or build) its graph files and return the
+    argument of :func:`~domainpar.train.trainer.run_rank` (for launching ranks yourself, e.g. in sweeps)."""
+    validate_config(config, world_size=world_size)
+    train_files, val_files = _prepare_files(config, progress=progress)
+    return _payload(config, train_files, val_files)
+
+
+def _rank_error(exc: Exception) -> Exception:
+    """A spawned rank's failure as a one-line DomainparError when it was a user mistake, else unchanged."""
+    text = getattr(exc, "traceback_text", "") or ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    ranks = getattr(exc, "ranks", [])
+    if lines and lines[-1].startswith("domainpar.errors.DomainparError:") and ranks:
+        message = lines[-1].split(":", 1)[1].strip()
+        return DomainparError(f"rank {ranks[0]}: {message}")
+    return exc
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Validate ``config``, start the ranks, train, and return rank 0's summary.
+
+    Returns:
+        A dict with ``out``, ``mode``, ``world_size``, ``domain_size``,
+        ``num_replicas``, ``steps``, ``epochs``, ``final`` (the last
+        ``metrics.jsonl`` record), ``step_losses``, ``checkpoint``, ``model``
+        (path of ``model.pt``), ``seconds`` and ``steps_per_second``.
+
+    Raises:
+        DomainparError: invalid configuration or data, or a rank failed on a user mistake (named).
+        SpawnError: a spawned rank crashed or died (the message names it).
+    """
+    from domainpar.train import launch
+    from domainpar.train.trainer import run_rank
+
+    if launch.running_under_launcher():
+        env = launch.init_from_env(config.parallel.timeout_s)
+        validate_config(config, world_size=env.world_size)
+        import torch.distributed as dist
+
+        # Rank 0 builds graphs from raw events (if any) while the others wait, then everyone lists them.
+        if env.rank == 0:
+            _prepare_files(config, progress=config.run.progress)
+            dump_config(config, Path(config.run.out) / "config.yaml")
+        if env.world_size > 1:
+            dist.barrier()
+        train_files, val_files = _prepare_files(config, progress=False)
+        return run_rank(env.rank, env.world_size, _payload(config, train_files, val_files))
+
+    world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
+    validate_config(config, world_size=world_size)
+    train_files, val_files = _prepare_files(config, progress=config.run.progress)
+    dump_config(config, Path(config.run.out) / "config.yaml")
+    payload = _payload(config, train_files, val_files)
+    if world_size == 1:
+        return run_rank(0, 1, payload)
+    backend = "nccl" if payload["device"] == "cuda" else "gloo"
+    threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else None
+    try:
+        results = launch.spawn(
+            run_rank,
+            world_size,
+            args=(payload,),
+            timeout_s=_SPAWN_JOB_LIMIT_S,
+            backend=backend,
+            num_threads=threads,
+        )
+    except launch.SpawnError as exc:
+        converted = _rank_error(exc)
+        if converted is exc:
+            raise
+        raise converted from None
+    return results[0]

@@ -1,0 +1,636 @@
+"""The training loop of one rank (identical code in single, domain and sectors mode).
+
+Per optimiser step, each replica (domain group) takes its slice of the step's
+events. For every event each rank of the group runs the model on its part with
+the halo exchange of its group (identity in single and sectors mode), and
+back-propagates its share of the loss: BCE summed over the edges it *owns*,
+divided by the event's global edge count (and by the events per replica), so
+the shares of a group sum to the event loss. Then gradients are summed over
+the domain group and averaged over replicas (:func:`all_reduce_gradients`),
+clipped by their global norm (computed after the reduction, so it is the same
+number on every rank), and AdamW steps. Every rank ends each step with the
+same weights and optimiser state, which is why a checkpoint written by rank 0
+serves any number of ranks on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from domainpar.atomic import atomic_path
+from domainpar.errors import DomainparError
+from domainpar.train.checkpoint import (
+    CHECKPOINT_FORMAT_VERSION,
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of
+from domainpar.train.events import EventSource, array_shape
+from domainpar.train.layout import Layout, make_layout
+from domainpar.train.metrics import EdgeCounter, EdgeMetrics
+from domainpar.train.sampler import BucketSampler, assign_round_robin
+from domainpar.train.schedule import learning_rate
+
+#: Keys every metrics.jsonl record has (more may follow).
+METRIC_KEYS = (
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "efficiency",
+    "purity",
+    "auc",
+    "seconds",
+    "peak_memory_bytes",
+    "halo_bytes",
+)
+_FAILED_KEY = "domainpar/failed_rank"
+
+
+def torch_dtype(precision: str) -> torch.dtype:
+    """Parameter and input dtype of a precision (bf16 keeps fp32 master weights and autocasts)."""
+    return torch.float64 if precision == "fp64" else torch.float32
+
+
+def model_config_for(config: TrainConfig, node_features: int, edge_features: int):
+    """The :class:`~domainpar.model.interaction_network.ModelConfig` of a run."""
+    from domainpar.model.interaction_network import ModelConfig
+
+    m = config.model
+    return ModelConfig(
+        node_features=node_features,
+        edge_features=edge_features,
+        hidden=m.hidden,
+        mlp_layers=m.mlp_layers,
+        num_iterations=m.iterations,
+        activation=m.activation,
+        layer_norm=m.layer_norm,
+        checkpointing=config.run.checkpointing,
+        overlap=m.overlap,
+        recurrent=m.recurrent,
+    )
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    """Peak CUDA allocation of this rank, or on CPU the process's peak resident set size."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """Complete JSON lines of ``path`` (a torn last line from a killed writer is skipped)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+class Trainer:
+    """One rank's view of a training run.
+
+    Args:
+        config: the run configuration (validated).
+        train_files: graph files of the training events.
+        val_files: graph files of the validation events.
+        rank: global rank.
+        world_size: number of ranks.
+        device: this rank's device.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        train_files: list[Path],
+        val_files: list[Path],
+        rank: int,
+        world_size: int,
+        device: torch.device,
+    ) -> None:
+        self.config = config
+        self.device = device
+        self.dtype = torch_dtype(config.run.precision)
+        self.out = Path(config.run.out)
+        mode = config.parallel.mode
+        group_size = domain_size_of(config, world_size)
+        self.layout: Layout = make_layout(rank, world_size, group_size, config.parallel.timeout_s)
+        d = config.data
+        self.train_source = EventSource(
+            train_files, mode, group_size, d.method, config.run.seed, d.plans, d.cache_events
+        )
+        self.val_source = EventSource(val_files, mode, group_size, d.method, config.run.seed, d.plans, d.cache_events)
+        self.sampler = BucketSampler(self.train_source.sizes, config.optim.batch_events, config.run.seed)
+        self.events_per_replica = config.optim.batch_events // self.layout.num_replicas
+        steps = config.run.epochs * self.sampler.steps_per_epoch
+        self.total_steps = steps if config.run.max_steps is None else min(steps, config.run.max_steps)
+
+        self._seed_everything(config.run.seed)
+        from domainpar.model.interaction_network import InteractionNetwork
+
+        node_features = array_shape(train_files[0], "x")[1]
+        edge_features = array_shape(train_files[0], "edge_attr")[1]
+        self.model_config = model_config_for(config, node_features, edge_features)
+        self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
+        if self.layout.distributed:
+            # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
+            for tensor in self.model.state_dict().values():
+                dist.broadcast(tensor, src=0, group=self.layout.world_group)
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=learning_rate(0, self.total_steps, o, self.layout.num_replicas),
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+        )
+        self.global_step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
+        self.step_losses: list[float] = []
+        self._tensorboard = None
+
+    # ------------------------------------------------------------------ setup
+
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        torch.manual_seed(seed)
+        np.random.seed(seed % (2**32))
+        random.seed(seed)
+
+    def resume(self, path: Path) -> None:
+        """Restore weights, optimiser, position, RNG and the epoch's running sums from a checkpoint."""
+        state = load_checkpoint(path)
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise DomainparError(
+                f"{path}: checkpoint weights do not fit this model ({first}); use the same --hidden/--iterations as the run that wrote it"
+            ) from None
+        self.model.to(device=self.device, dtype=self.dtype)
+        self.optimizer.load_state_dict(state["optimizer"])
+        saved = state["config"]
+        if int(saved["optim"]["batch_events"]) != self.config.optim.batch_events:
+            raise DomainparError(
+                f"{path}: resuming needs the same --batch-events as the checkpoint ({saved['optim']['batch_events']}, "
+                f"got {self.config.optim.batch_events}), or the event order changes"
+            )
+        self.global_step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.step_in_epoch = int(state["step_in_epoch"])
+        self.epoch_state = dict(state.get("epoch_state", self.epoch_state))
+        self.step_losses = [float(v) for v in state.get("step_losses", [])]
+        if "rng" in state:
+            set_rng_state(state["rng"])
+
+    # ------------------------------------------------------------ primitives
+
+    def _forward_context(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        if self.config.run.precision == "bf16":
+            stack.enter_context(torch.autocast(device_type=self.device.type, dtype=torch.bfloat16))
+        return stack
+
+    def _exchange_for(self, prepared):
+        from domainpar.model.exchange import IdentityExchange
+
+        plan = prepared.plan
+        if plan.num_parts == 1 or plan.drops_cut_edges:
+            return IdentityExchange()
+        from domainpar.comm.halo import HaloExchange
+
+        return HaloExchange(plan.parts[self.layout.part], self.layout.domain_group, self.device)
+
+    def _check_plan_agreement(self, prepared, fresh: bool) -> None:
+        """Ranks of a group partition independently; make sure they got the same owners."""
+        if not fresh or prepared.plan.num_parts == 1:
+            return
+        digest = int.from_bytes(hashlib.sha256(prepared.plan.owner.tobytes()).digest()[:7], "little")
+        probe = torch.tensor([digest, -digest], dtype=torch.int64, device=self.device)
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.layout.domain_group)
+        if int(probe[0]) != -int(probe[1]):
+            raise DomainparError(
+                f"event {prepared.graph.event_id}: the ranks of domain group {self.layout.replica} made different "
+                "partition plans; use a deterministic partitioner or precomputed --plans"
+            )
+
+    def _local(self, prepared):
+        from domainpar.partition.local_graph import local_graph
+
+        return local_graph(prepared.graph, prepared.plan.parts[self.layout.part]).to(self.device, self.dtype)
+
+    def _event_loss(self, prepared, fresh: bool):
+        """Forward + this rank's loss share of one event; returns (loss, logits, local graph, exchange)."""
+        from domainpar.model.loss import edge_loss
+
+        self._check_plan_agreement(prepared, fresh)
+        graph = self._local(prepared)
+        exchange = self._exchange_for(prepared)
+        with self._forward_context():
+            logits = self.model(graph, exchange)
+        loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, graph, self.config.optim.pos_weight)
+        return loss, logits, graph, exchange
+
+    def _halo_bytes(self, exchange, backward: bool) -> float:
+        if not hasattr(exchange, "bytes_per_exchange"):
+            return 0.0
+        dtype = torch.bfloat16 if self.config.run.precision == "bf16" else self.dtype
+        per = exchange.bytes_per_exchange(self.config.model.hidden, dtype) * exchange.num_exchanges
+        return float(per * (2 if backward else 1))
+
+    def _all_sum(self, values: list[float]) -> list[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.layout.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.layout.world_group)
+        return tensor.cpu().tolist()
+
+    def _all_max(self, value: float) -> float:
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        if self.layout.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.layout.world_group)
+        return float(tensor.item())
+
+    # ------------------------------------------------------------------ steps
+
+    def train_step(self) -> tuple[float, float]:
+        """One optimiser step at the current position; returns (mean event loss, gradient norm)."""
+        from domainpar.comm.reduce import all_reduce_gradients
+
+        events = self.sampler.replica_events(
+            self.epoch, self.step_in_epoch, self.layout.replica, self.layout.num_replicas
+        )
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_share = 0.0
+        halo_bytes = 0.0
+        offload = (
+            torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
+            if self.config.run.offload
+            else contextlib.nullcontext()
+        )
+        for index in events:
+            prepared, fresh = self.train_source.get(index)
+            with offload:
+                loss, _, _, exchange = self._event_loss(prepared, fresh)
+            (loss / self.events_per_replica).backward()
+            loss_share += float(loss.detach()) / self.events_per_replica
+            halo_bytes += self._halo_bytes(exchange, backward=True)
+        if self.layout.distributed:
+            all_reduce_gradients(self.model, self.layout.domain_group, self.layout.replica_group)
+        else:
+            for param in self.model.parameters():
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.config.optim.clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.optim.clip))
+        else:
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
+        lr = learning_rate(self.global_step, self.total_steps, self.config.optim, self.layout.num_replicas)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        total_loss, total_halo = self._all_sum([loss_share, halo_bytes])
+        mean_loss = total_loss / self.layout.num_replicas
+        self.global_step += 1
+        self.step_in_epoch += 1
+        self.epoch_state["loss_sum"] += mean_loss
+        self.epoch_state["steps"] += 1
+        self.epoch_state["halo_bytes"] += total_halo
+        self.epoch_state["events"] += self.config.optim.batch_events
+        self.step_losses.append(mean_loss)
+        self._last_lr = lr
+        return mean_loss, grad_norm
+
+    @torch.no_grad()
+    def validate(self) -> EdgeMetrics:
+        """Loss and edge metrics of the validation events, reduced over the whole world."""
+        self.model.eval()
+        counter = EdgeCounter(self.config.run.threshold)
+        assignment = assign_round_robin(self.val_source.sizes, self.layout.num_replicas)[self.layout.replica]
+        for index in assignment:
+            prepared, fresh = self.val_source.get(index)
+            loss, logits, graph, _ = self._event_loss(prepared, fresh)
+            owned = graph.edge_owned
+            counter.add_edges(torch.sigmoid(logits[owned].float()), graph.y[owned])
+            # The group's loss shares add up to the event loss; count the event once (on part 0).
+            counter.add_loss(float(loss), events=1 if self.layout.part == 0 else 0)
+            if prepared.dropped_labels is not None and self.layout.part == 0 and prepared.dropped_labels.size:
+                # Sectors mode never scores cut edges: they count as rejected (score 0).
+                labels = torch.from_numpy(prepared.dropped_labels)
+                counter.add_edges(torch.zeros(labels.shape[0], dtype=torch.float64), labels)
+        packed = counter.packed().to(self.device)
+        if self.layout.distributed:
+            dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=self.layout.world_group)
+        counter.load_packed(packed)
+        return counter.summary()
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "step": self.global_step,
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "model_config": self.model_config.to_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": {
+                "total_steps": self.total_steps,
+                "num_replicas": self.layout.num_replicas,
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+            },
+            "rng": rng_state(),
+            "epoch_state": dict(self.epoch_state),
+            "step_losses": list(self.step_losses),
+            "config": self.config.to_dict(),
+            "world_size": self.layout.world_size,
+            "domain_size": self.layout.domain_size,
+        }
+
+    def save(self) -> Path | None:
+        """Rank 0 writes a checkpoint (every rank holds the same state)."""
+        if not self.layout.is_main:
+            return None
+        return save_checkpoint(self.checkpoint_state(), checkpoint_dir(self.out), self.config.run.keep)
+
+    def _trim_logs(self) -> None:
+        """After a resume, drop log lines written after the checkpoint (they will be written again)."""
+        metrics_path = self.out / "metrics.jsonl"
+        records = [r for r in _read_jsonl(metrics_path) if r.get("epoch", 0) <= self.epoch]
+        _write_jsonl(metrics_path, records)
+        steps_path = self.out / "steps.jsonl"
+        _write_jsonl(steps_path, [r for r in _read_jsonl(steps_path) if r.get("step", 0) <= self.global_step])
+
+    def _log_step(self, loss: float, grad_norm: float, seconds: float) -> None:
+        record = {
+            "step": self.global_step,
+            "epoch": self.epoch + 1,
+            "loss": loss,
+            "lr": self._last_lr,
+            "grad_norm": grad_norm,
+            "seconds": seconds,
+        }
+        with open(self.out / "steps.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self._tensorboard is not None:
+            self._tensorboard.add_scalar("train/step_loss", loss, self.global_step)
+            self._tensorboard.add_scalar("train/lr", self._last_lr, self.global_step)
+
+    def _log_epoch(self, record: dict) -> None:
+        metrics_path = self.out / "metrics.jsonl"
+        with open(metrics_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        from domainpar.train.curves import plot_curves
+
+        plot_curves(_read_jsonl(metrics_path), _read_jsonl(self.out / "steps.jsonl"), self.out / "curves.png")
+        if self._tensorboard is not None:
+            for key in ("train_loss", "val_loss", "efficiency", "purity", "auc"):
+                value = record[key]
+                if value is not None and math.isfinite(value):
+                    self._tensorboard.add_scalar(f"epoch/{key}", value, record["epoch"])
+            self._tensorboard.flush()
+
+    def save_model(self, record: dict | None) -> Path:
+        """Final weights for evaluation: ``model.pt`` (same layout as a checkpoint's model entries)."""
+        state = {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "step": self.global_step,
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "model_config": self.model_config.to_dict(),
+            "config": self.config.to_dict(),
+            "metrics": record or {},
+        }
+        path = self.out / "model.pt"
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+        return path
+
+    # ------------------------------------------------------------------- run
+
+    def run(self) -> dict[str, Any]:
+        """Train to the end; rank 0 returns the summary (others a short one)."""
+        config, layout = self.config, self.layout
+        main = layout.is_main
+        resume_path = None
+        if config.run.resume_from is not None:
+            resume_path = Path(config.run.resume_from)
+        elif config.run.resume:
+            resume_path = latest_checkpoint(checkpoint_dir(self.out))
+        if resume_path is not None:
+            self.resume(resume_path)
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if resume_path is not None:
+                self._trim_logs()
+            else:
+                for name in ("metrics.jsonl", "steps.jsonl"):
+                    (self.out / name).unlink(missing_ok=True)
+            if config.run.tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tensorboard = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.global_step or None)
+        from tqdm import tqdm
+
+        steps_per_epoch = self.sampler.steps_per_epoch
+        last_record: dict | None = None
+        last_checkpoint: Path | None = resume_path
+        run_start = time.perf_counter()
+        steps_this_run = 0
+        stop = self.global_step >= self.total_steps
+        while self.epoch < config.run.epochs and not stop:
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+            bar = tqdm(
+                total=steps_per_epoch,
+                initial=self.step_in_epoch,
+                desc=f"epoch {self.epoch + 1}/{config.run.epochs}",
+                unit="step",
+                disable=not (main and config.run.progress),
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+            while self.step_in_epoch < steps_per_epoch:
+                t0 = time.perf_counter()
+                loss, grad_norm = self.train_step()
+                seconds = time.perf_counter() - t0
+                self.epoch_state["seconds"] += seconds
+                steps_this_run += 1
+                if main:
+                    self._log_step(loss, grad_norm, seconds)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.4f}", events_per_s=f"{config.optim.batch_events / seconds:.2f}")
+                stop = self.global_step >= self.total_steps
+                if stop:
+                    break
+                if config.run.checkpoint_every and self.global_step % config.run.checkpoint_every == 0:
+                    last_checkpoint = self.save() or last_checkpoint
+            bar.close()
+            t_val = time.perf_counter()
+            metrics = self.validate()
+            val_seconds = time.perf_counter() - t_val
+            peak = self._all_max(float(_peak_memory_bytes(self.device)))
+            steps_done = max(self.epoch_state["steps"], 1)
+            record = {
+                "epoch": self.epoch + 1,
+                "train_loss": self.epoch_state["loss_sum"] / steps_done,
+                "val_loss": metrics.loss,
+                "efficiency": metrics.efficiency,
+                "purity": metrics.purity,
+                "auc": metrics.auc,
+                "seconds": self.epoch_state["seconds"] + val_seconds,
+                "peak_memory_bytes": int(peak),
+                "halo_bytes": int(self.epoch_state["halo_bytes"]),
+                "step": self.global_step,
+                "steps": self.epoch_state["steps"],
+                "train_seconds": self.epoch_state["seconds"],
+                "val_seconds": val_seconds,
+                "events_per_second": self.epoch_state["events"] / max(self.epoch_state["seconds"], 1e-12),
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "threshold": config.run.threshold,
+                "val_events": metrics.num_events,
+                "val_edges": metrics.num_edges,
+                "mode": config.parallel.mode,
+                "world_size": layout.world_size,
+                "domain_size": layout.domain_size,
+            }
+            last_record = record
+            epoch_done = self.step_in_epoch >= steps_per_epoch
+            if epoch_done:
+                self.epoch += 1
+                self.step_in_epoch = 0
+                self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
+            if main:
+                self._log_epoch(record)
+            finished = stop or self.epoch >= config.run.epochs
+            if finished or (epoch_done and self.epoch % config.run.checkpoint_every_epochs == 0):
+                last_checkpoint = self.save() or last_checkpoint
+        if main and last_record is None and resume_path is not None:
+            records = _read_jsonl(self.out / "metrics.jsonl")
+            last_record = records[-1] if records else None
+        model_path = self.save_model(last_record) if main else None
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        wall = time.perf_counter() - run_start
+        return {
+            "rank": layout.rank,
+            "out": str(self.out),
+            "mode": config.parallel.mode,
+            "world_size": layout.world_size,
+            "domain_size": layout.domain_size,
+            "num_replicas": layout.num_replicas,
+            "steps": self.global_step,
+            "steps_this_run": steps_this_run,
+            "epochs": self.epoch,
+            "final": last_record,
+            "step_losses": list(self.step_losses),
+            "checkpoint": None if last_checkpoint is None else str(last_checkpoint),
+            "model": None if model_path is None else str(model_path),
+            "seconds": wall,
+            "steps_per_second": steps_this_run / wall if wall > 0 else float("nan"),
+        }
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def _failure_store():
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - private API; naming the failing rank is best effort
+        return None
+
+
+def _announce_or_name_failure(rank: int, exc: BaseException) -> BaseException:
+    """The first failing rank records itself in the rendezvous store; later ones name it in their error."""
+    store = _failure_store() if dist.is_initialized() else None
+    if store is None:
+        return exc
+    try:
+        if store.check([_FAILED_KEY]):
+            first = store.get(_FAILED_KEY).decode()
+            if first != str(rank):
+                return RuntimeError(f"rank {rank} stopped because rank {first} failed ({type(exc).__name__}: {exc})")
+            return exc
+        store.set(_FAILED_KEY, str(rank))
+    except Exception:  # noqa: BLE001 - the store may be gone with the failed peer
+        pass
+    return exc
+
+
+def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """Body of one rank (spawned, torchrun or the single process): build the trainer, run, report.
+
+    Args:
+        rank: global rank.
+        world_size: number of ranks (the default process group exists when > 1).
+        payload: ``{"config": dict, "train_files": [str], "val_files": [str], "device": "cpu"|"cuda"}``.
+    """
+    config = config_from_dict(payload["config"])
+    try:
+        if payload["device"] == "cuda":
+            from domainpar.train.launch import device_for_local_rank
+
+            local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
+            device = device_for_local_rank(local_rank)
+        else:
+            device = torch.device("cpu")
+        trainer = Trainer(
+            config,
+            [Path(f) for f in payload["train_files"]],
+            [Path(f) for f in payload["val_files"]],
+            rank,
+            world_size,
+            device,
+        )
+        return trainer.run()
+    except BaseException as exc:
+        named = _announce_or_name_failure(rank, exc) if world_size > 1 else exc
+        if named is exc:
+            raise
+        raise named from exc
+
+
+
+
+def run_rank_sequence(rank: int, world_size: int, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run several trainings one after the other in the same ranks (sweeps; tests amortising process start-up).
+
+    Args:
+        rank: global rank.
+        world_size: number of ranks.
+        payloads: one :func:`run_rank` payload per training.
+    """
+    return [run_rank(rank, world_size, payload) for payload in payloads]
+
+
+__all__ = ["METRIC_KEYS", "Trainer", "model_config_for", "run_rank", "run_rank_sequence", "torch_dtype"]

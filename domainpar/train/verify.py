@@ -1,0 +1,354 @@
+"""The exactness check: partitioned run versus one process, logits, loss and every gradient.
+
+:func:`verify_worker` runs inside every rank of a domain group (spawned by
+:func:`domainpar.train.launch.spawn` or started by torchrun). For each
+:class:`VerifyCase` it builds the part's local graph and a
+:class:`~domainpar.comm.halo.HaloExchange`, runs forward + backward of the
+:class:`~domainpar.model.interaction_network.InteractionNetwork`, sums the
+gradients over the group, gathers every rank's logits (every copy of a
+replicated cut edge) to rank 0, and compares them with the single-process
+full-graph run of the same weights on rank 0 (no exchange, no
+checkpointing, no overlap: the plain reference). Rank 0 broadcasts the
+verdicts, so every rank returns the same list of :class:`VerifyResult`.
+
+Error measures (per case):
+
+* ``max_abs_err_logits`` = max over every local copy of every edge of
+  |logit_part − logit_full|;
+* ``rel_err_loss`` = |Σ_ranks loss_r − loss_full| / max(|loss_full|, tiny);
+* ``max_rel_err_grad`` = max over parameter tensors of
+  max|g_part − g_full| / max(max|g_full|, tiny), with g_part the SUM over ranks
+  (tiny = the dtype's smallest normal number).
+
+A case passes when all three are at most the dtype's tolerance
+(:data:`TOLERANCES`: 1e-10 for float64, 1e-5 for float32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from domainpar.comm.halo import HaloExchange
+from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
+from domainpar.data.event_graph import EventGraph
+from domainpar.errors import DomainparError
+from domainpar.model.exchange import Exchange, IdentityExchange
+from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.loss import edge_loss
+from domainpar.partition.local_graph import LocalGraph, local_graph
+from domainpar.partition.plan import build_plan
+
+#: Pass threshold of every error measure, by dtype name.
+TOLERANCES = {"float64": 1e-10, "float32": 1e-5}
+#: Deliberately wrong exchanges, to show the check can fail.
+FAULTS = ("zero_halo", "drop_halo_grad")
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True, eq=False)
+class VerifyCase:
+    """One comparison of a partitioned run against the single-process run."""
+
+    name: str
+    """Label shown in tables and results."""
+    graph: EventGraph
+    """The event graph (needs labels)."""
+    owner: np.ndarray
+    """(num_nodes,) owning part of every node; the number of parts must equal the group size."""
+    config: ModelConfig
+    """Model configuration (checkpointing/overlap apply to the partitioned run only)."""
+    dtype: str = "float64"
+    """"float64" or "float32"."""
+    seed: int = 0
+    """Seed of the model weights (identical on every rank and in the reference)."""
+    pos_weight: float = 1.0
+    """Loss weight of true edges."""
+    fault: str | None = None
+    """None, or one of :data:`FAULTS` to break the exchange on purpose."""
+
+
+@dataclass(frozen=True, eq=False)
+class PygCase:
+    """One comparison of a two-layer PyG stack (:class:`~domainpar.model.pyg.PygStack`) partitioned vs whole."""
+
+    name: str
+    """Label shown in tables and results."""
+    graph: EventGraph
+    """The event graph."""
+    owner: np.ndarray
+    """(num_nodes,) owning part of every node."""
+    layer: str
+    """One of :data:`domainpar.model.pyg.EXAMPLE_LAYERS`."""
+    hidden: int = 8
+    """Output channels of both layers."""
+    dtype: str = "float64"
+    """"float64" or "float32"."""
+    seed: int = 0
+    """Seed of the weights and of the fixed random read-out of the loss."""
+    global_degrees: bool = True
+    """For gcn: normalise with exchanged global degrees (exact); False uses local degrees (not exact)."""
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of one :class:`VerifyCase`."""
+
+    name: str
+    """The case's name."""
+    num_parts: int
+    """Ranks (parts) of the partitioned run."""
+    dtype: str
+    """Floating-point type of the comparison."""
+    max_abs_err_logits: float
+    """Max |logit_part − logit_full| over every local copy of every edge (PyG cases: over owned node outputs)."""
+    rel_err_loss: float
+    """|Σ loss_r − loss_full| / |loss_full|."""
+    max_rel_err_grad: float
+    """Max over parameters of max|g_part − g_full| / max|g_full| (g_part summed over ranks)."""
+    worst_parameter: str
+    """Parameter with the largest relative gradient error."""
+    loss_full: float
+    """Single-process loss."""
+    loss_parts: float
+    """Sum of the ranks' losses."""
+    tolerance: float
+    """Pass threshold of the three errors."""
+    num_halo: tuple[int, ...]
+    """Halo rows per rank."""
+    passed: bool
+    """All three errors within tolerance."""
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "num_parts": self.num_parts,
+            "dtype": self.dtype,
+            "max_abs_err_logits": self.max_abs_err_logits,
+            "rel_err_loss": self.rel_err_loss,
+            "max_rel_err_grad": self.max_rel_err_grad,
+            "worst_parameter": self.worst_parameter,
+            "loss_full": self.loss_full,
+            "loss_parts": self.loss_parts,
+            "tolerance": self.tolerance,
+            "num_halo": list(self.num_halo),
+            "passed": self.passed,
+        }
+
+
+class _Ready:
+    def __init__(self, value: torch.Tensor) -> None:
+        self._value = value
+
+    def wait(self) -> torch.Tensor:
+        return self._value
+
+
+class FaultyExchange:
+    """Wraps an exchange and breaks it on purpose (every rank must use the same fault).
+
+    ``zero_halo``: halo rows arrive as zeros. ``drop_halo_grad``: halo rows are
+    right but their gradients never reach the owners.
+    """
+
+    def __init__(self, inner: Exchange, fault: str) -> None:
+        if fault not in FAULTS:
+            raise DomainparError(f"fault must be one of {', '.join(FAULTS)} (got {fault!r})")
+        self.inner = inner
+        self.fault = fault
+        self.num_halo = inner.num_halo
+
+    def __call__(self, x_owned: torch.Tensor) -> torch.Tensor:
+        return self.start(x_owned).wait()
+
+    def start(self, x_owned: torch.Tensor) -> _Ready:
+        if self.fault == "drop_halo_grad":
+            rows = self.inner(x_owned.detach())
+            return _Ready(torch.cat([x_owned, rows[x_owned.shape[0] :]]))
+        rows = self.inner(x_owned)
+        return _Ready(torch.cat([rows[: x_owned.shape[0]], torch.zeros_like(rows[x_owned.shape[0] :])]))
+
+
+def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
+    """Logits (global edge order), loss and gradients of the plain single-process run."""
+    dtype = _DTYPES[case.dtype]
+    plan = build_plan(case.graph.edge_index, np.zeros(case.graph.num_nodes, np.int64), 1, y=case.graph.y)
+    graph = local_graph(case.graph, plan.parts[0]).to(device, dtype)
+    config = replace(case.config, checkpointing=False, overlap=False)
+    torch.manual_seed(case.seed)
+    model = InteractionNetwork(config).to(device=device, dtype=dtype)
+    logits = model(graph, IdentityExchange())
+    loss = edge_loss(logits, graph, case.pos_weight)
+    loss.backward()
+    full_logits = torch.empty_like(logits)
+    full_logits[graph.edge_ids] = logits.detach()
+    grads = {
+        name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+        for name, p in model.named_parameters()
+    }
+    return full_logits, float(loss.detach()), grads
+
+
+def _reference_key(case: VerifyCase) -> tuple:
+    config = replace(case.config, checkpointing=False, overlap=False)
+    return (id(case.graph), config, case.dtype, case.seed, case.pos_weight)
+
+
+def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
+    tiny = torch.finfo(ref.dtype).tiny
+    if ref.numel() == 0:
+        return 0.0
+    return float(diff.abs().max() / max(float(ref.abs().max()), tiny))
+
+
+def partitioned_step(
+    case: VerifyCase, rank: int, world_size: int, device: torch.device, group=None
+) -> tuple[LocalGraph, InteractionNetwork, torch.Tensor, torch.Tensor, Exchange]:
+    """Forward + backward of this rank's part; gradients summed over ``group``.
+
+    Returns:
+        (local graph, model, logits (E_local,), this rank's loss, exchange).
+    """
+    dtype = _DTYPES[case.dtype]
+    plan = build_plan(case.graph.edge_index, case.owner, world_size, y=case.graph.y)
+    part = plan.parts[rank]
+    graph = local_graph(case.graph, part).to(device, dtype)
+    exchange: Exchange = HaloExchange(part, group=group, device=device)
+    if case.fault is not None:
+        exchange = FaultyExchange(exchange, case.fault)
+    torch.manual_seed(case.seed)
+    model = InteractionNetwork(case.config).to(device=device, dtype=dtype)
+    logits = model(graph, exchange)
+    loss = edge_loss(logits, graph, case.pos_weight)
+    loss.backward()
+    all_reduce_gradients(model, group)
+    return graph, model, logits.detach(), loss.detach(), exchange
+
+
+def _pyg_loss(out: torch.Tensor, global_ids: torch.Tensor, case: PygCase, num_nodes: int) -> torch.Tensor:
+    """A fixed random linear read-out of the owned node outputs, so every output row gets a gradient."""
+    generator = torch.Generator().manual_seed(case.seed + 1)
+    readout = torch.randn(num_nodes, case.hidden, generator=generator, dtype=out.dtype).to(out.device)
+    return (out * readout[global_ids]).sum() / num_nodes
+
+
+def _pyg_run(case: PygCase, graph: LocalGraph, global_ids: torch.Tensor, exchange: Exchange, device: torch.device):
+    from domainpar.model.pyg import PygStack
+
+    torch.manual_seed(case.seed)
+    model = PygStack(case.layer, graph.x.shape[1], case.hidden, edge_dim=graph.edge_attr.shape[1])
+    model = model.to(device=device, dtype=_DTYPES[case.dtype])
+    out = model(graph, exchange, global_degrees=case.global_degrees)
+    loss = _pyg_loss(out, global_ids, case, case.graph.num_nodes)
+    loss.backward()
+    return model, out.detach(), loss.detach()
+
+
+def _pyg_reference(case: PygCase, device: torch.device):
+    dtype = _DTYPES[case.dtype]
+    plan = build_plan(case.graph.edge_index, np.zeros(case.graph.num_nodes, np.int64), 1)
+    graph = local_graph(case.graph, plan.parts[0]).to(device, dtype)
+    global_ids = torch.as_tensor(plan.parts[0].owned_ids, device=device)
+    model, out, loss = _pyg_run(replace(case, global_degrees=True), graph, global_ids, IdentityExchange(), device)
+    full = torch.empty_like(out)
+    full[global_ids] = out
+    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone() for n, p in model.named_parameters()}
+    return full, float(loss), grads
+
+
+def _compare(
+    name: str,
+    dtype: str,
+    world_size: int,
+    gathered: list,
+    reference: tuple,
+    model: torch.nn.Module,
+    loss_parts: float,
+    device: torch.device,
+) -> VerifyResult:
+    """Rank 0: errors of gathered (ids, values, num_halo) and the summed gradients against the reference."""
+    full_values, loss_full, full_grads = reference
+    err_values = 0.0
+    for ids, values, _ in gathered:
+        if ids.numel():
+            diff = values.to(device) - full_values[ids.to(device)]
+            err_values = max(err_values, float(diff.abs().max()))
+    worst_name, err_grad = "", 0.0
+    for param_name, param in model.named_parameters():
+        grad = param.grad if param.grad is not None else torch.zeros_like(param)
+        err = _max_rel(grad - full_grads[param_name], full_grads[param_name])
+        if err > err_grad or not worst_name:
+            worst_name, err_grad = param_name, max(err, err_grad)
+    tiny = torch.finfo(_DTYPES[dtype]).tiny
+    err_loss = abs(loss_parts - loss_full) / max(abs(loss_full), tiny)
+    tolerance = TOLERANCES[dtype]
+    return VerifyResult(
+        name=name,
+        num_parts=world_size,
+        dtype=dtype,
+        max_abs_err_logits=err_values,
+        rel_err_loss=err_loss,
+        max_rel_err_grad=err_grad,
+        worst_parameter=worst_name,
+        loss_full=loss_full,
+        loss_parts=loss_parts,
+        tolerance=tolerance,
+        num_halo=tuple(int(g[2]) for g in gathered),
+        passed=bool(err_values <= tolerance and err_loss <= tolerance and err_grad <= tolerance),
+    )
+
+
+def _root(group) -> int:
+    return dist.get_global_rank(group, 0) if group is not None else 0
+
+
+def verify_worker(
+    rank: int,
+    world_size: int,
+    cases: list[VerifyCase],
+    device: torch.device | str | None = None,
+    group=None,
+    pyg_cases: list[PygCase] = (),
+) -> list[VerifyResult]:
+    """Run every case on this rank and return the verdicts (identical on every rank).
+
+    Must be called by every rank of ``group`` (default: the world) with the same
+    cases. ``rank`` is the rank within ``group``, ``world_size`` its size.
+    Results are in order: ``cases`` then ``pyg_cases``.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    references: dict[tuple, tuple] = {}
+    results: list[VerifyResult] = []
+    for case in list(cases) + list(pyg_cases):
+        if case.dtype not in _DTYPES:
+            raise DomainparError(f"dtype must be one of {', '.join(_DTYPES)} (got {case.dtype!r})")
+        if isinstance(case, PygCase):
+            plan = build_plan(case.graph.edge_index, case.owner, world_size)
+            part = plan.parts[rank]
+            graph = local_graph(case.graph, part).to(device, _DTYPES[case.dtype])
+            owned_ids = torch.as_tensor(part.owned_ids, device=device)
+            model, values, loss = _pyg_run(case, graph, owned_ids, HaloExchange(part, group=group, device=device), device)
+            all_reduce_gradients(model, group)
+            payload = (owned_ids.cpu(), values.cpu(), graph.num_halo)
+            key = ("pyg", id(case.graph), case.layer, case.hidden, case.dtype, case.seed)
+        else:
+            if case.graph.y is None:
+                raise DomainparError(f"case {case.name}: the graph needs truth labels to compute a loss (got y = None)")
+            graph, model, logits, loss, _ = partitioned_step(case, rank, world_size, device, group)
+            payload = (graph.edge_ids.cpu(), logits.cpu(), graph.num_halo)
+            key = _reference_key(case)
+        loss_parts = float(all_reduce_sum(loss, group))
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(payload, gathered, dst=_root(group), group=group)
+        verdict = [None]
+        if rank == 0:
+            if key not in references:
+                references[key] = _pyg_reference(case, device) if isinstance(case, PygCase) else _reference(case, device)
+            verdict = [_compare(case.name, case.dtype, world_size, gathered, references[key], model, loss_parts, device)]
+        dist.broadcast_object_list(verdict, src=_root(group), group=group)
+        results.append(verdict[0])
+    return results

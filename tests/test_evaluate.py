@@ -1,0 +1,183 @@
+"""``domainpar evaluate`` end to end on the real small event: single process, 2 parts, graph inputs, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from domainpar.errors import DomainparError
+
+TRACKML_DIR = Path(__file__).parent / "data" / "trackml"
+EVENT = TRACKML_DIR / "event000000001"
+HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
+
+
+@pytest.fixture(scope="module")
+def event_dir(tmp_path_factory) -> Path:
+    """The real labelled event alone in a directory (raw TrackML layout)."""
+    directory = tmp_path_factory.mktemp("events")
+    for part in ("hits", "cells", "particles", "truth"):
+        shutil.copy(f"{EVENT}-{part}.csv.gz", directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory) -> Path:
+    """A small Interaction Network trained briefly on the real event, saved with the trainer's checkpoint writer."""
+    from domainpar.data.graph import build_graph
+    from domainpar.data.trackml import load_event
+    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.loss import edge_loss
+    from domainpar.partition.local_graph import local_graph
+    from domainpar.partition.plan import build_plan
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint
+    from domainpar.train.config import TrainConfig
+
+    hits, particles, truth = load_event(EVENT, parts=("hits", "particles", "truth"))
+    graph, _ = build_graph(hits, truth, particles, event_id=1)
+    local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
+    torch.manual_seed(0)
+    config = ModelConfig(hidden=16, num_iterations=2)
+    model = InteractionNetwork(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        edge_loss(model(local), local, pos_weight=2.0).backward()
+        optimizer.step()
+    state = {
+        "format_version": CHECKPOINT_FORMAT_VERSION,
+        "step": 20,
+        "epoch": 1,
+        "step_in_epoch": 0,
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "model_config": config.to_dict(),
+        "optimizer": optimizer.state_dict(),
+        "config": TrainConfig().to_dict(),
+    }
+    return save_checkpoint(state, tmp_path_factory.mktemp("run") / "checkpoints", keep=1)
+
+
+@pytest.fixture(scope="module")
+def single_report(trained_checkpoint, event_dir):
+    from domainpar.train.evaluate import EvaluateConfig, evaluate
+
+    return evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, progress=False))
+
+
+def test_single_process_evaluation_of_the_real_event(single_report):
+    summary = single_report.summary
+    for key in HEADLINE + ("events",):
+        assert key in summary
+    (record,) = summary["events"]
+    assert record["event_id"] == 1 and record["num_nodes"] == 5527
+    # A briefly trained model: clearly better than chance, far from perfect.
+    assert 0.9 < summary["auc"] < 1.0
+    assert 0.5 < summary["efficiency"] <= 1.0 and 0.3 < summary["purity"] <= 1.0
+    assert 0.0 < summary["trackml_score"] < 1.0
+    assert summary["trackml_score"] == summary["trackml_score_walk"]
+    assert summary["threshold"] == 0.5  # from the checkpoint's training config
+    (evaluation,) = single_report.evaluations
+    # Overall figures of one event are that event's figures.
+    for key in HEADLINE:
+        assert summary[key] == pytest.approx(record[key])
+    # The submission covers every hit of the event and scores what the report says.
+    from domainpar.tracks.score import score_event
+
+    truth = pd.read_csv(f"{EVENT}-truth.csv.gz")
+    assert len(evaluation.submission) == len(truth)
+    assert score_event(truth, evaluation.submission) == pytest.approx(record["trackml_score"], abs=1e-12)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.distributed
+def test_two_parts_give_the_single_process_logits_and_figures(trained_checkpoint, event_dir, single_report):
+    from domainpar.train.evaluate import EvaluateConfig, evaluate
+
+    report = evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, num_parts=2, progress=False))
+    partitioned, single = report.summary, single_report.summary
+    assert partitioned["num_parts"] == 2 and partitioned["method"] == "metis"
+    assert partitioned["events"][0]["num_cut_edges"] > 0  # the event really was split, with halo
+    assert partitioned["events"][0]["num_halo_nodes"] > 0
+    logits_parts = report.evaluations[0].logits
+    logits_single = single_report.evaluations[0].logits
+    assert np.isfinite(logits_parts).all()
+    # Same function of the same inputs; only the float summation order differs.
+    assert np.max(np.abs(logits_parts - logits_single)) <= 1e-5 * max(1.0, np.max(np.abs(logits_single)))
+    for key in HEADLINE:
+        assert partitioned[key] == pytest.approx(single[key], rel=1e-9, abs=1e-12), key
+    for key in ("num_predicted_edges", "num_true_positive_edges", "num_tracks", "num_candidates", "num_matched"):
+        assert partitioned["events"][0][key] == single["events"][0][key], key
+    assert np.array_equal(report.evaluations[0].track_id, single_report.evaluations[0].track_id)
+
+
+def test_cli_writes_json_plots_and_submissions(trained_checkpoint, event_dir, single_report, tmp_path, capsys):
+    from domainpar.cli.main import main
+
+    out_json = tmp_path / "eval.json"
+    main([
+        "evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(event_dir), "--tracks", "components",
+        "--json", str(out_json), "--plots", str(tmp_path / "plots"), "--submissions", str(tmp_path / "subs"), "--quiet",
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    written = json.loads(out_json.read_text())
+    assert written["track_method"] == "components"
+    assert written["trackml_score"] == pytest.approx(single_report.summary["trackml_score_components"], abs=1e-12)
+    for key in HEADLINE:
+        if key != "trackml_score":
+            assert written[key] == pytest.approx(single_report.summary[key], abs=1e-12), key
+    assert [line.split()[0] for line in printed.splitlines()[1:4]] == ["event", "1", "all"]
+    for name in ("roc.png", "efficiency_purity_vs_pt.png", "efficiency_purity_vs_eta.png", "event_display_1.png"):
+        assert (tmp_path / "plots" / name).stat().st_size > 10_000
+    # The written submission scores the same through `domainpar score`.
+    submission = tmp_path / "subs" / "event000000001-submission.csv"
+    main(["score", "--event", str(event_dir / "event000000001"), "--submission", str(submission)])
+    assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(written["trackml_score"], abs=1e-7)
+
+
+def test_graph_input_with_raw_truth_gives_the_same_figures(trained_checkpoint, event_dir, single_report, tmp_path):
+    from domainpar.data.event_graph import save_graph
+    from domainpar.train.evaluate import EvaluateConfig, evaluate
+
+    save_graph(single_report.evaluations[0].graph, tmp_path / "graphs" / "event000000001.npz")
+    with_truth = evaluate(
+        EvaluateConfig(checkpoint=trained_checkpoint, data=tmp_path / "graphs", events_dir=event_dir, progress=False)
+    ).summary
+    for key in HEADLINE:
+        assert with_truth[key] == pytest.approx(single_report.summary[key], abs=1e-12), key
+    # Without the raw event there are no hit weights: no TrackML score, but everything else.
+    without = evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=tmp_path / "graphs", progress=False)).summary
+    assert without["trackml_score"] is None
+    assert without["auc"] == pytest.approx(single_report.summary["auc"], abs=1e-12)
+    assert without["tracking_efficiency"] is not None
+
+
+def test_evaluate_errors(trained_checkpoint, event_dir, tmp_path, capsys):
+    from domainpar.cli.main import main
+    from domainpar.train.evaluate import EvaluateConfig, evaluate, load_model
+
+    with pytest.raises(DomainparError, match=r"checkpoint file not found"):
+        load_model(tmp_path / "absent.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(DomainparError, match=r"junk.pt: expected a domainpar checkpoint, could not load it"):
+        load_model(tmp_path / "junk.pt")
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(DomainparError, match=r"expected a domainpar checkpoint with 'model' and 'model_config' entries"):
+        load_model(tmp_path / "other.pt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files \(\*\.npz\), found neither"):
+        evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=tmp_path / "empty", progress=False))
+    with pytest.raises(DomainparError, match=r"--threshold must be in \(0, 1\) \(got 1.5\)"):
+        EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, threshold=1.5)
+    with pytest.raises(DomainparError, match=r"--method must be one of metis, geometric \(got 'sectors'\)"):
+        EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, method="sectors")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(event_dir), "--ranks", "2", "--parts", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --ranks must equal --parts: one process per part (got --ranks 2, --parts 3)"]

@@ -1,0 +1,196 @@
+"""Training engine pieces without processes: config, sampler, schedule, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from domainpar.errors import DomainparError
+from domainpar.train.checkpoint import (
+    checkpoint_files,
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from domainpar.train.config import OptimConfig, TrainConfig, load_config, validate_config
+from domainpar.train.metrics import EdgeCounter, roc_auc_from_histograms
+from domainpar.train.sampler import BucketSampler, assign_round_robin
+from domainpar.train.schedule import learning_rate
+
+
+@pytest.fixture()
+def data_dir(tmp_path):
+    from train_helpers import write_graphs
+
+    write_graphs(tmp_path / "graphs", 2)
+    return tmp_path / "graphs"
+
+
+def test_yaml_and_overrides(tmp_path, data_dir):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"data:\n  train: {data_dir}\noptim:\n  lr: 0.01\nparallel:\n  mode: sectors\n  domain_size: 2\n")
+    config = load_config(path, {"optim.lr": "0.5", "run.epochs": 3, "data.val": "none"})
+    assert config.optim.lr == 0.5 and config.run.epochs == 3 and config.parallel.mode == "sectors"
+    assert config.parallel.domain_size == 2 and config.data.val is None
+    assert load_config(None, config.to_dict() and {}) == TrainConfig()
+
+
+def test_example_yaml_loads():
+    config = load_config("examples/train_default.yaml")
+    assert config.parallel.mode == "domain" and config.optim.batch_events == 2
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("optim:\n  lrr: 1\n", r"unknown config key 'optim.lrr'"),
+        ("bogus:\n  lr: 1\n", r"unknown config key 'bogus.lr'"),
+        ("optim:\n  lr: fast\n", r"optim.lr must be a number \(got 'fast'\)"),
+        ("run:\n  epochs: 1.5\n", r"run.epochs must be an integer"),
+        ("run: [1, 2]\n", r"section 'run' must be a mapping"),
+        ("- a\n- b\n", r"expected a YAML mapping"),
+        ("optim: {lr: [\n", r"expected a YAML config file, could not parse it"),
+    ],
+)
+def test_yaml_errors(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(DomainparError, match=match):
+        load_config(path)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(DomainparError, match=r"config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    "overrides, world, match",
+    [
+        ({"parallel.domain_size": 2}, 3, r"world size 3 must be divisible by --domain-size 2 \(got remainder 1\)"),
+        ({"parallel.mode": "hybrid"}, 2, r"--mode must be one of domain, sectors, single \(got 'hybrid'\)"),
+        ({"run.precision": "bf16"}, 1, r"--precision bf16 needs a CUDA device"),
+        ({"data.train": "/no/such/dir"}, 1, r"--data /no/such/dir: no such file or directory"),
+        ({"data.train": ""}, 1, r"--data is required"),
+        ({"parallel.mode": "single"}, 2, r"--mode single runs one process \(got 2 ranks\)"),
+        ({"parallel.domain_size": 1, "optim.batch_events": 3}, 2, r"--batch-events 3 must be a multiple of the number of replicas 2"),
+        ({"data.method": "random"}, 1, r"--method must be one of metis, geometric"),
+        ({"optim.lr_scaling": "cube"}, 1, r"--lr-scaling must be one of none, linear, sqrt"),
+        ({"run.keep": 0}, 1, r"--keep must be at least 1"),
+        ({"run.resume_from": "/no/ckpt.pt"}, 1, r"--resume-from /no/ckpt.pt: checkpoint file not found"),
+    ],
+)
+def test_config_validation(data_dir, overrides, world, match):
+    config = load_config(None, {"data.train": str(data_dir), **overrides})
+    with pytest.raises(DomainparError, match=match):
+        validate_config(config, world_size=world, cuda_available=False)
+
+
+def test_sampler_is_seeded_bucketed_and_layout_free():
+    sizes = np.array([5, 100, 7, 98, 6, 102, 8, 97, 50])
+    sampler = BucketSampler(sizes, batch_events=2, seed=3)
+    assert sampler.steps_per_epoch == 4
+    batches = sampler.epoch_batches(0)
+    assert batches.shape == (4, 2)
+    assert len(set(batches.ravel().tolist())) == 8  # one left-over event skipped, no repeats
+    for a, b in batches:  # size buckets: the two replicas of a step get similar work
+        assert abs(sizes[a] - sizes[b]) <= 3 or {sizes[a], sizes[b]} & {50}
+    np.testing.assert_array_equal(batches, BucketSampler(sizes, 2, seed=3).epoch_batches(0))
+    assert not np.array_equal(batches, sampler.epoch_batches(1))
+    # The two replicas of a step split the step's events; one replica takes all of them.
+    step = sampler.epoch_batches(2)[1].tolist()
+    assert sampler.replica_events(2, 1, 0, 2) + sampler.replica_events(2, 1, 1, 2) == step
+    assert sampler.replica_events(2, 1, 0, 1) == step
+    with pytest.raises(DomainparError, match=r"--batch-events 20 needs at least that many training events \(got 9\)"):
+        BucketSampler(sizes, 20, 0)
+
+
+def test_round_robin_assignment_covers_every_event_once():
+    parts = assign_round_robin([3, 9, 1, 7, 5], 2)
+    assert sorted(parts[0] + parts[1]) == [0, 1, 2, 3, 4]
+    assert parts[0][0] == 1 and parts[1][0] == 3
+
+
+def test_schedule():
+    optim = OptimConfig(lr=1.0, warmup=4, schedule="cosine", min_lr_ratio=0.1)
+    values = [learning_rate(s, 14, optim) for s in range(14)]
+    assert values[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert values[4] == 1.0 and math.isclose(values[-1], 0.1)
+    assert all(a >= b for a, b in zip(values[4:], values[5:]))
+    step = OptimConfig(lr=1.0, schedule="step", step_size=3, gamma=0.5)
+    assert [learning_rate(s, 10, step) for s in (0, 2, 3, 6)] == [1.0, 1.0, 0.5, 0.25]
+    assert learning_rate(5, 10, OptimConfig(lr=0.1, schedule="constant", lr_scaling="linear"), 4) == pytest.approx(0.4)
+    assert learning_rate(5, 10, OptimConfig(lr=0.1, schedule="constant", lr_scaling="sqrt"), 4) == pytest.approx(0.2)
+
+
+def test_metrics_counts_and_auc():
+    gen = torch.Generator().manual_seed(0)
+    labels = (torch.rand(4000, generator=gen) < 0.3).float()
+    scores = torch.sigmoid(torch.randn(4000, generator=gen) + 2 * labels)
+    whole, split = EdgeCounter(0.5), EdgeCounter(0.5)
+    whole.add_edges(scores, labels)
+    whole.add_loss(0.75, events=2)
+    split.add_loss(0.5, events=2)
+    split.add_edges(scores[:1000], labels[:1000])
+    other = EdgeCounter(0.5)
+    other.add_edges(scores[1000:], labels[1000:])
+    other.add_loss(0.25, events=0)  # the other part of the same events: its loss share only
+    split.load_packed(split.packed() + other.packed())  # what the world all-reduce does
+    a, b = whole.summary(), split.summary()
+    assert a == b and a.loss == 0.375 and a.num_events == 2
+    passed, truth = scores >= 0.5, labels > 0.5
+    assert a.efficiency == pytest.approx(float((passed & truth).sum() / truth.sum()))
+    assert a.purity == pytest.approx(float((passed & truth).sum() / passed.sum()))
+    pos, neg = scores[truth].double(), scores[~truth].double()
+    exact = float((pos[:, None] > neg[None, :]).double().mean())
+    assert a.auc == pytest.approx(exact, abs=1e-4)
+    assert math.isnan(roc_auc_from_histograms(np.ones(3), np.zeros(3)))
+
+
+def _state(step: int) -> dict:
+    return {
+        "format_version": 1,
+        "step": step,
+        "epoch": 0,
+        "step_in_epoch": step,
+        "model": {"w": torch.full((3,), float(step))},
+        "model_config": {"hidden": 4},
+        "optimizer": {"state": {}, "param_groups": []},
+        "config": {"optim": {"batch_events": 1}},
+        "rng": rng_state(),
+    }
+
+
+def test_checkpoints_keep_last_k_and_ignore_temporaries(tmp_path):
+    for step in range(1, 6):
+        save_checkpoint(_state(step), tmp_path, keep=2)
+    (tmp_path / ".step-00000009.pt.tmp-abc.pt").write_bytes(b"half written")
+    assert [p.name for p in checkpoint_files(tmp_path)] == ["step-00000004.pt", "step-00000005.pt"]
+    state = load_checkpoint(latest_checkpoint(tmp_path))
+    assert state["step"] == 5 and torch.equal(state["model"]["w"], torch.full((3,), 5.0))
+
+
+def test_rng_state_round_trip():
+    state = rng_state()
+    a = (torch.rand(3), np.random.rand(3), __import__("random").random())
+    set_rng_state(state)
+    b = (torch.rand(3), np.random.rand(3), __import__("random").random())
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "not_a_dict"])
+def test_corrupted_checkpoint_is_a_clear_error(tmp_path, damage):
+    path = save_checkpoint(_state(1), tmp_path, keep=1)
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:200])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00garbage" * 50)
+    else:
+        torch.save({"weights": torch.ones(2)}, path)
+    with pytest.raises(DomainparError, match=r"step-00000001.pt: (expected a domainpar checkpoint|checkpoint is missing)"):
+        load_checkpoint(path)
