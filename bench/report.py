@@ -56,6 +56,8 @@ class Section:
     """Why the section did not run (missing data, a component not built yet); None when it ran."""
     seconds: float = 0.0
     """Wall time the benchmark took."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Section-wide figures that are not table rows (fits, per-machine constants); JSON only."""
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)

@@ -46,7 +46,7 @@ class _FakeHalo:
 
 
 def traced_peak(part: LocalGraph, config: ModelConfig) -> dict[str, int]:
-    """Trace one forward+backward of ``part`` and return its peak memory by category.
+    """Trace one forward+backward of ``part``: its peak memory by category and its matmul FLOPs.
 
     Args:
         part: the part's real local graph (only shapes are used).
@@ -54,10 +54,13 @@ def traced_peak(part: LocalGraph, config: ModelConfig) -> dict[str, int]:
 
     Returns:
         ``{"total", "activations", "temporaries", "parameters", "gradients"}``
-        in bytes at the moment of the peak.
+        in bytes at the moment of the peak, and ``"flops"``: floating-point
+        operations of the matrix products (forward + backward, recomputation
+        included), as counted by ``torch.utils.flop_counter``.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.flop_counter import FlopCounterMode
 
     mode = FakeTensorMode()
     with mode:
@@ -75,6 +78,13 @@ def traced_peak(part: LocalGraph, config: ModelConfig) -> dict[str, int]:
     with mode, tracker:
         logits = model(fake_part, exchange)
         (logits * weights).sum().backward()
+    # A second pass for the FLOPs: nesting the two modes skews the memory tracker's attribution.
+    for parameter in model.parameters():
+        parameter.grad = None
+    flops = FlopCounterMode(display=False)
+    with mode, flops:
+        logits = model(fake_part, exchange)
+        (logits * weights).sum().backward()
     snapshot = tracker.get_tracker_snapshot("peak")
     (per_device,) = snapshot.values()
     by_name = {getattr(k, "value", k): int(v) for k, v in per_device.items()}
@@ -84,4 +94,5 @@ def traced_peak(part: LocalGraph, config: ModelConfig) -> dict[str, int]:
         "temporaries": by_name.get("Temp", 0),
         "parameters": by_name.get("Parameter", 0),
         "gradients": by_name.get("Gradient", 0),
+        "flops": int(flops.get_total_flops()),
     }

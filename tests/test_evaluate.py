@@ -18,6 +18,15 @@ EVENT = TRACKML_DIR / "event000000001"
 HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: tiny graphs gain nothing from more, and the test machine is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def event_dir(tmp_path_factory) -> Path:
     """The real labelled event alone in a directory (raw TrackML layout)."""
@@ -87,9 +96,10 @@ def test_single_process_evaluation_of_the_real_event(single_report):
     for key in HEADLINE:
         assert summary[key] == pytest.approx(record[key])
     # The submission covers every hit of the event and scores what the report says.
+    from domainpar.data.trackml import load_event
     from domainpar.tracks.score import score_event
 
-    truth = pd.read_csv(f"{EVENT}-truth.csv.gz")
+    (truth,) = load_event(EVENT, parts=("truth",))  # float32 weights, as the evaluation reads them
     assert len(evaluation.submission) == len(truth)
     assert score_event(truth, evaluation.submission) == pytest.approx(record["trackml_score"], abs=1e-12)
 

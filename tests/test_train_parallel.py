@@ -34,6 +34,8 @@ BASE = {
     "optim.pos_weight": 2.0,
     "run.precision": "fp64",
     "run.progress": False,
+    "run.curves": False,
+    "parallel.threads": 1,  # on a loaded 2-core machine, 2 OpenMP threads per rank thrash
 }
 
 
@@ -45,7 +47,7 @@ def runs(tmp_path_factory):
     def config(name, **overrides):
         return load_config(None, {**BASE, "data.train": str(root / "graphs"), "run.out": str(root / name), **overrides})
 
-    single = train(config("single", **{"parallel.mode": "single"}))
+    single = train(config("single", **{"parallel.mode": "single", "run.curves": True}))
     two = [
         config("domain2", **{"parallel.mode": "domain", "parallel.ranks": 2}),
         config("sectors2", **{"parallel.mode": "sectors", "parallel.ranks": 2}),
@@ -73,7 +75,7 @@ def _assert_same_training(run, reference):
     for name in ours:
         torch.testing.assert_close(ours[name], theirs[name], rtol=TIGHT, atol=TIGHT, msg=name)
     for key in ("val_loss", "efficiency", "purity", "auc"):
-        assert run["final"][key] == pytest.approx(reference["final"][key], rel=1e-9), key
+        assert run["final"][key] == pytest.approx(reference["final"][key], rel=1e-9, nan_ok=True), key
 
 
 @pytest.mark.distributed

@@ -33,6 +33,8 @@ _FIELDS = {
     "domain_size": "parallel.domain_size",
     "timeout": "parallel.timeout_s",
     "device": "parallel.device",
+    "threads": "parallel.threads",
+    "curves": "run.curves",
     "out": "run.out",
     "epochs": "run.epochs",
     "max_steps": "run.max_steps",
@@ -68,6 +70,7 @@ def _fmt(value) -> str:
 @click.option("--domain-size", type=int, help="Ranks per domain group G (default: all ranks); world/G replicas.")
 @click.option("--timeout", type=float, help="Process-group timeout in seconds (a dead rank stops the others within it).")
 @click.option("--device", help="auto, cpu or cuda.")
+@click.option("--threads", type=int, help="torch threads per rank (default: cores / local ranks).")
 @click.option("--hidden", type=int, help="Hidden width of the Interaction Network.")
 @click.option("--iterations", type=int, help="Message-passing iterations.")
 @click.option("--mlp-layers", type=int, help="Linear layers per MLP.")
@@ -96,6 +99,7 @@ def _fmt(value) -> str:
 @click.option("--threshold", type=float, help="Score threshold for efficiency and purity.")
 @click.option("--tensorboard/--no-tensorboard", default=None, help="Also write TensorBoard scalars (needs tensorboard).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on rank 0.")
+@click.option("--curves/--no-curves", default=None, help="Redraw curves.png after every epoch.")
 def train(config_path: Path | None, **options) -> None:
     """Train the edge classifier in domain, sectors or single mode.
 

@@ -57,13 +57,13 @@ class GraphConfig:
     """Constant |dphi| allowance added to the phi-slope window, rad (hit resolution on short segments)."""
     z0_max: float = 160.0
     """Largest |z0| (mm) where the (r, z) line through both hits meets the beam line."""
-    deta_max: float = 0.05
+    deta_max: float = 0.07
     """Largest |deta| between the two hits of a disc → disc edge (the eta window)."""
     skip_missing: bool = True
     """Also connect hits one layer apart when no hit on the layer between bridges them (a hit the particle missed)."""
-    skip_phi_slope_max: float = 0.00035
+    skip_phi_slope_max: float = 0.0003
     """Phi-slope cut of the edges that jump a layer, rad/mm (tighter: they only recover missed hits of pT > ~1 GeV tracks)."""
-    skip_z0_max: float = 150.0
+    skip_z0_max: float = 120.0
     """z0 cut of the edges that jump a layer, mm."""
     adjacency_min_pt: float = 0.5
     """pT (GeV) of the most curved helices traced when deriving the layer pairs."""

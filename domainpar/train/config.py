@@ -112,6 +112,8 @@ class ParallelConfig:
     """Process-group timeout: a dead or stuck rank makes the others fail after at most this long."""
     device: str = "auto"
     """auto (CUDA when available), cpu or cuda; CUDA uses NCCL with one GPU per local rank, CPU uses gloo."""
+    threads: int | None = None
+    """torch intra-op threads per rank (None: torch's default for one process, cores / ranks for spawned ranks)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class RunConfig:
     """Also write TensorBoard scalars to <out>/tensorboard (needs the tensorboard package)."""
     progress: bool = True
     """Rank 0 shows a progress bar."""
+    curves: bool = True
+    """Rank 0 redraws <out>/curves.png after every epoch."""
 
 
 @dataclass(frozen=True)
@@ -341,6 +345,7 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {p.device!r})")
     _require(m.activation in ACTIVATIONS, f"--activation must be one of {', '.join(sorted(ACTIVATIONS))} (got {m.activation!r})")
     _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
+    _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
     _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
     _require(m.hidden >= 1, f"--hidden must be at least 1 (got {m.hidden})")
     _require(m.iterations >= 1, f"--iterations must be at least 1 (got {m.iterations})")

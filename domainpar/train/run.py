@@ -102,7 +102,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if world_size == 1:
         return run_rank(0, 1, payload)
     backend = "nccl" if payload["device"] == "cuda" else "gloo"
-    threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else None
+    threads = config.parallel.threads
+    if threads is None and backend == "gloo":
+        threads = max(1, (os.cpu_count() or 1) // world_size)
     try:
         results = launch.spawn(
             run_rank,

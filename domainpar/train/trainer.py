@@ -410,9 +410,10 @@ class Trainer:
         metrics_path = self.out / "metrics.jsonl"
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
-        from domainpar.train.curves import plot_curves
+        if self.config.run.curves:
+            from domainpar.train.curves import plot_curves
 
-        plot_curves(_read_jsonl(metrics_path), _read_jsonl(self.out / "steps.jsonl"), self.out / "curves.png")
+            plot_curves(_read_jsonl(metrics_path), _read_jsonl(self.out / "steps.jsonl"), self.out / "curves.png")
         if self._tensorboard is not None:
             for key in ("train_loss", "val_loss", "efficiency", "purity", "auc"):
                 value = record[key]
@@ -596,6 +597,9 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         payload: ``{"config": dict, "train_files": [str], "val_files": [str], "device": "cpu"|"cuda"}``.
     """
     config = config_from_dict(payload["config"])
+    threads_before = torch.get_num_threads()
+    if config.parallel.threads is not None:
+        torch.set_num_threads(config.parallel.threads)
     try:
         if payload["device"] == "cuda":
             from domainpar.train.launch import device_for_local_rank
@@ -618,6 +622,8 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         if named is exc:
             raise
         raise named from exc
+    finally:
+        torch.set_num_threads(threads_before)
 
 
 
