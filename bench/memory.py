@@ -84,11 +84,34 @@ def measured_rows(workload: Workload, parts: tuple[int, ...], method: str, hidde
     return rows
 
 
+def _add_saved_bytes_cross_check(rows: list[dict], workload: Workload, parts, hidden: int, iterations: int, section: Section) -> None:
+    """Add bench/bench_model.py's saved-tensor accounting (meta device, METIS, every part) as a second opinion."""
+    try:
+        from bench.bench_model import memory_table
+
+        graph = graph_at(workload.path)
+        config = ModelConfig(
+            node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), hidden=hidden, num_iterations=iterations
+        )
+        table = {(r["parts"], r["checkpointing"]): r["peak_max"] for r in memory_table(graph, config, list(parts), 0)}
+    except Exception as exc:  # a second opinion must not cost the section
+        section.notes.append(f"Saved-tensor cross-check (bench/bench_model.py) unavailable: {type(exc).__name__}: {exc}")
+        return
+    for row in rows:
+        value = table.get((row["num_parts"], row["checkpointing"]))
+        row["saved_meta_mib"] = None if value is None else value / MIB
+    section.notes.append(
+        "Saved MiB (meta): bench/bench_model.py's count of the tensors autograd saves (meta device, largest part; with "
+        "checkpointing plus the largest recomputed segment) — activations only, no temporaries."
+    )
+
+
 def run(
     full: Workload | None,
     check: Workload,
     *,
     parts: tuple[int, ...] = (1, 2, 4, 8),
+    check_parts: tuple[int, ...] = (1, 2, 4, 8),
     method: str = "metis",
     hidden: int = 64,
     iterations: int = 8,
@@ -106,13 +129,16 @@ def run(
             Column("local_edges", "local edges (largest part)", "{:,}"),
             Column("traced_peak_mib", "peak MiB (traced)", "{:,.0f}"),
             Column("traced_activations_mib", "activations MiB (traced)", "{:,.0f}"),
+            Column("saved_meta_mib", "saved MiB (meta)", "{:,.0f}"),
             Column("ratio_to_single", "ratio to 1 part", "{:.3f}"),
             Column("measured_peak_mib", "peak MiB (measured RSS)", "{:,.0f}"),
         ],
     )
     if full is not None:
-        section.rows += traced_rows(full, parts, method, hidden, iterations)
-    section.rows += measured_rows(check, parts, method, hidden, iterations, repeats)
+        rows = traced_rows(full, parts, method, hidden, iterations)
+        _add_saved_bytes_cross_check(rows, full, parts, hidden, iterations, section)
+        section.rows += rows
+    section.rows += measured_rows(check, check_parts, method, hidden, iterations, repeats)
     section.notes += [
         f"Interaction Network hidden {hidden}, {iterations} iterations, 2-layer MLPs, fp32; {method} partitions; "
         "the part with the most local edges is the one measured (the rank that sets the peak).",

@@ -103,12 +103,12 @@ def load_inputs(report: str | Path) -> tuple[list[dict], dict]:
     return section["rows"], section["extra"]
 
 
-def _per_edge(rows: list[dict], key: str) -> float:
-    """The key's value per local edge of the largest part, from the largest traced part count."""
+def _per_edge(rows: list[dict], key: str, num_parts: int) -> float:
+    """The key's value per local edge of the largest part, at the traced part count nearest ``num_parts`` (in log P)."""
     traced = [r for r in rows if r.get(key) is not None]
     if not traced:
         raise DomainparError(f"scaling inputs must contain at least one traced {key} (got none)")
-    row = max(traced, key=lambda r: r["num_parts"])
+    row = min(traced, key=lambda r: (abs(math.log(r["num_parts"] / num_parts)), -r["num_parts"]))
     return row[key] / row["max_local_edges"]
 
 
@@ -132,7 +132,7 @@ def predict(rows: list[dict], extra: dict, hardware: Hardware, assumptions: Assu
         edges = r["max_local_edges"]
 
         def value(key: str) -> float:
-            return r[key] if r.get(key) is not None else _per_edge(rows, key) * edges
+            return r[key] if r.get(key) is not None else _per_edge(rows, key, num_parts) * edges
 
         param_bytes = next((x["parameter_bytes"] for x in rows if x.get("parameter_bytes")), 0)
         input_bytes = edges * (2 * 8 + 4 * 4 + 8 + 1 + 4) + r["max_local_nodes"] * 3 * 4
@@ -213,7 +213,9 @@ def plot(predictions: list[dict], path: str | Path, title: str) -> Path:
         colour = colours.get(name)
         ax_time.plot(gpus, [p["step_overlap_ms"] for p in rows], "o-", color=colour, label=f"{name}: step (overlap)")
         ax_time.plot(gpus, [p["compute_ms"] for p in rows], ":", color=colour, label=f"{name}: compute only")
-        ax_time.plot(gpus, [p["exchange_ms"] + p["allreduce_ms"] for p in rows], "--", color=colour, alpha=0.7, label=f"{name}: communication")
+        multi = [p for p in rows if p["gpus"] > 1]
+        ax_time.plot([p["gpus"] for p in multi], [p["exchange_ms"] + p["allreduce_ms"] for p in multi], "--", color=colour,
+                     alpha=0.7, label=f"{name}: communication")
         ideal = [rows[0]["step_overlap_ms"] / g for g in gpus]
         ax_time.plot(gpus, ideal, "-", color=colour, alpha=0.25, linewidth=4, label=f"{name}: ideal")
     first = [p for p in predictions if p["hardware"] == predictions[0]["hardware"]]

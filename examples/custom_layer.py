@@ -144,7 +144,8 @@ def part_loss(logits: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
     parameter gradients over the ranks gives the full-graph gradient.
     """
     owned = graph.edge_owned
-    per_edge = nn.functional.binary_cross_entropy_with_logits(logits[owned], graph.y[owned], reduction="sum")
+    target = graph.y[owned].to(logits.dtype)
+    per_edge = nn.functional.binary_cross_entropy_with_logits(logits[owned], target, reduction="sum")
     return per_edge / graph.num_edges_global
 
 
@@ -187,7 +188,8 @@ def _rank_gradients(rank: int, world_size: int, graph: EventGraph, method: str, 
         dist.all_reduce(tensor)
     total = loss.detach().clone()
     dist.all_reduce(total)
-    return total, grads
+    # numpy, not tensors: torch would share tensor storage through a file descriptor the exiting rank closes.
+    return float(total), {name: g.numpy() for name, g in grads.items()}
 
 
 def run_domain_parallel(
@@ -199,7 +201,8 @@ def run_domain_parallel(
     results = spawn(
         _rank_gradients, num_parts, (graph, method, seed, model_kw), timeout_s=timeout_s, backend="gloo", num_threads=1
     )
-    return results[0]
+    loss, grads = results[0]
+    return torch.tensor(loss, dtype=torch.float64), {name: torch.from_numpy(g) for name, g in grads.items()}
 
 
 def max_relative_error(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> float:

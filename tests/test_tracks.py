@@ -171,6 +171,7 @@ def test_roc_auc_is_exact_with_ties():
     assert fpr[-1] == tpr[-1] == 1.0 and thresholds[0] == np.inf
     assert roc_auc([0.1, 0.9], [0, 1]) == 1.0 and roc_auc([0.9, 0.1], [0, 1]) == 0.0
     assert math.isnan(roc_auc([0.1, 0.2], [1, 1]))
+    assert roc_curve(np.zeros(0), np.zeros(0))[0].tolist() == [0.0]
 
 
 def test_edge_metrics_at_threshold():
@@ -264,5 +265,8 @@ def test_walk_beats_components_on_the_real_event_with_imperfect_scores():
         for method in ("components", "walk"):
             tracks = build_tracks(graph.num_nodes, graph.edge_index, edge_scores, 0.5, method=method)
             scores[name, method] = score_arrays(tracks, graph.particle_id, weight).score
-    assert scores["perfect", "walk"] == pytest.approx(scores["perfect", "components"], abs=1e-12)
+    # Perfect scores: components are exactly the particles' true-segment graphs; the walk may leave
+    # out a double-hit pair tied to its track by a single segment (see the build module docstring).
+    assert scores["perfect", "walk"] <= scores["perfect", "components"] + 1e-12
+    assert scores["perfect", "walk"] > scores["perfect", "components"] - 1e-3
     assert scores["noisy", "walk"] > scores["noisy", "components"] + 0.05

@@ -83,10 +83,14 @@ def test_missing_config_file(tmp_path):
         ({"optim.lr_scaling": "cube"}, 1, r"--lr-scaling must be one of none, linear, sqrt"),
         ({"run.keep": 0}, 1, r"--keep must be at least 1"),
         ({"run.resume_from": "/no/ckpt.pt"}, 1, r"--resume-from /no/ckpt.pt: checkpoint file not found"),
+        ({"run.out": "OUT_WITH_CHECKPOINT"}, 1, r"already holds checkpoints \(newest step-00000001.pt\); pass --resume"),
     ],
 )
-def test_config_validation(data_dir, overrides, world, match):
-    config = load_config(None, {"data.train": str(data_dir), **overrides})
+def test_config_validation(tmp_path, data_dir, overrides, world, match):
+    if overrides.get("run.out") == "OUT_WITH_CHECKPOINT":
+        save_checkpoint(_state(1), tmp_path / "old" / "checkpoints", keep=1)
+        overrides = {"run.out": str(tmp_path / "old")}
+    config = load_config(None, {"data.train": str(data_dir), "run.out": str(tmp_path / "fresh"), **overrides})
     with pytest.raises(DomainparError, match=match):
         validate_config(config, world_size=world, cuda_available=False)
 

@@ -29,6 +29,8 @@ from domainpar.atomic import atomic_path
               help="Seconds before a hung rank aborts the check.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write num_parts, max_abs_err_logits, max_rel_err_grad, passed (and details) as JSON.")
+@click.option("--fault", type=click.Choice(["zero_halo", "drop_halo_grad"]), default=None, hidden=True,
+              help="Break the exchange on purpose, to see the check fail.")
 def verify(
     graph_path: Path,
     num_parts: int,
@@ -41,6 +43,7 @@ def verify(
     seed: int,
     timeout_s: float,
     json_path: Path | None,
+    fault: str | None,
 ) -> None:
     """Compare a partitioned run with one process on the same graph and weights.
 
@@ -57,10 +60,12 @@ def verify(
     config = ModelConfig(hidden=hidden, num_iterations=iterations, checkpointing=checkpointing, overlap=overlap)
     if running_under_launcher():
         result, rank, backend = verify_graph_distributed(
-            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s
+            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
         )
     else:
-        result = verify_graph_local(str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s)
+        result = verify_graph_local(
+            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
+        )
         rank, backend = 0, "gloo"
     if rank == 0:
         click.echo(f"graph: {graph_path}   method: {method}   backend: {backend}   "

@@ -72,7 +72,9 @@ class HaloExchange:
         part: this rank's :class:`PartPlan`; ``part.part`` must be this rank's
             index in ``group`` and ``part.num_parts`` the group size.
         group: the domain group (None: the default group).
-        device: device of the exchanged tensors (default CPU; a CUDA device for NCCL).
+        device: device of the plan's index tensors and the size check (default: the
+            current CUDA device for an NCCL group, else CPU); exchanged tensors may
+            live on any device the backend accepts.
         validate: check once, with one small all-reduce over the group, that
             every rank's send sizes match its neighbours' receive sizes.
     """
@@ -95,10 +97,15 @@ class HaloExchange:
             raise DomainparError(f"rank {group_rank} of the domain group must be given part {group_rank} (got part {part.part})")
         self.part = part
         self.group = group
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if device is None:
+            # NCCL collectives need CUDA tensors; gloo takes CPU ones.
+            nccl = dist.get_backend(group) == "nccl"
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        self.device = torch.device(device)
         self.num_owned = part.num_owned
         self.num_halo = part.num_halo
         self._send_ids = torch.as_tensor(part.send_ids, dtype=torch.int64, device=self.device)
+        self._send_ids_by_device = {self._send_ids.device: self._send_ids}
         self._sends = [
             (self._peer(int(q)), part.send_slice(i)) for i, q in enumerate(part.send_parts)
         ]
@@ -146,11 +153,17 @@ class HaloExchange:
                 f"which expects {int(sizes[1, src, dst])}; all ranks must use parts of one partition plan"
             )
 
-    def _buffer(self, kind: str, hidden: int, dtype: torch.dtype) -> torch.Tensor:
-        key = (kind, hidden, dtype)
+    def _send_ids_on(self, device: torch.device) -> torch.Tensor:
+        ids = self._send_ids_by_device.get(device)
+        if ids is None:
+            ids = self._send_ids_by_device[device] = self._send_ids.to(device)
+        return ids
+
+    def _buffer(self, kind: str, hidden: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (kind, hidden, dtype, device)
         buffer = self._buffers.get(key)
         if buffer is None:
-            buffer = torch.empty(self.num_send_rows, hidden, dtype=dtype, device=self.device)
+            buffer = torch.empty(self.num_send_rows, hidden, dtype=dtype, device=device)
             self._buffers[key] = buffer
         return buffer
 
@@ -172,8 +185,8 @@ class HaloExchange:
         output[: self.num_owned].copy_(rows)
         ops = []
         if self._sends:
-            send_buffer = self._buffer("send", hidden, dtype)
-            torch.index_select(rows, 0, self._send_ids, out=send_buffer)
+            send_buffer = self._buffer("send", hidden, dtype, rows.device)
+            torch.index_select(rows, 0, self._send_ids_on(rows.device), out=send_buffer)
             ops += [dist.P2POp(dist.isend, send_buffer[sl], peer, self.group, _TAG_FORWARD) for peer, sl in self._sends]
         ops += [
             dist.P2POp(dist.irecv, output[self.num_owned + sl.start : self.num_owned + sl.stop], peer, self.group, _TAG_FORWARD)
@@ -196,12 +209,12 @@ class HaloExchange:
         ]
         received = None
         if self._sends:
-            received = self._buffer("grad", hidden, dtype)
+            received = self._buffer("grad", hidden, dtype, grad_output.device)
             ops += [dist.P2POp(dist.irecv, received[sl], peer, self.group, _TAG_BACKWARD) for peer, sl in self._sends]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
         if received is not None:
-            grad_owned.index_add_(0, self._send_ids, received)
+            grad_owned.index_add_(0, self._send_ids_on(received.device), received)
         return grad_owned
 
     def __repr__(self) -> str:

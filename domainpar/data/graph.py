@@ -3,17 +3,30 @@
 Nodes are hits (all of them by default). Edges are candidate segments between
 hits on geometrically adjacent layers over the whole detector — barrel →
 barrel, barrel → endcap, endcap → endcap, both endcaps — directed inner →
-outer. The layer pairs come from tracing trajectories out of the luminous
-region through the layer geometry (:mod:`domainpar.data.layer_pairs`); the
-candidates are found by a binned search (:mod:`domainpar.kernels.segments`)
-and kept by three geometric cuts:
+outer, found by a binned search (:mod:`domainpar.kernels.segments`), never by
+scanning all pairs.
 
-* phi slope: ``|dphi| <= phi_slope_max * |dr| + dphi_margin`` (a track of
+Adjacency. The layer pairs worth searching come from tracing trajectories
+out of the luminous region through the layer geometry
+(:mod:`domainpar.data.layer_pairs`), together with the layers a segment of
+each pair may pass through. Every candidate segment is then checked against
+those layers' surfaces (cylinders and discs with their module extents): a
+segment whose straight line crosses no other layer (more than
+``crossing_margin`` inside its extent) joins adjacent layers. With
+``skip_missing`` a segment crossing exactly one layer is kept too — where the
+particle left no hit on that layer — under tighter cuts and only when no hit
+close to the line between them bridges its two ends (see :func:`_drop_bridged_skips`).
+Layer pairs that are never consecutive along a traced trajectory are searched
+with the tighter skip cuts altogether.
+
+Cuts (all edges; the skip cuts replace the first two for layer-jumping ones):
+
+* phi slope: ``|dphi| <= phi_slope_max * dr + dphi_margin`` (a track of
   transverse momentum pT bends by ``dphi ~= 0.0003 dr / pT[GeV]`` in 2 T, so
-  0.0006 rad/mm keeps pT above ~0.5 GeV; the margin absorbs the
-  position resolution of short segments between endcap discs);
+  0.0006 rad/mm keeps pT above ~0.5 GeV; the margin absorbs the position
+  resolution of the short segments between endcap discs);
 * z0: the straight (r, z) line through both hits meets the beam line within
-  ``|z0| <= z0_max`` (and points outward, ``dr > 0``);
+  ``|z0| <= z0_max`` and points outward (``dr > 0``);
 * eta window, on disc → disc pairs only, where z0 is poorly measured because
   the two hits are a few mm apart in r: ``|deta| <= deta_max``.
 
@@ -38,7 +51,7 @@ import pandas as pd
 
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.data.event_graph import EventGraph, save_graph
-from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs
+from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs, layers_between
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
 from domainpar.kernels.segments import bridged, find_segments
@@ -51,11 +64,11 @@ CELL_FEATURES = ("cell_count", "cell_charge")
 class GraphConfig:
     """Cuts and options of the hit-graph construction (defaults: the documented graph)."""
 
-    phi_slope_max: float = 0.0005
+    phi_slope_max: float = 0.0006
     """Largest |dphi| / |dr| of an edge in rad/mm (0.0006 ~ pT > 0.5 GeV in the 2 T field)."""
     dphi_margin: float = 0.003
     """Constant |dphi| allowance added to the phi-slope window, rad (hit resolution on short segments)."""
-    z0_max: float = 160.0
+    z0_max: float = 200.0
     """Largest |z0| (mm) where the (r, z) line through both hits meets the beam line."""
     deta_max: float = 0.07
     """Largest |deta| between the two hits of a disc → disc edge (the eta window)."""
@@ -65,6 +78,12 @@ class GraphConfig:
     """Phi-slope cut of the edges that jump a layer, rad/mm (tighter: they only recover missed hits of pT > ~1 GeV tracks)."""
     skip_z0_max: float = 120.0
     """z0 cut of the edges that jump a layer, mm."""
+    bridge_tolerance_xy: float = 5.0
+    """A hit bridges a layer-jumping edge when within this transverse distance (mm) of its straight line..."""
+    bridge_tolerance_rz: float = 10.0
+    """... and within this distance along z (barrel hit) or r (disc hit), mm."""
+    crossing_margin: float = 10.0
+    """A segment crosses a layer between its hits only this far (mm) inside the layer's extent (helices clip edges)."""
     adjacency_min_pt: float = 0.5
     """pT (GeV) of the most curved helices traced when deriving the layer pairs."""
     adjacency_z0_max: float = 200.0
@@ -77,11 +96,13 @@ class GraphConfig:
     """Append the cell count / 10 and summed cell charge of every hit to the node features."""
 
     def __post_init__(self) -> None:
-        positive = ("phi_slope_max", "z0_max", "skip_phi_slope_max", "skip_z0_max", "deta_max", "adjacency_min_pt", "adjacency_z0_max")
+        positive = ("phi_slope_max", "z0_max", "skip_phi_slope_max", "skip_z0_max", "bridge_tolerance_xy", "bridge_tolerance_rz", "deta_max", "adjacency_min_pt", "adjacency_z0_max")
         for name in positive:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise DomainparError(f"GraphConfig.{name} must be a positive finite number (got {value})")
+        if not (np.isfinite(self.crossing_margin) and self.crossing_margin >= 0):
+            raise DomainparError(f"GraphConfig.crossing_margin must be a non-negative number (got {self.crossing_margin})")
         if not (np.isfinite(self.dphi_margin) and self.dphi_margin >= 0):
             raise DomainparError(f"GraphConfig.dphi_margin must be a non-negative number (got {self.dphi_margin})")
         if not (np.isfinite(self.min_pt) and self.min_pt >= 0):
@@ -216,7 +237,12 @@ def _search_edges(
         r_lo=("r", "min"), r_hi=("r", "max"), z_lo=("z", "min"), z_hi=("z", "max")
     )
     extent = extent.reindex(np.arange(num_layers)).fillna(0.0)
-    search_args = (
+    pair_config = config.layer_pair_config(max_skip=1 if config.skip_missing else 0)
+    between_start, between_layers = layers_between(pair_config)
+    pairs = layer_pairs(pair_config)
+    consecutive = {tuple(pair) for pair in layer_pairs(config.layer_pair_config(max_skip=0)).tolist()}
+    pair_jumps = np.array([tuple(pair) not in consecutive for pair in pairs.tolist()], dtype=bool)
+    src, dst, crossed = find_segments(
         r_s,
         phi[order],
         z_s,
@@ -230,12 +256,27 @@ def _search_edges(
         extent["r_hi"].to_numpy(np.float64),
         extent["z_lo"].to_numpy(np.float64),
         extent["z_hi"].to_numpy(np.float64),
+        pairs,
+        pair_jumps,
+        between_start,
+        between_layers,
+        table["r"].to_numpy(np.float64),
+        table["z"].to_numpy(np.float64),
+        table["r_min"].to_numpy(np.float64),
+        table["r_max"].to_numpy(np.float64),
+        table["z_min"].to_numpy(np.float64),
+        table["z_max"].to_numpy(np.float64),
+        float(config.crossing_margin),
+        float(config.phi_slope_max),
+        float(config.dphi_margin),
+        float(config.z0_max),
+        float(config.deta_max),
+        float(config.skip_phi_slope_max),
+        float(config.skip_z0_max),
+        bool(config.skip_missing),
     )
-    cuts = (float(config.phi_slope_max), float(config.dphi_margin), float(config.z0_max), float(config.deta_max))
-    adjacent = layer_pairs(config.layer_pair_config(max_skip=0))
-    src, dst = find_segments(*search_args, adjacent, *cuts)
     if config.skip_missing:
-        src, dst = _add_skip_edges(src, dst, r.size, search_args, cuts, adjacent, config)
+        src, dst = _drop_bridged_skips(src, dst, crossed, r_s, phi[order], z_s, sorted_layer, config)
     src = order[src]
     dst = order[dst]
     n = np.int64(r.size)
@@ -243,33 +284,38 @@ def _search_edges(
     return np.stack([src[sort], dst[sort]])
 
 
-def _add_skip_edges(src, dst, num_nodes, search_args, cuts, adjacent, config) -> tuple[np.ndarray, np.ndarray]:
-    """Append the edges that jump one layer where no hit on the layer between bridges them.
+def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the layer-jumping edges that a hit on the jumped layer bridges.
 
-    Candidates a -> c on layer pairs one place apart are searched with the
-    tighter skip cuts. A particle that left a hit b between them has the true
-    segments a–b and b–c and not a–c, so a–c is dropped when some hit b has
-    edges a -> b and b -> c that both pass the skip cuts too (the tight cuts
-    keep a random hit from bridging a real missed-hit segment).
+    A particle that left a hit b between a and c has the true segments a–b
+    and b–c and not a–c, so a jumping edge a -> c is dropped when some hit b
+    has adjacent-layer edges a -> b and b -> c that both pass the (tighter)
+    skip cuts and lies within the bridge tolerances of the straight line
+    a -> c. The tight cuts and tolerances keep a random hit from bridging the
+    true segment of a particle that really missed that layer, while the hit
+    b of a track that did leave one still bridges the fake jumps from its
+    earlier hits.
     """
-    one_apart = layer_pairs(config.layer_pair_config(max_skip=1))
-    adjacent_keys = set(map(tuple, adjacent.tolist()))
-    skip_only = np.array([pair for pair in one_apart.tolist() if tuple(pair) not in adjacent_keys], dtype=np.int64)
-    if skip_only.size == 0:
+    jumping = crossed == 1
+    if not jumping.any():
         return src, dst
-    phi_slope_max, dphi_margin, z0_max = float(config.skip_phi_slope_max), cuts[1], float(config.skip_z0_max)
-    skip_src, skip_dst = find_segments(*search_args, skip_only.reshape(-1, 2), phi_slope_max, dphi_margin, z0_max, cuts[3])
-    r, phi, z = search_args[0], search_args[1], search_args[2]
-    dr = r[dst] - r[src]
-    dz = z[dst] - z[src]
-    dphi = np.abs(np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi)
-    tight = (dphi <= phi_slope_max * np.abs(dr) + dphi_margin) & (np.abs(z[src] * dr - r[src] * dz) <= z0_max * dr)
-    bridge_src, bridge_dst = src[tight], dst[tight]
+    adjacent_src, adjacent_dst = src[~jumping], dst[~jumping]
+    dr = r[adjacent_dst] - r[adjacent_src]
+    dz = z[adjacent_dst] - z[adjacent_src]
+    dphi = np.abs(np.mod(phi[adjacent_dst] - phi[adjacent_src] + np.pi, 2 * np.pi) - np.pi)
+    tight = dphi <= config.skip_phi_slope_max * dr + config.dphi_margin
+    tight &= np.abs(z[adjacent_src] * dr - r[adjacent_src] * dz) <= config.skip_z0_max * dr
+    bridge_src, bridge_dst = adjacent_src[tight], adjacent_dst[tight]
     by_source = np.lexsort((bridge_dst, bridge_src))
     out_dst = bridge_dst[by_source]
-    out_start = np.searchsorted(bridge_src[by_source], np.arange(num_nodes + 1)).astype(np.int64)
-    keep = ~bridged(out_start, out_dst, skip_src, skip_dst)
-    return np.concatenate([src, skip_src[keep]]), np.concatenate([dst, skip_dst[keep]])
+    out_start = np.searchsorted(bridge_src[by_source], np.arange(r.size + 1)).astype(np.int64)
+    skip_src, skip_dst = src[jumping], dst[jumping]
+    is_barrel = layer_table()["barrel"].to_numpy(bool)[layer]
+    keep = ~bridged(
+        out_start, out_dst, skip_src, skip_dst, r, phi, z, is_barrel,
+        float(config.bridge_tolerance_xy), float(config.bridge_tolerance_rz),
+    )
+    return np.concatenate([adjacent_src, skip_src[keep]]), np.concatenate([adjacent_dst, skip_dst[keep]])
 
 
 def _edge_features(r, phi, z, edge_index) -> np.ndarray:

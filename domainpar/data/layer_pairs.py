@@ -16,6 +16,12 @@ discs, with the extents of their modules):
   with ``max_skip = k`` so do layers up to ``k`` places apart, which keeps the
   true segment of a particle that left no hit on one layer.
 
+Besides the pairs, :func:`layers_between` lists for each pair the layers
+some trajectory crosses between its two layers; the graph builder tests every
+candidate segment against those surfaces, so adjacency is finally decided per
+segment (a pixel-barrel → strip-barrel pair is adjacent for steep lines that
+pass beyond the last pixel cylinder, not for central ones that cross it).
+
 A trajectory leaves the tracker after its first half-turn (``s < pi R``), so
 loopers do not create outer → inner pairs. Every pair is oriented the way the
 trajectories cross it; a pair that some trajectories cross in both orders (it
@@ -95,8 +101,13 @@ def _crossings(table: pd.DataFrame, z0: np.ndarray, cot_theta: np.ndarray, radiu
     return s
 
 
+#: How far apart (places along one trajectory) two layers may be for the layers between
+#: them to count as possibly crossed by a segment joining them.
+_BETWEEN_REACH = 4
+
+
 @lru_cache(maxsize=8)
-def _layer_pairs_cached(config: LayerPairConfig) -> np.ndarray:
+def _layer_pairs_cached(config: LayerPairConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     table = layer_table()
     num_layers = len(table)
     eta = np.linspace(-config.eta_max, config.eta_max, config.num_eta)
@@ -106,21 +117,29 @@ def _layer_pairs_cached(config: LayerPairConfig) -> np.ndarray:
     origins = z0_grid.ravel()
     radius_min = config.min_pt / (0.3 * MAGNETIC_FIELD_T) * 1000.0
     votes = np.zeros((num_layers, num_layers), dtype=np.int64)
+    between = np.zeros((num_layers, num_layers, num_layers), dtype=bool)
     for radius in (np.inf, radius_min):
         s = _crossings(table, origins, cot_theta, radius)
         order = np.argsort(np.where(np.isnan(s), np.inf, s), axis=1)
         num_crossed = np.count_nonzero(~np.isnan(s), axis=1)
-        for step in range(1, config.max_skip + 2):
+        for step in range(1, max(config.max_skip + 2, _BETWEEN_REACH + 1)):
             for position in range(num_layers - step):
                 valid = position + step < num_crossed
                 if not valid.any():
                     continue
                 inner = order[valid, position]
                 outer = order[valid, position + step]
-                np.add.at(votes, (inner, outer), 1)
+                if step <= config.max_skip + 1:
+                    np.add.at(votes, (inner, outer), 1)
+                for middle in range(position + 1, position + step):
+                    between[inner, outer, order[valid, middle]] = True
     forward = votes > votes.T
-    pairs = np.argwhere(forward & (votes > 0))
-    return pairs.astype(np.int64)
+    pairs = np.argwhere(forward & (votes > 0)).astype(np.int64)
+    middles = [np.flatnonzero(between[i, j]) for i, j in pairs]
+    between_start = np.zeros(len(pairs) + 1, dtype=np.int64)
+    between_start[1:] = np.cumsum([m.size for m in middles])
+    between_layers = np.concatenate(middles).astype(np.int64) if middles else np.zeros(0, dtype=np.int64)
+    return pairs, between_start, between_layers
 
 
 def layer_pairs(config: LayerPairConfig = LayerPairConfig()) -> np.ndarray:
@@ -129,4 +148,18 @@ def layer_pairs(config: LayerPairConfig = LayerPairConfig()) -> np.ndarray:
     Returns:
         (P, 2) int64, sorted by inner then outer layer index.
     """
-    return _layer_pairs_cached(config).copy()
+    return _layer_pairs_cached(config)[0].copy()
+
+
+def layers_between(config: LayerPairConfig = LayerPairConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """For every pair of :func:`layer_pairs`, the layers a segment joining it may pass through.
+
+    These are the layers some traced trajectory crosses between the pair's two
+    layers; the graph builder checks each candidate segment against their
+    surfaces to tell adjacent-layer segments from ones that jump a layer.
+
+    Returns:
+        ``(between_start, between_layers)``: CSR offsets (P + 1,) and layer indices.
+    """
+    _, between_start, between_layers = _layer_pairs_cached(config)
+    return between_start.copy(), between_layers.copy()

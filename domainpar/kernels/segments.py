@@ -62,57 +62,85 @@ def _lower_bound(values: np.ndarray, start: int, stop: int, target: float) -> in
 
 
 @njit(cache=True)
-def _grow(buffer: np.ndarray, needed: int) -> np.ndarray:
-    if needed <= buffer.shape[0]:
-        return buffer
-    size = max(needed, 2 * buffer.shape[0])
-    bigger = np.empty(size, dtype=buffer.dtype)
-    bigger[: buffer.shape[0]] = buffer
+def _grow(buffer: np.ndarray) -> np.ndarray:
+    """A copy of the int64 ``buffer`` with twice the room."""
+    bigger = np.empty(2 * buffer.shape[0], dtype=np.int64)
+    for i in range(buffer.shape[0]):
+        bigger[i] = buffer[i]
     return bigger
 
 
 @njit(cache=True)
 def _secondary_window_barrel(r_a, z_a, r_lo, r_hi, z0_max):
     """z range on an outer cylinder (radii r_lo..r_hi) of lines from |z0| <= z0_max through (r_a, z_a)."""
-    lo = math.inf
-    hi = -math.inf
-    for z0 in (-z0_max, z0_max):
-        for r_b in (r_lo, r_hi):
-            z_b = z0 + (z_a - z0) * r_b / r_a
-            lo = min(lo, z_b)
-            hi = max(hi, z_b)
-    return lo, hi
+    # z_b = z0 + (z_a - z0) r_b / r_a is monotonic in z0 and r_b: the extremes sit at the corners.
+    z1 = -z0_max + (z_a + z0_max) * r_lo / r_a
+    z2 = -z0_max + (z_a + z0_max) * r_hi / r_a
+    z3 = z0_max + (z_a - z0_max) * r_lo / r_a
+    z4 = z0_max + (z_a - z0_max) * r_hi / r_a
+    return min(min(z1, z2), min(z3, z4)), max(max(z1, z2), max(z3, z4))
 
 
 @njit(cache=True)
 def _secondary_window_disc(r_a, z_a, eta_a, z_lo, z_hi, z0_max, deta_max, use_eta):
     """r range on an outer disc (z_lo..z_hi) allowed by the z0 cut and, for disc pairs, the eta window."""
     lo = 0.0
-    hi = math.inf
+    hi = 1.0e30
     if abs(z_a) > z0_max:
-        # Lines from the luminous region through (r_a, z_a) reach the disc at r_b = r_a (z_b - z0) / (z_a - z0).
-        z0_lo = math.inf
-        z0_hi = -math.inf
-        for z0 in (-z0_max, z0_max):
-            for z_b in (z_lo, z_hi):
-                r_b = r_a * (z_b - z0) / (z_a - z0)
-                z0_lo = min(z0_lo, r_b)
-                z0_hi = max(z0_hi, r_b)
-        lo = max(lo, z0_lo)
-        hi = min(hi, z0_hi)
-    if use_eta and (eta_a - deta_max) * (eta_a + deta_max) > 0.0:
-        # Both ends of the eta band on the disc's side of eta = 0: r_b = z_b / sinh(eta) is positive.
-        e_lo = math.inf
-        e_hi = -math.inf
-        for eta in (eta_a - deta_max, eta_a + deta_max):
-            for z_b in (z_lo, z_hi):
-                r_b = z_b / math.sinh(eta)
-                e_lo = min(e_lo, r_b)
-                e_hi = max(e_hi, r_b)
+        # Lines from the luminous region through (r_a, z_a) reach the disc at
+        # r_b = r_a (z_b - z0) / (z_a - z0), monotonic in z0 and z_b.
+        r1 = r_a * (z_lo + z0_max) / (z_a + z0_max)
+        r2 = r_a * (z_hi + z0_max) / (z_a + z0_max)
+        r3 = r_a * (z_lo - z0_max) / (z_a - z0_max)
+        r4 = r_a * (z_hi - z0_max) / (z_a - z0_max)
+        lo = max(lo, min(min(r1, r2), min(r3, r4)))
+        hi = min(hi, max(max(r1, r2), max(r3, r4)))
+    eta_lo = eta_a - deta_max
+    eta_hi = eta_a + deta_max
+    if use_eta and eta_lo * eta_hi > 0.0:
+        # Both ends of the eta band on the disc's side of eta = 0: r_b = z_b / sinh(eta) > 0.
+        s_lo = math.sinh(eta_lo)
+        s_hi = math.sinh(eta_hi)
+        r1 = z_lo / s_lo
+        r2 = z_hi / s_lo
+        r3 = z_lo / s_hi
+        r4 = z_hi / s_hi
+        e_lo = min(min(r1, r2), min(r3, r4))
         if e_lo > 0.0:
             lo = max(lo, e_lo)
-            hi = min(hi, e_hi)
+            hi = min(hi, max(max(r1, r2), max(r3, r4)))
     return lo, hi
+
+
+@njit(cache=True)
+def _layers_crossed(
+    r_a, z_a, r_c, z_c, first, last, between_layers, surface_barrel, surface_r, surface_z,
+    extent_r_min, extent_r_max, extent_z_min, extent_z_max, margin,
+):
+    """How many of the layers between_layers[first:last] the straight segment a -> c crosses.
+
+    A surface counts as crossed only more than ``margin`` mm inside its extent,
+    so a helix that clips the edge of a layer is not mistaken for one that
+    passed through it.
+    """
+    crossed = 0
+    dr = r_c - r_a
+    dz = z_c - z_a
+    for k in range(first, last):
+        m = between_layers[k]
+        if surface_barrel[m]:
+            radius = surface_r[m]
+            if r_a < radius < r_c:
+                z_m = z_a + (radius - r_a) * dz / dr
+                if extent_z_min[m] + margin < z_m < extent_z_max[m] - margin:
+                    crossed += 1
+        else:
+            z_disc = surface_z[m]
+            if (z_a < z_disc < z_c) or (z_c < z_disc < z_a):
+                r_m = r_a + (z_disc - z_a) * dr / dz
+                if extent_r_min[m] + margin < r_m < extent_r_max[m] - margin:
+                    crossed += 1
+    return crossed
 
 
 @njit(cache=True)
@@ -131,15 +159,32 @@ def find_segments(
     layer_z_lo: np.ndarray,
     layer_z_hi: np.ndarray,
     pairs: np.ndarray,
+    pair_jumps: np.ndarray,
+    between_start: np.ndarray,
+    between_layers: np.ndarray,
+    surface_r: np.ndarray,
+    surface_z: np.ndarray,
+    extent_r_min: np.ndarray,
+    extent_r_max: np.ndarray,
+    extent_z_min: np.ndarray,
+    extent_z_max: np.ndarray,
+    crossing_margin: float,
     phi_slope_max: float,
     dphi_margin: float,
     z0_max: float,
     deta_max: float,
-) -> tuple[np.ndarray, np.ndarray]:
+    skip_phi_slope_max: float,
+    skip_z0_max: float,
+    allow_skip: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All hit pairs (inner, outer) on the given layer pairs that pass the cuts.
 
     Hits must be sorted by layer, then phi bin, then ``secondary`` (z on
     barrels, r on discs). Indices below are positions in that sorted order.
+    A pair whose straight segment crosses no other layer is an adjacent-layer
+    segment and passes the main cuts; with ``allow_skip`` one that crosses
+    exactly one layer (where the particle left no hit) passes the tighter skip
+    cuts; a segment crossing more layers is never kept.
 
     Args:
         r, phi, z, eta: (N,) float64 cylindrical coordinates and pseudorapidity.
@@ -150,17 +195,27 @@ def find_segments(
         layer_is_barrel: (L,) bool.
         layer_r_lo, layer_r_hi, layer_z_lo, layer_z_hi: (L,) extent of the hits on each layer.
         pairs: (P, 2) int64 (inner, outer) layer pairs.
+        pair_jumps: (P,) bool, pairs that are never consecutive along a trajectory (their
+            segments nearly always jump a layer): searched with the skip cuts throughout.
+        between_start, between_layers: CSR (P + 1,), (K,) of the layers a segment of each pair may cross.
+        surface_r, surface_z: (L,) cylinder radius of barrel layers, disc z of endcap layers (mm).
+        extent_r_min, extent_r_max, extent_z_min, extent_z_max: (L,) extent of every layer's surface.
+        crossing_margin: a surface counts as crossed this far (mm) inside its extent.
         phi_slope_max: keep |dphi| <= phi_slope_max * |dr| + dphi_margin.
         dphi_margin: see above (rad).
-        z0_max: keep lines whose r = 0 intercept has |z0| <= z0_max (mm).
+        z0_max: keep lines whose r = 0 intercept has |z0| <= z0_max (mm), pointing outward (dr > 0).
         deta_max: on disc → disc pairs also keep only |deta| <= deta_max.
+        skip_phi_slope_max, skip_z0_max: the same cuts for segments that cross one layer.
+        allow_skip: keep segments that cross one layer at all.
 
     Returns:
-        (src, dst): (E,) int64 sorted positions of the inner and outer hit.
+        (src, dst, crossed): (E,) int64 sorted positions of the inner and outer
+        hit, and (E,) int64 number of layers crossed (0 or 1).
     """
     capacity = 1 << 16
     src = np.empty(capacity, dtype=np.int64)
     dst = np.empty(capacity, dtype=np.int64)
+    num_crossed = np.empty(capacity, dtype=np.int64)
     count = 0
     bin_width = TWO_PI / num_phi_bins
     for p in range(pairs.shape[0]):
@@ -172,17 +227,21 @@ def find_segments(
         both_discs = (not layer_is_barrel[inner]) and (not outer_barrel)
         r_lo_o = layer_r_lo[outer]
         r_hi_o = layer_r_hi[outer]
+        first_between = between_start[p]
+        last_between = between_start[p + 1]
+        slope_cut = skip_phi_slope_max if pair_jumps[p] else phi_slope_max
+        z0_cut = skip_z0_max if pair_jumps[p] else z0_max
         for a in range(layer_start[inner], layer_start[inner + 1]):
             r_a = r[a]
             z_a = z[a]
             phi_a = phi[a]
             dr_reach = max(abs(r_hi_o - r_a), abs(r_lo_o - r_a))
-            half_width = phi_slope_max * dr_reach + dphi_margin
+            half_width = slope_cut * dr_reach + dphi_margin
             if outer_barrel:
-                lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_hi_o, z0_max)
+                lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_hi_o, z0_cut)
             else:
                 lo, hi = _secondary_window_disc(
-                    r_a, z_a, eta[a], layer_z_lo[outer], layer_z_hi[outer], z0_max, deta_max, both_discs
+                    r_a, z_a, eta[a], layer_z_lo[outer], layer_z_hi[outer], z0_cut, deta_max, both_discs
                 )
             if lo > hi:
                 continue
@@ -203,22 +262,38 @@ def find_segments(
                 while j < stop and secondary[j] <= hi:
                     dr = r[j] - r_a
                     dz = z[j] - z_a
-                    dphi = _wrap_angle(phi[j] - phi_a)
-                    keep = abs(dphi) <= phi_slope_max * abs(dr) + dphi_margin
-                    if keep:
-                        # |z_a - r_a dz/dr| <= z0_max, written without dividing by a tiny dr.
-                        keep = dr > 0.0 and abs(z_a * dr - r_a * dz) <= z0_max * dr
+                    dphi = abs(_wrap_angle(phi[j] - phi_a))
+                    # |z0| = |z_a - r_a dz/dr|, written without dividing by a tiny dr.
+                    z0_times_dr = abs(z_a * dr - r_a * dz)
+                    keep = dr > 0.0 and dphi <= slope_cut * dr + dphi_margin and z0_times_dr <= z0_cut * dr
                     if keep and both_discs:
                         keep = abs(eta[j] - eta[a]) <= deta_max
+                    crossed = 0
+                    if keep and last_between > first_between:
+                        crossed = _layers_crossed(
+                            r_a, z_a, r[j], z[j], first_between, last_between, between_layers, layer_is_barrel,
+                            surface_r, surface_z, extent_r_min, extent_r_max, extent_z_min, extent_z_max,
+                            crossing_margin,
+                        )
+                        if crossed == 1:
+                            keep = (
+                                allow_skip
+                                and dphi <= skip_phi_slope_max * dr + dphi_margin
+                                and z0_times_dr <= skip_z0_max * dr
+                            )
+                        elif crossed > 1:
+                            keep = False
                     if keep:
                         if count == src.shape[0]:
-                            src = _grow(src, count + 1)
-                            dst = _grow(dst, count + 1)
+                            src = _grow(src)
+                            dst = _grow(dst)
+                            num_crossed = _grow(num_crossed)
                         src[count] = a
                         dst[count] = j
+                        num_crossed[count] = crossed
                         count += 1
                     j += 1
-    return src[:count].copy(), dst[:count].copy()
+    return src[:count].copy(), dst[:count].copy(), num_crossed[:count].copy()
 
 
 @njit(cache=True)
@@ -242,24 +317,53 @@ def _lower_bound_int(values: np.ndarray, start: int, stop: int, target: int) -> 
 
 @njit(cache=True)
 def bridged(
-    out_start: np.ndarray, out_dst: np.ndarray, skip_src: np.ndarray, skip_dst: np.ndarray
+    out_start: np.ndarray,
+    out_dst: np.ndarray,
+    skip_src: np.ndarray,
+    skip_dst: np.ndarray,
+    r: np.ndarray,
+    phi: np.ndarray,
+    z: np.ndarray,
+    is_barrel: np.ndarray,
+    tolerance_xy: float,
+    tolerance_rz: float,
 ) -> np.ndarray:
-    """Which skip candidates a -> c are bridged by a hit b with edges a -> b and b -> c.
+    """Which skip candidates a -> c are bridged by a hit b on the straight line between them.
+
+    A bridge b needs edges a -> b and b -> c and must lie within
+    ``tolerance_xy`` (transverse, mm) and ``tolerance_rz`` (along z on a
+    barrel, along r on a disc, mm) of the straight segment a -> c.
 
     Args:
         out_start: (N + 1,) CSR offsets of the out-edges of every node.
         out_dst: (E,) destinations of the out-edges, sorted within every node.
         skip_src, skip_dst: (K,) the skip candidates.
+        r, phi, z: (N,) hit coordinates.
+        is_barrel: (N,) bool, the hit lies on a barrel layer.
+        tolerance_xy, tolerance_rz: see above.
 
     Returns:
-        (K,) bool, True where some two-edge path a -> b -> c exists.
+        (K,) bool, True where such a bridge exists.
     """
     result = np.zeros(skip_src.shape[0], dtype=np.bool_)
     for k in range(skip_src.shape[0]):
         a = skip_src[k]
         c = skip_dst[k]
+        dphi_ac = _wrap_angle(phi[c] - phi[a])
         for e in range(out_start[a], out_start[a + 1]):
-            if _has_edge(out_start, out_dst, out_dst[e], c):
+            b = out_dst[e]
+            if is_barrel[b]:
+                t = (r[b] - r[a]) / (r[c] - r[a])
+                residual_rz = abs(z[b] - (z[a] + t * (z[c] - z[a])))
+            else:
+                t = (z[b] - z[a]) / (z[c] - z[a])
+                residual_rz = abs(r[b] - (r[a] + t * (r[c] - r[a])))
+            if residual_rz > tolerance_rz:
+                continue
+            residual_xy = abs(_wrap_angle(phi[b] - (phi[a] + t * dphi_ac))) * r[b]
+            if residual_xy > tolerance_xy:
+                continue
+            if _has_edge(out_start, out_dst, b, c):
                 result[k] = True
                 break
     return result

@@ -24,10 +24,12 @@ adjacency and no Python loop over edges.
 Each iteration is computed in two segments: (A) projections of owned rows and
 the interior edges (both ends owned), which need no halo; (B) halo
 projections, boundary edges and the node update. With ``overlap`` the halo
-exchange is in flight during (A). With ``checkpointing`` each segment is
-recomputed in backward (``torch.utils.checkpoint``); the exchange itself is
-outside the checkpointed segments, so recomputation never repeats or skips a
-message and stays exact.
+exchange is in flight during (A). With ``checkpointing`` the local compute is
+recomputed in backward (``torch.utils.checkpoint``): one region per iteration
+without overlap (only x, x_halo and e are kept: one E×H tensor per
+iteration), one per segment with overlap (A's interior edge update is kept
+too). The exchange itself is always outside the checkpointed regions, so
+recomputation never repeats or skips a message and stays exact.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ class InteractionNetwork(nn.Module):
         self.config = config
         self.node_encoder = MLP(c.node_features, c.hidden, c.mlp_layers, c.activation, c.layer_norm)
         self.edge_encoder = MLP(c.edge_features, c.hidden, c.mlp_layers, c.activation, c.layer_norm)
-        num_networks = 1 if c.recurrent else max(c.num_iterations, 1)
+        num_networks = min(1, c.num_iterations) if c.recurrent else c.num_iterations
         self.edge_networks = nn.ModuleList(
             [PairMLP(c.hidden, c.mlp_layers, c.activation, c.layer_norm) for _ in range(num_networks)]
         )
@@ -250,16 +252,19 @@ class InteractionNetwork(nn.Module):
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
-    def _exchange_and_interior(self, network: PairMLP, x, e, edge_index, num_interior: int, exchange: Exchange):
-        """Start the exchange, compute segment A (during the flight with overlap), return halo rows too."""
+    def _whole_iteration(self, iteration: int, x, x_halo, e, edge_index, num_interior: int):
+        """Segments A and B back to back (no overlap): one checkpointed region per iteration."""
+        network = self.edge_networks[min(iteration, len(self.edge_networks) - 1)]
         src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
-        pending = exchange.start(x)
-        if not self.config.overlap:
-            x_local = pending.wait()
-        proj_src, proj_dst, update_interior = self._run(self._interior, network, x, e[:num_interior], src, dst)
-        if self.config.overlap:
-            x_local = pending.wait()
-        return x_local[x.shape[0] :], proj_src, proj_dst, update_interior
+        proj_src, proj_dst, update_interior = self._interior(network, x, e[:num_interior], src, dst)
+        return self._finish_iteration(
+            iteration, x, x_halo, proj_src, proj_dst, e, update_interior, edge_index, num_interior
+        )
+
+    def _whole_head(self, x, x_halo, e, edge_index, num_interior: int):
+        src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
+        proj_src, proj_dst, logits_interior = self._head_interior(x, e[:num_interior], src, dst)
+        return self._head(x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior)
 
     def _head(self, x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior: int):
         src, dst = edge_index[0, num_interior:], edge_index[1, num_interior:]
@@ -284,25 +289,33 @@ class InteractionNetwork(nn.Module):
         """
         self._check_inputs(graph, exchange)
         edge_index, num_interior = graph.edge_index, graph.num_interior_edges
-        x = self.node_encoder(graph.x)
-        e = self.edge_encoder(graph.edge_attr)
-        for iteration in range(self.config.num_iterations):
-            network = self.edge_networks[min(iteration, len(self.edge_networks) - 1)]
-            x_halo, proj_src, proj_dst, update_interior = self._exchange_and_interior(
-                network, x, e, edge_index, num_interior, exchange
-            )
-            x, e = self._run(
-                self._finish_iteration, iteration, x, x_halo, proj_src, proj_dst, e, update_interior, edge_index, num_interior
-            )
-        # The head reads [x_src, x_dst, e]: one more exchange, the same A/B split.
+        num_owned = graph.num_owned
         src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
-        pending = exchange.start(x)
-        if not self.config.overlap:
-            x_local = pending.wait()
-        proj_src, proj_dst, logits_interior = self._run(self._head_interior, x, e[:num_interior], src, dst)
-        if self.config.overlap:
-            x_local = pending.wait()
-        return self._run(self._head, x_local[x.shape[0] :], proj_src, proj_dst, e, logits_interior, edge_index, num_interior)
+        x = self._run(self.node_encoder, graph.x)
+        e = self._run(self.edge_encoder, graph.edge_attr)  # the encoder's E×H activations are large too
+        # The head reads [x_src, x_dst, e] too: iterations 0..T-1, then the head, each after one exchange.
+        for step in range(self.config.num_iterations + 1):
+            is_head = step == self.config.num_iterations
+            pending = exchange.start(x)
+            if not self.config.overlap:
+                # One region per step: checkpointing keeps only (x, x_halo, e) per iteration.
+                x_halo = pending.wait()[num_owned:]
+                if is_head:
+                    return self._run(self._whole_head, x, x_halo, e, edge_index, num_interior)
+                x, e = self._run(self._whole_iteration, step, x, x_halo, e, edge_index, num_interior)
+                continue
+            # Overlap: segment A (interior edges) while the halo rows are in flight, then segment B.
+            if is_head:
+                proj_src, proj_dst, logits_interior = self._run(self._head_interior, x, e[:num_interior], src, dst)
+                x_halo = pending.wait()[num_owned:]
+                return self._run(self._head, x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior)
+            network = self.edge_networks[min(step, len(self.edge_networks) - 1)]
+            proj_src, proj_dst, update_interior = self._run(self._interior, network, x, e[:num_interior], src, dst)
+            x_halo = pending.wait()[num_owned:]
+            x, e = self._run(
+                self._finish_iteration, step, x, x_halo, proj_src, proj_dst, e, update_interior, edge_index, num_interior
+            )
+        raise AssertionError("unreachable: the loop returns at the head step")
 
     def _check_inputs(self, graph: LocalGraph, exchange: Exchange) -> None:
         c = self.config

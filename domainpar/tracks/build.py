@@ -26,10 +26,14 @@ accepted edge is a singleton track of its own):
        when it shares at least two — or at least one for a single hit. A
        branch that touches a track through a single edge stays separate.
     Tracks are the connected components of the walked plus merging edges.
-    With every true edge above and every false edge below the threshold the
-    walk reaches the same TrackML score as ``components`` on the small real
-    event; with imperfect scores it keeps apart the tracks that a single
-    wrong edge would merge and scores higher (``tests/test_tracks.py``).
+    With imperfect scores the walk keeps apart the tracks that a single wrong
+    edge would merge and scores clearly higher than ``components``. With
+    perfect scores (every true edge above, every false edge below the
+    threshold) it can lose a hit pair where a particle's double hits on two
+    consecutive layers are joined by only one of their four segments: that
+    pair is a fragment tied to the track by one edge and stays apart
+    (TrackML score within 0.001 of ``components`` on the small real event;
+    ``tests/test_tracks.py``).
 """
 
 from __future__ import annotations

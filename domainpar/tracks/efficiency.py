@@ -111,6 +111,8 @@ def roc_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
         Trapezoidal integration of (fpr, tpr) equals :func:`roc_auc`.
     """
     scores, positive = _check_scores_labels(scores, labels)
+    if scores.size == 0:
+        return np.zeros(1), np.zeros(1), np.full(1, np.inf)
     order = np.argsort(-scores, kind="stable")
     sorted_scores = scores[order]
     sorted_pos = positive[order]

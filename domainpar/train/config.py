@@ -374,6 +374,12 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(
         r.resume_from is None or Path(r.resume_from).is_file(), f"--resume-from {r.resume_from}: checkpoint file not found"
     )
+    existing = sorted((Path(r.out) / "checkpoints").glob("step-*.pt"))
+    _require(
+        r.resume or r.resume_from is not None or not existing,
+        f"--out {r.out} already holds checkpoints (newest {existing[-1].name if existing else ''}); "
+        "pass --resume to continue that run or choose another --out",
+    )
     if r.tensorboard:
         import importlib.util
 

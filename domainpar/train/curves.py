@@ -60,6 +60,10 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
     else:
         ax_metrics.set_title("validation")
     ax_metrics.set_xlabel("epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    ax_metrics.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_metrics.set_ylim(0, 1.02)
     ax_metrics.grid(alpha=0.3)
     ax_metrics.legend(fontsize=8, loc="lower right")

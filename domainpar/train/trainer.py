@@ -219,7 +219,7 @@ class Trainer:
             stack.enter_context(torch.autocast(device_type=self.device.type, dtype=torch.bfloat16))
         return stack
 
-    def _exchange_for(self, prepared):
+    def _exchange_for(self, prepared, fresh: bool):
         from domainpar.model.exchange import IdentityExchange
 
         plan = prepared.plan
@@ -227,7 +227,8 @@ class Trainer:
             return IdentityExchange()
         from domainpar.comm.halo import HaloExchange
 
-        return HaloExchange(plan.parts[self.layout.part], self.layout.domain_group, self.device)
+        # The size handshake (one small all-reduce) is needed once per plan, not every epoch.
+        return HaloExchange(plan.parts[self.layout.part], self.layout.domain_group, self.device, validate=fresh)
 
     def _check_plan_agreement(self, prepared, fresh: bool) -> None:
         """Ranks of a group partition independently; make sure they got the same owners."""
@@ -253,7 +254,7 @@ class Trainer:
 
         self._check_plan_agreement(prepared, fresh)
         graph = self._local(prepared)
-        exchange = self._exchange_for(prepared)
+        exchange = self._exchange_for(prepared, fresh)
         with self._forward_context():
             logits = self.model(graph, exchange)
         loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, graph, self.config.optim.pos_weight)

@@ -418,6 +418,7 @@ def verify_graph_local(
     seed: int = 0,
     timeout_s: float = 600.0,
     num_threads: int | None = None,
+    fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
     from domainpar.data.event_graph import load_graph
@@ -430,7 +431,7 @@ def verify_graph_local(
     graph = load_graph(graph_path)
     _check_graph(graph, str(graph_path))
     owner = _owner_for(graph, num_parts, method, seed)
-    case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed)
+    case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
         import os
 
@@ -448,6 +449,7 @@ def verify_graph_distributed(
     dtype: str = "float64",
     seed: int = 0,
     timeout_s: float = 600.0,
+    fault: str | None = None,
 ) -> tuple[VerifyResult, int, str]:
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
@@ -466,9 +468,10 @@ def verify_graph_distributed(
     _check_graph(graph, str(graph_path))
     owner = [_owner_for(graph, num_parts, method, seed) if env.rank == 0 else None]
     dist.broadcast_object_list(owner, src=0)
-    case = VerifyCase(f"{method}/{num_parts}", graph, owner[0], config, dtype=dtype, seed=seed)
+    case = VerifyCase(f"{method}/{num_parts}", graph, owner[0], config, dtype=dtype, seed=seed, fault=fault)
     result = verify_worker(env.rank, env.world_size, [case], env.device)[0]
     dist.barrier()
+    dist.destroy_process_group()
     return result, env.rank, env.backend
 
 

@@ -1,0 +1,100 @@
+"""``domainpar build``: hit graphs (one ``.npz`` per event) from TrackML events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from domainpar.atomic import atomic_path
+from domainpar.data.graph import GraphConfig
+from domainpar.errors import DomainparError
+
+_DEFAULTS = GraphConfig()
+
+
+@click.command("build")
+@click.option("--input", "input_path", required=True, type=click.Path(), help="Directory of TrackML events, or one event prefix (e.g. data/event000000001).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory for event<id:09d>.npz graph files.")
+@click.option("--phi-slope-max", type=float, default=_DEFAULTS.phi_slope_max, show_default=True, help="Largest |dphi|/|dr| of an edge, rad/mm.")
+@click.option("--dphi-margin", type=float, default=_DEFAULTS.dphi_margin, show_default=True, help="Constant |dphi| allowance added to the phi-slope window, rad.")
+@click.option("--z0-max", type=float, default=_DEFAULTS.z0_max, show_default=True, help="Largest |z0| of the (r, z) line through both hits, mm.")
+@click.option("--deta-max", type=float, default=_DEFAULTS.deta_max, show_default=True, help="Largest |deta| of an endcap disc -> disc edge.")
+@click.option("--skip-missing/--no-skip-missing", default=_DEFAULTS.skip_missing, show_default=True, help="Add edges that jump a layer where a hit is missing.")
+@click.option("--skip-phi-slope-max", type=float, default=_DEFAULTS.skip_phi_slope_max, show_default=True, help="Phi-slope cut of the layer-jumping edges, rad/mm.")
+@click.option("--skip-z0-max", type=float, default=_DEFAULTS.skip_z0_max, show_default=True, help="z0 cut of the layer-jumping edges, mm.")
+@click.option("--bridge-tolerance-xy", type=float, default=_DEFAULTS.bridge_tolerance_xy, show_default=True, help="A hit this close (transverse, mm) to a layer-jumping edge's line bridges it (the edge is dropped).")
+@click.option("--bridge-tolerance-rz", type=float, default=_DEFAULTS.bridge_tolerance_rz, show_default=True, help="... and this close along z (barrel) or r (disc), mm.")
+@click.option("--crossing-margin", type=float, default=_DEFAULTS.crossing_margin, show_default=True, help="A segment crosses a layer between its hits only this far inside the layer's extent, mm.")
+@click.option("--min-pt", type=float, default=_DEFAULTS.min_pt, show_default=True, help="Keep only hits of particles with truth pT >= this, GeV (0: all hits; needs truth).")
+@click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one JSON record per event (event_id, num_nodes, num_edges, efficiency, efficiency_pt1, purity, seconds).")
+@click.option("--quiet", is_flag=True, help="No progress bar and no per-event summary.")
+def build(
+    input_path: str,
+    out_dir: str,
+    phi_slope_max: float,
+    dphi_margin: float,
+    z0_max: float,
+    deta_max: float,
+    skip_missing: bool,
+    skip_phi_slope_max: float,
+    skip_z0_max: float,
+    bridge_tolerance_xy: float,
+    bridge_tolerance_rz: float,
+    crossing_margin: float,
+    min_pt: float,
+    cell_features: bool,
+    json_path: str | None,
+    quiet: bool,
+) -> None:
+    """Build the hit graph of every event: edges between hits on adjacent layers
+    of the whole detector, inner -> outer, kept by geometric cuts.
+
+    Events with a truth file get edge labels and efficiency/purity; events
+    without truth (test-set style) get unlabelled graphs.
+    """
+    from domainpar.data.graph import build_dataset
+
+    options = {
+        "phi_slope_max": phi_slope_max,
+        "dphi_margin": dphi_margin,
+        "z0_max": z0_max,
+        "deta_max": deta_max,
+        "skip_missing": skip_missing,
+        "skip_phi_slope_max": skip_phi_slope_max,
+        "skip_z0_max": skip_z0_max,
+        "bridge_tolerance_xy": bridge_tolerance_xy,
+        "bridge_tolerance_rz": bridge_tolerance_rz,
+        "crossing_margin": crossing_margin,
+        "min_pt": min_pt,
+        "cell_features": cell_features,
+    }
+    try:
+        config = GraphConfig(**options)
+    except DomainparError as exc:
+        # Name the command-line option, not the dataclass field, in the one-line error.
+        message = str(exc)
+        for name in options:
+            message = message.replace(f"GraphConfig.{name} ", f"--{name.replace('_', '-')} ")
+        raise DomainparError(message) from None
+    all_stats = build_dataset(input_path, out_dir, config, progress=not quiet)
+    records = [stats.as_record() for stats in all_stats]
+    if json_path is not None:
+        with atomic_path(json_path) as tmp:
+            Path(tmp).write_text(json.dumps(records, indent=2) + "\n")
+    unlabelled = [stats.event_id for stats in all_stats if stats.efficiency is None and stats.num_true_segments is None]
+    if not quiet:
+        for stats in all_stats:
+            line = f"event {stats.event_id}: {stats.num_nodes} nodes, {stats.num_edges} edges, {stats.seconds:.2f} s"
+            if stats.num_true_segments is not None:
+                line += f", efficiency {_fmt(stats.efficiency)} (pT>1: {_fmt(stats.efficiency_pt1)}), purity {_fmt(stats.purity)}"
+            click.echo(line)
+    if unlabelled:
+        click.echo(f"{len(unlabelled)} of {len(all_stats)} events have no truth file: their graphs carry no labels")
+    click.echo(f"wrote {len(all_stats)} graphs to {out_dir}")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

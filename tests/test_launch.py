@@ -1,0 +1,81 @@
+"""The spawn harness: results in rank order, child failures and hangs surface with the rank."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch.distributed as dist
+
+from domainpar.errors import DomainparError
+from domainpar.train.launch import SpawnError, backend_for, device_for_local_rank, init_from_env, spawn
+
+pytestmark = pytest.mark.distributed
+
+
+def _fail_on_rank_one(rank: int, world_size: int, message: str) -> int:
+    dist.barrier()
+    if rank == 1:
+        raise ValueError(message)
+    time.sleep(60)  # must be terminated by spawn, not waited for
+    return rank
+
+
+def _hang_on_rank_one(rank: int, world_size: int) -> int:
+    if rank == 1:
+        time.sleep(600)
+    return rank
+
+
+def _rank_and_world(rank: int, world_size: int, tag: str) -> tuple:
+    return (rank, world_size, dist.get_rank(), dist.get_world_size(), dist.get_backend(), tag)
+
+
+@pytest.mark.timeout(120)
+def test_spawn_returns_rank_ordered_values():
+    assert spawn(_rank_and_world, 2, args=("x",), timeout_s=100) == [(0, 2, 0, 2, "gloo", "x"), (1, 2, 1, 2, "gloo", "x")]
+
+
+@pytest.mark.timeout(120)
+def test_child_exception_names_rank_and_carries_traceback():
+    start = time.monotonic()
+    with pytest.raises(SpawnError, match="rank 1 of 2 failed") as info:
+        spawn(_fail_on_rank_one, 2, args=("boom from the child",), timeout_s=100)
+    assert info.value.ranks == [1]
+    assert "ValueError: boom from the child" in info.value.traceback_text
+    assert "_fail_on_rank_one" in str(info.value)
+    assert time.monotonic() - start < 55  # rank 0 was terminated, not awaited
+
+
+@pytest.mark.timeout(120)
+def test_hung_child_is_killed_at_timeout():
+    with pytest.raises(SpawnError, match="did not finish within 12 s") as info:
+        spawn(_hang_on_rank_one, 2, timeout_s=12)
+    assert 1 in info.value.ranks
+
+
+def test_backend_and_device_helpers():
+    assert backend_for("cpu") == "gloo" and backend_for("cuda:0") == "nccl"
+    assert device_for_local_rank(0).type in ("cpu", "cuda")
+
+
+def test_init_from_env_needs_rank_variables(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(DomainparError, match="RANK and WORLD_SIZE"):
+        init_from_env(10)
+    monkeypatch.setenv("RANK", "zero")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(DomainparError, match="RANK must be an integer"):
+        init_from_env(10)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    if not dist.is_initialized():
+        with pytest.raises(DomainparError, match="MASTER_ADDR must be set"):
+            init_from_env(10)
+
+
+def test_spawn_rejects_zero_processes():
+    with pytest.raises(DomainparError, match="nprocs must be at least 1"):
+        spawn(_rank_and_world, 0)
