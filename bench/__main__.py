@@ -107,6 +107,7 @@ def run_all(plan: Plan, only: tuple[str, ...], out: Path, cache: Path, mode: str
             print(f"[bench] {name} FAILED: {result.skipped}", flush=True)
         print(f"[bench] {name} done in {time.perf_counter() - start:.0f} s", flush=True)
         sections.append(result)
+        write_report(sections, machine, out, mode)  # partial reports survive an interrupted long run
 
     def exactness_section() -> Section:
         from bench import exactness

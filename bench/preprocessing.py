@@ -1,39 +1,30 @@
 """Preprocessing section: simulate, read, build and partition times at full event scale.
 
-* read + build: the real full event 21000 (125k hits) from its CSV files to
-  its hit graph with the default cuts;
-* simulate + build: one full-scale simulated event (the simulator's default
-  particle count) and its labelled graph;
+* simulate + build, read + build: ``bench/bench_preprocess.py``'s ``run`` — a
+  full-scale simulated event (the simulator's default particle count) and its
+  labelled graph, the real full event 21000 (125k hits) from its CSV files
+  to its graph, the real small labelled event; wall and process CPU seconds
+  side by side (CPU time is what a busy shared machine distorts least);
 * partition: METIS and geometric plans of the real full event (owner
-  assignment and plan building).
+  assignment + plan building), through ``bench/bench_partition.py``'s ``measure``.
 
-Medians over ``repeats`` runs each, one process with torch/numba defaults.
+Medians over ``repeats`` runs each.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 
 from bench.report import Column, Section
-from bench.workloads import Workload, full_event_prefix
-
-
-def _median_time(fn, repeats: int) -> tuple[float, object]:
-    samples, value = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), value
+from bench.workloads import SHARED_TRACKML, FULL_EVENT, Workload
 
 
 def run(full: Workload | None, *, repeats: int = 3, partition_parts: tuple[int, ...] = (4, 8, 16)) -> Section:
     """The preprocessing section (see the module docstring)."""
-    from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
-    from domainpar.data.trackml import load_event
-    from domainpar.partition import partition_graph
+    from bench import bench_preprocess
+    from bench.bench_partition import measure
+    from bench.plans import graph_at
+    from domainpar.data.graph import GraphConfig
 
     start = time.perf_counter()
     section = Section(
@@ -41,39 +32,31 @@ def run(full: Workload | None, *, repeats: int = 3, partition_parts: tuple[int, 
         title="Preprocessing at full event scale",
         columns=[
             Column("stage", "stage"),
-            Column("input", "input"),
-            Column("output", "output"),
-            Column("seconds", "seconds (median)", "{:.2f}"),
+            Column("num_nodes", "nodes / hits", "{:,}"),
+            Column("num_edges", "edges", "{:,}"),
+            Column("wall_seconds", "wall s (median)", "{:.2f}"),
+            Column("cpu_seconds", "CPU s (median)", "{:.2f}"),
+            Column("efficiency_pt1", "true segments kept, pT > 1 GeV", "{:.4f}"),
         ],
     )
-    rows = section.rows
-    config = SimulationConfig()
-    seconds, event = _median_time(lambda: simulate_event(config, 1, 0), repeats)
-    rows.append({"stage": "simulate", "input": f"{config.num_particles:,} particles", "output": f"{len(event['hits']):,} hits", "seconds": seconds})
-    seconds, (graph, _) = _median_time(lambda: build_graph(event["hits"], event["truth"], event["particles"], event_id=1), repeats)
-    rows.append({"stage": "build graph (simulated, labelled)", "input": f"{len(event['hits']):,} hits",
-                 "output": f"{graph.num_edges:,} edges", "seconds": seconds})
-    del event, graph
-    prefix = full_event_prefix()
-    if prefix is None or full is None:
-        section.notes.append("The real full event was not found: only the simulated event was timed.")
+    section.rows += bench_preprocess.run(repeats, SHARED_TRACKML / FULL_EVENT, GraphConfig())
+    if full is None:
+        section.notes.append("The real full event was not found: its read, build and partition rows are missing.")
     else:
-        seconds, (hits, particles) = _median_time(lambda: load_event(prefix, ("hits", "particles")), repeats)
-        rows.append({"stage": "read CSV (real event 21000)", "input": "hits + particles", "output": f"{len(hits):,} hits", "seconds": seconds})
-        seconds, (graph, _) = _median_time(lambda: build_graph(hits, None, particles, event_id=21000), repeats)
-        rows.append({"stage": "build graph (real event 21000)", "input": f"{len(hits):,} hits", "output": f"{graph.num_edges:,} edges", "seconds": seconds})
+        graph = graph_at(full.path)
         for method in ("metis", "geometric"):
             for num_parts in partition_parts:
-                samples_partition, samples_plan = [], []
-                for _ in range(repeats):
-                    plan = partition_graph(graph, num_parts, method=method, seed=0)
-                    samples_partition.append(plan.seconds_partition)
-                    samples_plan.append(plan.seconds_plan)
-                rows.append({
-                    "stage": f"partition {method} (real event 21000)", "input": f"{graph.num_edges:,} edges",
-                    "output": f"{num_parts} parts", "seconds": statistics.median(samples_partition) + statistics.median(samples_plan),
-                    "seconds_partition": statistics.median(samples_partition), "seconds_plan": statistics.median(samples_plan),
+                record = measure(graph, method, num_parts, repeats, 64)
+                section.rows.append({
+                    "stage": f"partition real event 21000: {method}, {num_parts} parts",
+                    "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+                    "wall_seconds": record["seconds_partition"] + record["seconds_plan"], "cpu_seconds": None,
+                    **{k: record[k] for k in ("seconds_partition", "seconds_plan")},
                 })
-    section.notes.append(f"Median of {repeats} run(s) per stage; build includes labels when truth is present.")
+    section.notes += [
+        f"Median of {repeats} run(s) per stage (builds after one warm-up call, so numba compilation is excluded); "
+        "partition = owner assignment + halo plan.",
+        "Rows from bench/bench_preprocess.py (simulate, read, build) and bench/bench_partition.py (partition).",
+    ]
     section.seconds = time.perf_counter() - start
     return section

@@ -303,6 +303,9 @@ def test_truth_pt_filter_keeps_only_high_pt_hits():
     assert set(graph.particle_id.tolist()) == {11, 33}
     assert stats.num_nodes == 7
     assert stats.efficiency == 1.0
+    empty, empty_stats = build_graph(hits, truth, particles, config=GraphConfig(min_pt=100.0))
+    assert empty.num_nodes == 0 and empty.num_edges == 0
+    assert empty_stats.efficiency is None and empty_stats.purity is None
 
 
 def test_cell_features(small_event):

@@ -78,6 +78,7 @@ def _assert_same_training(run, reference):
         assert run["final"][key] == pytest.approx(reference["final"][key], rel=1e-9, nan_ok=True), key
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["domain2", "domain2_overlap_ckpt", "domain2x2"])
@@ -123,6 +124,7 @@ def test_metrics_jsonl_and_curves(runs):
     assert png == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_raising_rank_is_named(tmp_path):

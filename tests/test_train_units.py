@@ -198,3 +198,23 @@ def test_corrupted_checkpoint_is_a_clear_error(tmp_path, damage):
         torch.save({"weights": torch.ones(2)}, path)
     with pytest.raises(DomainparError, match=r"step-00000001.pt: (expected a domainpar checkpoint|checkpoint is missing)"):
         load_checkpoint(path)
+
+
+def test_cli_config_error_is_one_line(data_dir, capsys):
+    from domainpar.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--data", str(data_dir), "--ranks", "3", "--domain-size", "2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: world size 3 must be divisible by --domain-size 2 (got remainder 1)"
+
+
+def test_tensorboard_requested_without_package(data_dir, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed here")
+    config = load_config(None, {"data.train": str(data_dir), "run.out": str(tmp_path / "o"), "run.tensorboard": True})
+    with pytest.raises(DomainparError, match=r"--tensorboard needs the tensorboard package"):
+        validate_config(config, world_size=1, cuda_available=False)

@@ -242,30 +242,26 @@ def _search_edges(
     pairs = layer_pairs(pair_config)
     consecutive = {tuple(pair) for pair in layer_pairs(config.layer_pair_config(max_skip=0)).tolist()}
     pair_jumps = np.array([tuple(pair) not in consecutive for pair in pairs.tolist()], dtype=bool)
+    floats = [
+        r_s, phi[order], z_s, eta[order], secondary[order],
+        extent["r_lo"], extent["r_hi"], extent["z_lo"], extent["z_hi"],
+        table["r"], table["z"], table["r_min"], table["r_max"], table["z_min"], table["z_max"],
+    ]  # fmt: skip
+    # One array type per argument (C-contiguous, writable) so numba compiles find_segments once.
+    floats = [np.require(np.asarray(values, dtype=np.float64), np.float64, ["C", "W"]) for values in floats]
+    ints = [np.require(values, np.int64, ["C", "W"]) for values in (layer_start, bin_start_2d, pairs, between_start, between_layers)]
     src, dst, crossed = find_segments(
-        r_s,
-        phi[order],
-        z_s,
-        eta[order],
-        secondary[order],
-        layer_start,
-        bin_start_2d,
+        *floats[:5],
+        ints[0],
+        ints[1],
         num_bins,
-        barrel,
-        extent["r_lo"].to_numpy(np.float64),
-        extent["r_hi"].to_numpy(np.float64),
-        extent["z_lo"].to_numpy(np.float64),
-        extent["z_hi"].to_numpy(np.float64),
-        pairs,
-        pair_jumps,
-        between_start,
-        between_layers,
-        table["r"].to_numpy(np.float64),
-        table["z"].to_numpy(np.float64),
-        table["r_min"].to_numpy(np.float64),
-        table["r_max"].to_numpy(np.float64),
-        table["z_min"].to_numpy(np.float64),
-        table["z_max"].to_numpy(np.float64),
+        np.require(barrel, np.bool_, ["C", "W"]),
+        *floats[5:9],
+        ints[2],
+        np.require(pair_jumps, np.bool_, ["C", "W"]),
+        ints[3],
+        ints[4],
+        *floats[9:],
         float(config.crossing_margin),
         float(config.phi_slope_max),
         float(config.dphi_margin),
