@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def main() -> None:
     }
     results = {}
     for name, overrides in runs.items():
+        run_dir = args.out / name
+        if (run_dir / "checkpoints").is_dir():
+            shutil.rmtree(run_dir / "checkpoints")  # keep the built graphs, start training afresh
         config = load_config(
             None,
             {

@@ -139,7 +139,7 @@ def run(
         _add_saved_bytes_cross_check(rows, full, parts, hidden, iterations, section)
         section.rows += rows
     section.rows += measured_rows(check, check_parts, method, hidden, iterations, repeats)
-    section.notes += [
+    section.notes[:0] = [
         f"Interaction Network hidden {hidden}, {iterations} iterations, 2-layer MLPs, fp32; {method} partitions; "
         "the part with the most local edges is the one measured (the rank that sets the peak).",
         "Traced: forward+backward run on fake tensors under torch's MemTracker (every storage's lifetime, no allocation); "

@@ -132,7 +132,10 @@ def run(workload: Workload, *, rounds: int = 2, steps: int = 3, method: str = "m
         f"{iterations} iterations; step = forward + backward + gradient all-reduce (no optimiser).",
         f"Spawned gloo processes with one intra-op thread each; medians over {rounds} alternating rounds × {steps} "
         "timed steps per configuration (after a warm-up step).",
-        "Speed-up = before / after; slow-down = after / before. On a 2-core machine two ranks can at best halve the time.",
+        "Speed-up = before / after; slow-down = after / before. On a 2-core machine two ranks can at best halve the time; "
+        "on a small graph the 18 halo exchanges and the gradient all-reduce of every step (gloo, ~0.1–1 ms each) "
+        "weigh against the halved compute, and other processes on the machine compete for the two cores "
+        "(see the load averages in the JSON report).",
     ]
     section.seconds = time.perf_counter() - start
     return section

@@ -108,9 +108,12 @@ def test_single_process_evaluation_of_the_real_event(single_report):
 def test_two_parts_give_the_single_process_logits_and_figures(trained_checkpoint, event_dir, single_report):
     from domainpar.train.evaluate import EvaluateConfig, evaluate
 
-    report = evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, num_parts=2, progress=False))
+    # Geometric (phi x eta) parts always cut tracks; METIS may find a zero cut on this sparse subsampled event.
+    report = evaluate(
+        EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, num_parts=2, method="geometric", progress=False)
+    )
     partitioned, single = report.summary, single_report.summary
-    assert partitioned["num_parts"] == 2 and partitioned["method"] == "metis"
+    assert partitioned["num_parts"] == 2 and partitioned["method"] == "geometric"
     assert partitioned["events"][0]["num_cut_edges"] > 0  # the event really was split, with halo
     assert partitioned["events"][0]["num_halo_nodes"] > 0
     logits_parts = report.evaluations[0].logits

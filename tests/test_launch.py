@@ -73,3 +73,4 @@ def test_init_from_env_needs_rank_variables(monkeypatch):
 def test_spawn_rejects_zero_processes():
     with pytest.raises(DomainparError, match="nprocs must be at least 1"):
         spawn(_rank_and_world, 0)
+

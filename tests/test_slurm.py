@@ -105,6 +105,14 @@ echo "{name} $*" >> "$STUB_LOG"
 """
 
 
+class RenderError(Exception):
+    """The script exited non-zero; carries its stderr."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        super().__init__(f"script exited {returncode}:\n{stderr}")
+        self.stderr = stderr
+
+
 def _render(script: str, tmp_path: Path, env_extra: dict[str, str]) -> list[str]:
     """Run ``script`` with stub Slurm/torch launchers; return the logged launcher calls."""
     bin_dir = tmp_path / "bin"
@@ -140,7 +148,9 @@ def _render(script: str, tmp_path: Path, env_extra: dict[str, str]) -> list[str]
         **env_extra,
     }
     env.pop("OMP_NUM_THREADS", None)
-    subprocess.run(["bash", str(run_dir / "slurm" / script)], cwd=run_dir, env=env, check=True, timeout=60, capture_output=True)
+    done = subprocess.run(["bash", str(run_dir / "slurm" / script)], cwd=run_dir, env=env, timeout=60, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RenderError(done.returncode, done.stderr)
     # The config check in common.sh runs `python - CONFIG`; only the launches matter here.
     return [line for line in log.read_text().splitlines() if not line.startswith("python - ")]
 
@@ -181,9 +191,9 @@ def test_resubmitted_job_resumes_from_existing_checkpoints(tmp_path):
 def test_bad_config_fails_before_launch_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  hiden: 64\n")
-    with pytest.raises(subprocess.CalledProcessError) as info:
+    with pytest.raises(RenderError) as info:
         _render("single_node_4gpu.sbatch", tmp_path, {"CONFIG": str(bad)})
-    stderr = info.value.stderr.decode()
+    stderr = info.value.stderr
     assert "error:" in stderr and "hiden" in stderr and "Traceback" not in stderr
     assert not (tmp_path / "calls.log").exists() or "torchrun" not in (tmp_path / "calls.log").read_text()
 

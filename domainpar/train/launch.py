@@ -19,6 +19,7 @@ local rank.
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import shutil
 import tempfile
@@ -171,7 +172,8 @@ def _child(
             value = fn(rank, world_size, *args)
         finally:
             dist.destroy_process_group()
-        results.put((rank, "ok", value))
+        # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
+        results.put((rank, "ok", pickle.dumps(value)))
     except BaseException:  # report everything, including KeyboardInterrupt, to the parent
         results.put((rank, "error", traceback.format_exc()))
 
@@ -264,7 +266,7 @@ def spawn(
             if status == "error":
                 _stop(processes)
                 raise SpawnError(f"rank {rank} of {nprocs} failed:\n{payload}", [rank], payload)
-            values[rank] = payload
+            values[rank] = pickle.loads(payload)
         for process in processes:
             process.join(10.0)
     finally:
