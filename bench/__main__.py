@@ -70,7 +70,7 @@ FULL = Plan(
     sim_particles_small=1000, sim_particles_labelled=10000, repeats=3, speed_rounds=3,
     memory_parts=(1, 2, 4, 8), check_parts=(1, 2, 4, 8), comm_parts=(2, 4, 8, 16, 32, 64),
     scaling_parts=(1, 2, 4, 8, 16, 32, 64), scaling_trace_parts=(1, 2, 4, 8, 16, 32, 64), exactness_parts=(1, 2, 3, 4),
-    exactness_dtypes=("float32", "float64"), exactness_model=(64, 8),
+    exactness_dtypes=("float64",), exactness_model=(64, 8),
 )
 
 

@@ -24,7 +24,8 @@ domainpar build --input "$WORK/events/val" --out "$WORK/graphs/val" --quiet
 #    directory), with their quality report and a picture of the first.
 domainpar partition --graph "$WORK/graphs/train" --parts 2 --method metis --out "$WORK/plans" --json "$WORK/plans.json"
 domainpar partition --graph "$WORK/graphs/val" --parts 2 --method metis --out "$WORK/plans"
-first_graph=$(ls "$WORK"/graphs/train/*.npz | head -n 1)
+graphs=("$WORK"/graphs/train/*.npz)
+first_graph=${graphs[0]}
 domainpar partition --graph "$first_graph" --parts 2 --method metis --out "$WORK/plan_first" --plot "$WORK/partition.png"
 
 # 4. Domain-parallel training: 2 local ranks share every event, halo rows exchanged each iteration.

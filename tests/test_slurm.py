@@ -70,6 +70,8 @@ def test_script_parses_and_has_required_lines(name):
         assert "--gpus-per-node" not in options and "--gres" not in options
     text = script.read_text()
     assert "domainpar train --config" in text
+    # `| head -n 1` under pipefail kills the job with SIGPIPE when the allocation lists many hosts.
+    assert "| head" not in text
     assert 'source "${SLURM_SUBMIT_DIR:-.}/slurm/common.sh"' in text
     subprocess.run(["bash", "-n", str(SLURM / "common.sh")], check=True)
 

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from domainpar.data.event_graph import load_graph
 from domainpar.errors import DomainparError
+from domainpar.partition import partition_graph
+from domainpar.partition.io import save_plan
 from domainpar.train.config import load_config
 from domainpar.train.launch import spawn
 from domainpar.train.run import prepare_payload, train
@@ -42,7 +45,10 @@ BASE = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_parallel")
-    write_graphs(root / "graphs", 4)
+    for path in write_graphs(root / "graphs", 4):
+        # `domainpar partition` output layout: one plan directory per event.
+        graph = load_graph(path)
+        save_plan(partition_graph(graph, 2, method="geometric"), root / "plans" / f"event{graph.event_id:09d}")
 
     def config(name, **overrides):
         return load_config(None, {**BASE, "data.train": str(root / "graphs"), "run.out": str(root / name), **overrides})
@@ -53,11 +59,12 @@ def runs(tmp_path_factory):
         config("sectors2", **{"parallel.mode": "sectors", "parallel.ranks": 2}),
         config("domain2_overlap_ckpt", **{"parallel.mode": "domain", "parallel.ranks": 2, "model.overlap": True,
                                           "run.checkpointing": True, "data.method": "geometric"}),
+        config("domain2_plans", **{"parallel.mode": "domain", "parallel.ranks": 2, "data.plans": str(root / "plans")}),
     ]
     four = [config("domain2x2", **{"parallel.mode": "domain", "parallel.ranks": 4, "parallel.domain_size": 2})]
     results = {"single": single}
     per_rank = spawn(run_rank_sequence, 2, args=([prepare_payload(c, 2) for c in two],), timeout_s=200, num_threads=1)
-    results.update(zip(["domain2", "sectors2", "domain2_overlap_ckpt"], per_rank[0]))
+    results.update(zip(["domain2", "sectors2", "domain2_overlap_ckpt", "domain2_plans"], per_rank[0]))
     per_rank = spawn(run_rank_sequence, 4, args=([prepare_payload(c, 4) for c in four],), timeout_s=200, num_threads=1)
     results["domain2x2"] = per_rank[0][0]
     return results
@@ -81,7 +88,7 @@ def _assert_same_training(run, reference):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", ["domain2", "domain2_overlap_ckpt", "domain2x2"])
+@pytest.mark.parametrize("name", ["domain2", "domain2_overlap_ckpt", "domain2_plans", "domain2x2"])
 def test_domain_training_equals_single(runs, name):
     _assert_same_training(runs[name], runs["single"])
     assert runs[name]["final"]["halo_bytes"] > 0
@@ -145,3 +152,11 @@ def test_raising_rank_is_named(tmp_path):
     with pytest.raises(DomainparError, match=r"^rank 1: .*event000000003.npz: entry x must be of dtype float32 \(got float64\)"):
         train(config)
     assert time.monotonic() - start < 90
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_plans_read_from_partition_output(runs):
+    # The stored plans are geometric: same halo traffic as geometric plans made on the fly.
+    assert runs["domain2_plans"]["final"]["halo_bytes"] == runs["domain2_overlap_ckpt"]["final"]["halo_bytes"]

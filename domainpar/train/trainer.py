@@ -88,10 +88,34 @@ def model_config_for(config: TrainConfig, node_features: int, edge_features: int
     )
 
 
+def _reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window (per epoch)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        # Linux: "5" resets the process's peak RSS (VmHWM) to its current RSS.
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
 def _peak_memory_bytes(device: torch.device) -> int:
-    """Peak CUDA allocation of this rank, or on CPU the process's peak resident set size."""
+    """Peak CUDA allocation of this rank, or on CPU the peak resident set size since the last reset.
+
+    On CPU this is VmHWM of /proc/self/status (per address space, so a spawned rank does not report
+    its parent's peak as ``ru_maxrss`` would), falling back to ``ru_maxrss`` elsewhere.
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
@@ -470,8 +494,7 @@ class Trainer:
         steps_this_run = 0
         stop = self.global_step >= self.total_steps
         while self.epoch < config.run.epochs and not stop:
-            if self.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(self.device)
+            _reset_peak_memory(self.device)
             bar = tqdm(
                 total=steps_per_epoch,
                 initial=self.step_in_epoch,
