@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         assumptions = Assumptions(args.eta_flops, args.eta_hbm, args.latency_us, args.itemsize)
         predictions = [p for hw in HARDWARE for p in predict(rows, extra, hw, assumptions)]
     except DomainparError as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     print(markdown_table(predictions))
     if args.figure:

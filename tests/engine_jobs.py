@@ -256,7 +256,7 @@ def _run_engine_job() -> None:
             VerifyJob((0, 1), tuple(two_cases[0::2]), tuple(two_pyg[0::2])),
             VerifyJob((2, 3), tuple(two_cases[1::2]), tuple(two_pyg[1::2])),
         ]
-        per_rank = spawn(engine_worker, 4, args=(jobs,), timeout_s=280, num_threads=1)
+        per_rank = spawn(engine_worker, 4, args=(jobs,), timeout_s=600, num_threads=1)
         _COMM.extend({**r["comm"], "identity": r["identity"]} for r in per_rank)
         led = {index: results for rank_results in per_rank for index, results in rank_results["verify"].items()}
         assert sorted(led) == list(range(len(jobs)))

@@ -9,19 +9,19 @@ import pytest
 
 from engine_jobs import WORLD, comm_results
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 def _results() -> list[dict]:
     return comm_results()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 def test_spawn_returns_values_in_rank_order():
     assert [r["identity"] for r in _results()] == [(k, WORLD, k, WORLD, "gloo") for k in range(WORLD)]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 def test_halo_exchange_forward_backward_and_buffers():
     for result in _results():
         checks = result["exchange"]
@@ -30,13 +30,13 @@ def test_halo_exchange_forward_backward_and_buffers():
         assert checks["buffers"] == 3  # reused across steps, one per (kind, width, dtype)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 def test_gradient_reduction_sum_over_domain_mean_over_replicas():
     for result in _results():
         assert result["reduce"] == {"reduce": True, "unused-zero": True, "sum": True}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 def test_exchange_errors_are_one_line_and_name_the_problem():
     for rank, result in enumerate(_results()):
         errors = result["errors"]

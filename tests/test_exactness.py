@@ -23,7 +23,7 @@ from domainpar.partition import build_plan
 from domainpar.train.verify import TOLERANCES
 from engine_jobs import STAR_OWNER, WORLD_SIZES, results_for, star_graph, two_components_graph, two_components_owner
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 def _describe(result) -> str:
@@ -33,7 +33,7 @@ def _describe(result) -> str:
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_partitioned_equals_single_process(world_size):
     results = results_for(world_size)
@@ -54,7 +54,7 @@ def test_partitioned_equals_single_process(world_size):
         assert sum(results["dense/random-owner/float64"].num_halo) > 0
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_part_without_neighbours(world_size):
     owner = two_components_owner(world_size)
@@ -64,7 +64,7 @@ def test_part_without_neighbours(world_size):
     assert result.passed, _describe(result)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 def test_halo_from_three_parts():
     plan = build_plan(star_graph().edge_index, STAR_OWNER, 4)
     assert plan.parts[0].recv_parts.tolist() == [1, 2, 3]
@@ -75,7 +75,7 @@ def test_halo_from_three_parts():
         assert results[name].passed, _describe(results[name])
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("fault", ["zero_halo", "drop_halo_grad"])
 def test_broken_exchange_is_caught(fault):
     result = results_for(2)[f"fault={fault}/float64"]
@@ -85,7 +85,7 @@ def test_broken_exchange_is_caught(fault):
         assert result.max_abs_err_logits > 1e-3, _describe(result)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_pyg_layers_domain_parallel(world_size):
     results = results_for(world_size)

@@ -51,7 +51,8 @@ def _run_ok(args: list[str]) -> int:
     return 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_verify_exits_nonzero_on_mismatch(graph_file, tmp_path, capsys):
     out = tmp_path / "verify.json"
     code = _run(["--graph", str(graph_file), "--parts", "2", "--method", "geometric", "--fault", "zero_halo",
@@ -61,7 +62,8 @@ def test_verify_exits_nonzero_on_mismatch(graph_file, tmp_path, capsys):
     assert "MISMATCH" in capsys.readouterr().out
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_verify_under_torchrun(graph_file, tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.exists():
@@ -73,7 +75,7 @@ def test_verify_under_torchrun(graph_file, tmp_path):
         [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "domainpar", "verify", "--graph", str(graph_file),
          "--parts", "2", "--method", "geometric", "--overlap", "--checkpointing", "--dtype", "float32",
          "--json", str(out), *FAST],
-        capture_output=True, text=True, timeout=110, env=env,
+        capture_output=True, text=True, timeout=280, env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(out.read_text())

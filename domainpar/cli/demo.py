@@ -9,6 +9,7 @@ corresponding command would, under ``--out``.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -108,6 +109,9 @@ def demo(
 
     _section(f"4/5 train: domain mode, {ranks} ranks, {epochs} epochs")
     run_dir = out_dir / "train"
+    if run_dir.exists():
+        # The trainer refuses to mix a fresh run with old checkpoints; the demo's own run is disposable.
+        shutil.rmtree(run_dir)
     config = config_from_dict(
         {
             "data": {"train": str(graph_dirs["train"]), "val": str(graph_dirs["val"]), "method": method},
