@@ -120,7 +120,10 @@ def run_all(plan: Plan, only: tuple[str, ...], out: Path, cache: Path, mode: str
     def memory_section() -> Section:
         from bench import memory
 
-        return memory.run(full, small, parts=plan.memory_parts, check_parts=plan.check_parts, repeats=max(plan.repeats, 2))
+        return memory.run(
+            full, small, parts=plan.memory_parts, check_parts=plan.check_parts, repeats=max(plan.repeats, 2),
+            cross_check=plan is FULL,
+        )
 
     def speed_section() -> Section:
         from bench import speed

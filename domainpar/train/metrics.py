@@ -24,9 +24,9 @@ class EdgeMetrics:
     loss: float
     """Mean event loss (weighted BCE normalised by each event's edge count)."""
     efficiency: float
-    """True edges scored >= threshold / all true edges (recall)."""
+    """True edges scored > threshold / all true edges (recall)."""
     purity: float
-    """True edges scored >= threshold / all edges scored >= threshold (precision)."""
+    """True edges scored > threshold / all edges scored > threshold (precision)."""
     auc: float
     """ROC area from the score histograms (resolution 1 / NUM_BINS)."""
     num_events: int
@@ -65,7 +65,7 @@ class EdgeCounter:
         bins = torch.clamp((scores * self.num_bins).long(), max=self.num_bins - 1)
         self.hist_true += torch.bincount(bins[truth], minlength=self.num_bins).double()
         self.hist_false += torch.bincount(bins[~truth], minlength=self.num_bins).double()
-        passed = scores >= self.threshold
+        passed = scores > self.threshold  # strict, as in domainpar.tracks.efficiency
         self.scalars[0] += float(torch.count_nonzero(passed & truth))
         self.scalars[1] += float(torch.count_nonzero(passed & ~truth))
         self.scalars[2] += float(torch.count_nonzero(~passed & truth))
