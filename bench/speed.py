@@ -32,6 +32,7 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
 
     from bench.plans import graph_at, plan_for
     from domainpar.comm.halo import HaloExchange
+    from domainpar.comm.reduce import all_reduce_gradients
     from domainpar.model.exchange import IdentityExchange
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
     from domainpar.model.loss import edge_loss
@@ -51,8 +52,7 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
         loss = edge_loss(model(part, exchange), part)
         loss.backward()
         if world_size > 1:
-            for p in params:
-                dist.all_reduce(p.grad)
+            all_reduce_gradients(model, None)  # as the trainer does: bucketed SUM over the domain group
         for p in params:
             p.grad = None
 

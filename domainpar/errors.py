@@ -9,3 +9,21 @@ everything else is a bug and keeps its traceback.
 
 class DomainparError(ValueError):
     """A user-facing error with a one-line message."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The text of a third-party exception as one line for a :class:`DomainparError` message.
+
+    Parsers (pandas, numpy, torch) put newlines and long advice in their
+    messages; a user-facing error must stay on one line, so whitespace is
+    collapsed, and only the first sentence is kept when the text is long.
+
+    Args:
+        exc: the exception being translated.
+        limit: longest text returned, in characters.
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) > limit:
+        sentence_end = text.find(". ")
+        text = text[: sentence_end + 1] if 0 < sentence_end < limit else text[: limit - 3].rstrip() + "..."
+    return text

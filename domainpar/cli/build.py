@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
+from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
 
@@ -74,12 +75,14 @@ def build(
     try:
         config = GraphConfig(**options)
     except DomainparError as exc:
-        # Name the command-line option, not the dataclass field, in the one-line error.
-        message = str(exc)
-        for name in options:
-            message = message.replace(f"GraphConfig.{name} ", f"--{name.replace('_', '-')} ")
-        raise DomainparError(message) from None
-    all_stats = build_dataset(input_path, out_dir, config, progress=not quiet)
+        raise DomainparError(_option_names(str(exc), options)) from None
+    check_output_dir(out_dir, "--out")
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    try:
+        all_stats = build_dataset(input_path, out_dir, config, progress=not quiet)
+    except DomainparError as exc:
+        raise DomainparError(_option_names(str(exc), options)) from None
     records = [stats.as_record() for stats in all_stats]
     if json_path is not None:
         with atomic_path(json_path) as tmp:
@@ -94,6 +97,13 @@ def build(
     if unlabelled:
         click.echo(f"{len(unlabelled)} of {len(all_stats)} events have no truth file: their graphs carry no labels")
     click.echo(f"wrote {len(all_stats)} graphs to {out_dir}")
+
+
+def _option_names(message: str, options: dict) -> str:
+    """Name the command-line option, not the dataclass field, in a one-line error."""
+    for name in options:
+        message = message.replace(f"GraphConfig.{name} ", f"--{name.replace('_', '-')} ")
+    return message
 
 
 def _fmt(value: float | None) -> str:

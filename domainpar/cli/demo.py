@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_dir
 
 
 def _section(title: str) -> None:
@@ -76,6 +77,7 @@ def demo(
                              ("--epochs", epochs, 1), ("--particles", num_particles, 10)):
         if value < low:
             raise DomainparError(f"{name} must be at least {low} (got {value})")
+    check_output_dir(out_dir, "--out")
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     sim_config = SimulationConfig(num_particles=num_particles)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_dir, check_output_file
 
 
 def _fmt(value) -> str:
@@ -105,6 +106,12 @@ def evaluate(
         timeout_s=timeout_s,
         progress=not quiet,
     )
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    if plots_dir is not None:
+        check_output_dir(plots_dir, "--plots")
+    if submissions_dir is not None:
+        check_output_dir(submissions_dir, "--submissions")
     report = run_evaluation(config)
     written = write_outputs(report, plots_dir=plots_dir, submissions_dir=submissions_dir)
     if json_path is not None:

@@ -8,7 +8,27 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
+from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.errors import DomainparError
+
+
+def _require_distinct_events(files: list[Path], graph_dir: Path) -> None:
+    """One plan directory per event: two graph files of the same event would overwrite each other's plan."""
+    import numpy as np
+
+    first_file: dict[int, Path] = {}
+    for file in files:
+        try:
+            with np.load(file, allow_pickle=False) as npz:
+                event_id = int(npz["event_id"])
+        except Exception:  # noqa: BLE001 - load_graph reports an unreadable file precisely, in order
+            continue
+        if event_id in first_file:
+            raise DomainparError(
+                f"--graph {graph_dir}: expected one graph file per event (found event {event_id} in both "
+                f"{first_file[event_id].name} and {file.name})"
+            )
+        first_file[event_id] = file
 
 
 @click.command("partition", context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,10 +79,15 @@ def partition(
         raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
     if hidden < 1:
         raise DomainparError(f"--hidden must be at least 1 (got {hidden})")
-    if plot_path is not None and plot_path.suffix.lower() != ".png":
-        raise DomainparError(f"--plot {plot_path}: must end in .png (got {plot_path.suffix or 'no suffix'})")
+    check_output_dir(out_dir, "--out")
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    if plot_path is not None:
+        check_output_file(plot_path, "--plot", suffix=".png")
     files = graph_files(graph_path)
     single = graph_path.is_file()
+    if not single:
+        _require_distinct_events(files, graph_path)
     records, rows = [], []
     for file in tqdm(files, desc="partition", unit="event", disable=single):
         graph = load_graph(file)

@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 
 
 def read_submission(path: Path) -> pd.DataFrame:
@@ -20,7 +20,21 @@ def read_submission(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id (found an empty file)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id, could not parse it ({exc})") from None
+        raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id, could not parse it ({one_line(exc)})") from None
+
+
+def _event_prefix(path: Path) -> Path:
+    """``--event`` as an event prefix; a path to one of the event's files (``event1-truth.csv.gz``) is accepted too."""
+    import re
+
+    match = re.fullmatch(r"(event\d+)-(hits|cells|particles|truth)\.csv(\.gz)?", path.name)
+    if match:
+        return path.with_name(match.group(1))
+    if path.is_dir():
+        raise DomainparError(
+            f"--event {path}: expected an event prefix such as {path / 'event000000001'} (found a directory)"
+        )
+    return path
 
 
 @click.command("score", context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,6 +57,7 @@ def score(event_prefix: Path, submission_path: Path) -> None:
     from domainpar.data.trackml import event_id_of, load_event
     from domainpar.tracks.score import analyze_tracks
 
+    event_prefix = _event_prefix(event_prefix)
     (truth,) = load_event(event_prefix, parts=("truth",))
     submission = read_submission(submission_path)
     if "event_id" in submission.columns:
@@ -52,7 +67,7 @@ def score(event_prefix: Path, submission_path: Path) -> None:
         if wrong.size:
             raise DomainparError(
                 f"{submission_path}: column event_id must be {event_id} for {event_prefix} "
-                f"(got {submission['event_id'].iloc[wrong[0]]!r} in row {wrong[0] + 1})"
+                f"(got {submission['event_id'].astype(str).iloc[wrong[0]]!r} in row {wrong[0] + 1})"
             )
     table = analyze_tracks(truth, submission, source=str(submission_path), truth_source=str(event_prefix))
     good = table.good

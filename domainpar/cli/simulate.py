@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from domainpar.output_paths import check_output_dir
 from domainpar.errors import DomainparError
 
 
@@ -29,6 +30,9 @@ def simulate(out_dir: str, num_events: int, num_particles: int | None, seed: int
         raise DomainparError(f"--particles must be at least 1 (got {num_particles})")
     if seed < 0:
         raise DomainparError(f"--seed must be non-negative (got {seed})")
+    if first_event_id < 0:
+        raise DomainparError(f"--first-event-id must be non-negative (got {first_event_id})")
+    check_output_dir(out_dir, "--out")
     config = SimulationConfig() if num_particles is None else SimulationConfig(num_particles=num_particles)
     prefixes = simulate_dataset(
         out_dir, num_events, config, seed=seed, first_event_id=first_event_id, progress=not quiet, compress=not plain_csv

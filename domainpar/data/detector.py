@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 
 MODULE_COLUMNS = (
     "volume_id", "layer_id", "module_id", "cx", "cy", "cz",
@@ -51,7 +51,7 @@ def load_detector(path: str | os.PathLike | None = None) -> pd.DataFrame:
     try:
         table = pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a CSV detector description, could not parse it ({exc})") from None
+        raise DomainparError(f"{path}: expected a CSV detector description, could not parse it ({one_line(exc)})") from None
     # The Codalab copy carries an unnamed leading index column; drop it if present.
     unnamed = [c for c in table.columns if str(c).startswith("Unnamed") or str(c) == ""]
     table = table.drop(columns=unnamed)

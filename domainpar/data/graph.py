@@ -436,6 +436,10 @@ def build_event_graph(prefix: str | os.PathLike, config: GraphConfig = GraphConf
     from domainpar.data.trackml import event_id_of, has_truth, load_event
 
     labelled = has_truth(prefix)
+    if config.min_pt > 0 and not labelled:
+        raise DomainparError(
+            f"{prefix}: GraphConfig.min_pt {config.min_pt:g} keeps hits by truth pT, so it needs the event's truth file (found none)"
+        )
     parts = ["hits"]
     if config.cell_features:
         parts.append("cells")
@@ -490,7 +494,7 @@ def build_dataset(
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
     all_stats = []
     for prefix in tqdm(prefixes, desc="build", unit="event", disable=not progress):
         graph, stats = build_event_graph(prefix, config)

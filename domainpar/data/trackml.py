@@ -23,7 +23,7 @@ import pandas as pd
 
 from domainpar.atomic import atomic_path
 from domainpar.data.detector import layer_index_of
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 
 #: The four parts of an event, in the challenge's order.
 PARTS = ("hits", "cells", "particles", "truth")
@@ -105,7 +105,7 @@ def _read_part(path: Path, part: str) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns {list(COLUMNS[part])} (found an empty file)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a CSV table, could not parse it ({exc})") from None
+        raise DomainparError(f"{path}: expected a CSV table, could not parse it ({one_line(exc)})") from None
     wanted = dict(COLUMNS[part])
     missing = [column for column in wanted if column not in frame.columns]
     if missing:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 from domainpar.partition.plan import PartitionPlan, PartPlan
 
 #: Bumped whenever the on-disk layout changes; plans of another version are refused.
@@ -161,7 +161,7 @@ def load_plan(
     try:
         manifest = json.loads(manifest_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DomainparError(f"{manifest_path}: expected a JSON plan manifest, could not parse it ({exc})") from None
+        raise DomainparError(f"{manifest_path}: expected a JSON plan manifest, could not parse it ({one_line(exc)})") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise DomainparError(f"{manifest_path}: expected a plan manifest with a format_version entry")
     if manifest["format_version"] != PLAN_FORMAT_VERSION:

@@ -41,9 +41,11 @@ def _pyplot():
 
 def _save(fig, path: str | os.PathLike) -> Path:
     path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    _pyplot().close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    finally:
+        _pyplot().close(fig)
     return path
 
 
@@ -172,6 +174,8 @@ def plot_performance(
         min_layers: reconstructable particles hit at least this many layers.
     """
     plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     directory = Path(directory)
     paths = []
     reco_layers = particles.nlayers >= min_layers
@@ -205,6 +209,13 @@ def plot_performance(
             ax.legend(loc="lower right", fontsize=7)
             if log_x:
                 ax.set_xscale("log")
+                # Fixed limits: an empty panel (e.g. no edge above threshold) cannot be log-autoscaled.
+                ax.set_xlim(bins[0], bins[-1])
+                # Plain major labels only: the default minor labels (2x10^-1, 3x10^-1, ...) overlap.
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            else:
+                ax.set_xlim(bins[0], bins[-1])
         ax_eff.set_ylabel("efficiency")
         ax_pur.set_ylabel("purity")
         paths.append(_save(fig, directory / f"efficiency_purity_vs_{quantity}.png"))

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from domainpar.atomic import atomic_path
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 
 CHECKPOINT_FORMAT_VERSION = 1
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
@@ -81,6 +81,37 @@ def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: i
     return path
 
 
+def read_checkpoint_file(path: str | os.PathLike, advice: str = "") -> Any:
+    """``torch.load(path, weights_only=True)`` on CPU, any failure to read the file as one line.
+
+    A checkpoint is a user-supplied file: whatever torch raises while reading
+    it (a truncated zip, a text file, a pickle with objects) means "this is
+    not a readable checkpoint", so every ``Exception`` becomes a DomainparError.
+
+    Args:
+        path: the checkpoint file.
+        advice: appended to the message (e.g. what to do about it).
+
+    Raises:
+        DomainparError: missing, truncated, corrupted or not a torch file of plain containers.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DomainparError(f"{path}: checkpoint file not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        reason = "not a torch file of tensors and plain containers"
+    except KeyError:
+        # torch's legacy reader fails on an unknown magic number with a bare KeyError.
+        reason = "not a torch file"
+    except (zipfile.BadZipFile, EOFError):
+        reason = "corrupted or truncated"
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file, not a bug of ours
+        reason = f"corrupted or truncated: {one_line(exc, limit=160)}"
+    raise DomainparError(f"{path}: expected a domainpar checkpoint, could not load it ({reason}){advice}")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load and check a checkpoint (``weights_only=True``).
 
@@ -88,19 +119,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         DomainparError: missing, truncated or corrupted file, or not a domainpar checkpoint.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DomainparError(f"{path}: checkpoint file not found")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as exc:
-        if isinstance(exc, pickle.UnpicklingError):
-            first = "not a torch file of tensors and plain containers"
-        else:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DomainparError(
-            f"{path}: expected a domainpar checkpoint, could not load it (corrupted or truncated: {first[:200]}); "
-            "delete it to resume from the previous one"
-        ) from None
+    state = read_checkpoint_file(path, advice="; delete it to resume from the previous one")
     if not isinstance(state, dict) or "format_version" not in state:
         raise DomainparError(f"{path}: expected a domainpar checkpoint dict with a format_version entry")
     if state["format_version"] != CHECKPOINT_FORMAT_VERSION:

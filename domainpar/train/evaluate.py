@@ -90,6 +90,8 @@ class EvaluateConfig:
             raise DomainparError(f"--threshold must be in (0, 1) (got {self.threshold})")
         if self.track_method not in TRACK_METHODS:
             raise DomainparError(f"--tracks must be one of {', '.join(TRACK_METHODS)} (got {self.track_method!r})")
+        if not (self.timeout_s > 0):
+            raise DomainparError(f"--timeout must be positive seconds (got {self.timeout_s})")
         if not (self.pt_min >= 0):
             raise DomainparError(f"pt_min must be non-negative (got {self.pt_min})")
 
@@ -117,20 +119,11 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     Raises:
         DomainparError: missing/corrupted file, not a domainpar checkpoint, or weights that do not fit.
     """
-    import pickle
-    import zipfile
-
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, read_checkpoint_file
 
     path = Path(path)
-    if not path.is_file():
-        raise DomainparError(f"{path}: checkpoint file not found")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise DomainparError(f"{path}: expected a domainpar checkpoint, could not load it ({first})") from None
+    state = read_checkpoint_file(path)
     if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
         found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
         raise DomainparError(f"{path}: expected a domainpar checkpoint with 'model' and 'model_config' entries (got {found})")
@@ -225,7 +218,10 @@ def infer_partitioned(
     with tempfile.TemporaryDirectory(prefix="domainpar-evaluate-") as tmp:
         graph_paths, owner_paths = [], []
         for index, graph in enumerate(graphs):
-            plan = partition_graph(graph, num_parts, method=method, seed=seed)
+            try:
+                plan = partition_graph(graph, num_parts, method=method, seed=seed)
+            except DomainparError as exc:
+                raise DomainparError(f"--parts {num_parts}: event {graph.event_id}: {exc}") from None
             graph_path = Path(tmp) / f"graph{index}.npz"
             owner_path = Path(tmp) / f"owner{index}.npz"
             save_graph(graph, graph_path)
@@ -338,8 +334,18 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
         raise DomainparError(
             f"{data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz), found neither"
         )
+    if config.events_dir is not None and not Path(config.events_dir).is_dir():
+        raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
+    first_source: dict[int, Path] = {}
     for path in graph_files(data):
         graph = load_graph(path)
+        if graph.event_id in first_source:
+            # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
+            raise DomainparError(
+                f"{data}: expected one graph file per event (found event {graph.event_id} in both "
+                f"{first_source[graph.event_id].name} and {path.name})"
+            )
+        first_source[graph.event_id] = path
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph, graph_files, load_graph
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 from domainpar.partition.plan import PartitionPlan, build_plan
 
 
@@ -45,7 +45,12 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
     """
     path = Path(path)
     if path.is_file() or (path.is_dir() and any(path.glob("*.npz"))):
-        return graph_files(path)
+        files = graph_files(path)
+        # Read every header now (cheap) so a stray or corrupted file fails before the run writes anything.
+        for file in files:
+            graph_size(file)
+            _require_labels(file)
+        return files
     if not _has_raw_events(path):
         raise DomainparError(
             f"{path}: expected graph files (*.npz) or raw TrackML events (event*-hits.csv[.gz]), found neither"
@@ -69,6 +74,56 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
     return files
 
 
+def plan_directory(plans_dir: Path, event_id: int, graph_path: Path) -> Path:
+    """The plan directory of an event in ``domainpar partition`` output: ``<plans>/event<id>/``, or ``plans_dir``
+    itself when it is one plan (``partition --graph FILE``)."""
+    plan_dir = plans_dir / f"event{event_id:09d}"
+    if not plan_dir.is_dir() and (plans_dir / "manifest.json").is_file():
+        plan_dir = plans_dir
+    if not plan_dir.is_dir():
+        raise DomainparError(f"--plans {plans_dir}: no plan directory event{event_id:09d} for {graph_path}")
+    return plan_dir
+
+
+def check_plans(plans_dir: str | os.PathLike, files: list[Path], num_parts: int) -> None:
+    """Before a run writes anything: every graph has a plan directory whose manifest has ``num_parts`` parts.
+
+    Only the graphs' ``event_id`` and the manifests are read (cheap); the full
+    validation against each graph (content hash, part files) happens when the
+    ranks load the plans.
+
+    Raises:
+        DomainparError: a missing plan directory or manifest, or a plan with another number of parts.
+    """
+    import json
+
+    plans_dir = Path(plans_dir)
+    for path in files:
+        with np.load(path, allow_pickle=False) as npz:
+            event_id = int(npz["event_id"])
+        plan_dir = plan_directory(plans_dir, event_id, path)
+        manifest = plan_dir / "manifest.json"
+        try:
+            stored = json.loads(manifest.read_text()).get("num_parts")
+        except (OSError, ValueError, AttributeError):
+            continue  # load_plan gives the detailed error
+        if stored != num_parts:
+            raise DomainparError(
+                f"--plans {plans_dir}: the plan of {path} ({plan_dir}) must have {num_parts} parts, "
+                f"one per rank of a domain group (got a plan of {stored} parts)"
+            )
+
+
+def _require_labels(path: Path) -> None:
+    """Training and validation graphs must carry edge labels (``y``), read from the archive's index only."""
+    with zipfile.ZipFile(path) as archive:
+        if "y.npy" not in archive.namelist():
+            raise DomainparError(
+                f"{path}: training and validation need graphs with truth labels "
+                "(found a graph without y: built from events without a truth file?)"
+            )
+
+
 def graph_size(path: Path) -> int:
     """Number of edges of a graph file, read from the array header only (no decompression of the data)."""
     return int(array_shape(path, "edge_index")[1])
@@ -84,8 +139,12 @@ def array_shape(path: Path, name: str) -> tuple[int, ...]:
             else:
                 shape, _, _ = np.lib.format.read_array_header_2_0(member)
         return tuple(int(v) for v in shape)
-    except (KeyError, OSError, ValueError, zipfile.BadZipFile, IndexError):
-        raise DomainparError(f"{path}: expected a domainpar graph file with a {name} array, could not read it") from None
+    except KeyError:
+        raise DomainparError(f"{path}: expected a domainpar graph file with an {name} array (found no such entry)") from None
+    except (OSError, ValueError, zipfile.BadZipFile, IndexError, EOFError) as exc:
+        raise DomainparError(
+            f"{path}: expected a domainpar graph file (.npz), could not read its {name} array ({one_line(exc)})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -177,11 +236,7 @@ class EventSource:
         elif self.plans_dir is not None:
             from domainpar.partition.io import load_plan
 
-            plan_dir = self.plans_dir / f"event{graph.event_id:09d}"
-            if not plan_dir.is_dir() and (self.plans_dir / "manifest.json").is_file():
-                plan_dir = self.plans_dir
-            if not plan_dir.is_dir():
-                raise DomainparError(f"--plans {self.plans_dir}: no plan directory event{graph.event_id:09d} for {path}")
+            plan_dir = plan_directory(self.plans_dir, graph.event_id, path)
             plan = load_plan(plan_dir, graph, num_parts=self.num_parts)
         else:
             from domainpar.partition import partition_graph
