@@ -191,6 +191,31 @@ def test_train_refuses_bad_graphs_before_writing_anything(tmp_path, graph_file, 
     assert line == f"error: --out {a_file}: expected a directory (found an existing file)"
 
 
+def with_cell_features(source: Path, target: Path) -> Path:
+    """A copy of a graph file with two extra node-feature columns (as `build --cell-features` makes)."""
+    with np.load(source, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    arrays["x"] = np.concatenate([arrays["x"], np.ones((arrays["x"].shape[0], 2), np.float32)], axis=1)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(target, **arrays)
+    return target
+
+
+def test_train_refuses_mixed_feature_widths_before_writing(tmp_path, graph_file, capsys):
+    cells = with_cell_features(graph_file, tmp_path / "cells" / "event000000008.npz")
+    line = run_cli(capsys, "train", "--data", cells.parent, "--val", graph_file.parent, "--mode", "single",
+                   "--hidden", "4", "--iterations", "1", "--epochs", "1", "--out", tmp_path / "run")  # fmt: skip
+    assert line == f"error: {graph_file}: x must have 5 columns like {cells} (got 3; graphs built with different --cell-features?)"
+    assert not (tmp_path / "run").exists()  # used to train a step and leave config.yaml and steps.jsonl
+
+
+def test_evaluate_names_the_graph_whose_features_do_not_fit(tmp_path, graph_file, capsys):
+    checkpoint = tiny_checkpoint(tmp_path / "model.pt")
+    cells = with_cell_features(graph_file, tmp_path / "cells" / "event000000007.npz")
+    line = run_cli(capsys, "evaluate", "--checkpoint", checkpoint, "--data", cells.parent, "--quiet")
+    assert line.startswith(f"error: {cells}: graph has 5 node features but the checkpoint's model expects 3")
+
+
 def test_train_refuses_plans_of_another_part_count_before_writing(tmp_path, graph_file, capsys):
     main(["partition", "--graph", str(graph_file.parent), "--parts", "3", "--out", str(tmp_path / "plans")])
     capsys.readouterr()

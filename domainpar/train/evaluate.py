@@ -346,6 +346,11 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
                 f"{first_source[graph.event_id].name} and {path.name})"
             )
         first_source[graph.event_id] = path
+        if graph.x.shape[1] != node_features:
+            raise DomainparError(
+                f"{path}: graph has {graph.x.shape[1]} node features but the checkpoint's model expects {node_features} "
+                "(build the graphs with the same --cell-features setting as the training graphs)"
+            )
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))

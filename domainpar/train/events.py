@@ -114,6 +114,25 @@ def check_plans(plans_dir: str | os.PathLike, files: list[Path], num_parts: int)
             )
 
 
+def check_feature_widths(files: list[Path]) -> None:
+    """All graphs of a run must have the node and edge feature widths of the first (one model serves them all).
+
+    Raises:
+        DomainparError: a graph whose ``x`` or ``edge_attr`` width differs (e.g. built with another --cell-features).
+    """
+    if not files:
+        return
+    reference = {name: array_shape(files[0], name)[1:] for name in ("x", "edge_attr")}
+    for path in files[1:]:
+        for name, width in reference.items():
+            found = array_shape(path, name)[1:]
+            if found != width:
+                raise DomainparError(
+                    f"{path}: {name} must have {width[0] if width else 0} columns like {files[0]} "
+                    f"(got {found[0] if found else 0}; graphs built with different --cell-features?)"
+                )
+
+
 def _require_labels(path: Path) -> None:
     """Training and validation graphs must carry edge labels (``y``), read from the archive's index only."""
     with zipfile.ZipFile(path) as archive:

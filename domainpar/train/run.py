@@ -20,6 +20,7 @@ import torch
 
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
+from domainpar.train.events import check_feature_widths
 from domainpar.train.config import TrainConfig, dump_config, validate_config
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
@@ -42,15 +43,17 @@ def _prepare_files(config: TrainConfig, progress: bool) -> tuple[list[str], list
     return [str(f) for f in train_files], [str(f) for f in val_files]
 
 
-def _check_plans(config: TrainConfig, world_size: int, train_files: list[str], val_files: list[str]) -> None:
-    """Domain mode reading `domainpar partition` output: refuse missing or mis-sized plans before writing anything."""
-    if config.parallel.mode != "domain" or config.data.plans is None:
-        return
+def _check_inputs(config: TrainConfig, world_size: int, train_files: list[str], val_files: list[str]) -> None:
+    """Refuse, before the run writes anything, graphs of different feature widths and (domain mode reading
+    `domainpar partition` output) missing or mis-sized plans; the ranks would fail on them only after the
+    run directory has been started."""
     from domainpar.train.config import domain_size_of
     from domainpar.train.events import check_plans
 
     files = [Path(f) for f in dict.fromkeys(train_files + val_files)]
-    check_plans(config.data.plans, files, domain_size_of(config, world_size))
+    check_feature_widths(files)
+    if config.parallel.mode == "domain" and config.data.plans is not None:
+        check_plans(config.data.plans, files, domain_size_of(config, world_size))
 
 
 def _payload(config: TrainConfig, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
@@ -100,7 +103,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         # Rank 0 builds graphs from raw events (if any) while the others wait, then everyone lists them.
         if env.rank == 0:
             check_output_dir(config.run.out, "--out")
-            _check_plans(config, env.world_size, *_prepare_files(config, progress=config.run.progress))
+            train_files, val_files = _prepare_files(config, progress=config.run.progress)
+            _check_inputs(config, env.world_size, train_files, val_files)
             dump_config(config, Path(config.run.out) / "config.yaml")
         if env.world_size > 1:
             dist.barrier()
@@ -111,7 +115,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     validate_config(config, world_size=world_size)
     check_output_dir(config.run.out, "--out")
     train_files, val_files = _prepare_files(config, progress=config.run.progress)
-    _check_plans(config, world_size, train_files, val_files)
+    _check_inputs(config, world_size, train_files, val_files)
     dump_config(config, Path(config.run.out) / "config.yaml")
     payload = _payload(config, train_files, val_files)
     if world_size == 1:
