@@ -38,7 +38,8 @@ def simulated_graph() -> EventGraph:
     from domainpar.data.graph import build_graph
     from domainpar.data.simulate import SimulationConfig, simulate_event
 
-    event = simulate_event(SimulationConfig(num_particles=300), 1, 7)
+    # 1000 particles: dense enough that METIS must cut at 2-4 parts (at 300 it found cut-free splits).
+    event = simulate_event(SimulationConfig(num_particles=1000), 1, 7)
     graph, _ = build_graph(event["hits"], event["truth"], event["particles"], event_id=1)
     return graph
 

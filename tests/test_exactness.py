@@ -3,7 +3,7 @@
 ONE spawned gloo job of four processes (``tests/engine_jobs.py``) runs every
 configuration inside the children, to pay process start-up once: world sizes
 1, 2, 3 and 4 are domain groups of the four ranks. Cases: a reduced simulated event
-(~3k hits) and the real small event (5.5k hits), METIS and geometric plans,
+(1000 particles, ~10k hits) and the real small event (5.5k hits), METIS and geometric plans,
 with and without activation checkpointing and with and without overlap, in
 float64 (tolerance 1e-10) and float32 (1e-5), plus synthetic graphs with
 many cut edges, a part without neighbours, a node whose halo comes from three
@@ -51,6 +51,8 @@ def test_partitioned_equals_single_process(world_size):
     if world_size > 1:
         # The partitions really have halos: the test is not vacuous.
         assert sum(results["real/geometric/ckpt=0/overlap=0/float64"].num_halo) > 0
+        assert sum(results["simulated/metis/ckpt=0/overlap=0/float64"].num_halo) > 0
+        assert sum(results["simulated/geometric/ckpt=0/overlap=0/float64"].num_halo) > 0
         assert sum(results["dense/random-owner/float64"].num_halo) > 0
 
 

@@ -41,7 +41,7 @@ def _fmt(value) -> str:
               help="Charged particles per simulated event (10000 ≈ full pile-up).")
 @click.option("--ranks", type=int, default=2, show_default=True, help="Local processes of the domain group (parts per event).")
 @click.option("--method", type=click.Choice(["metis", "geometric"]), default="metis", show_default=True, help="Partitioner.")
-@click.option("--epochs", type=int, default=8, show_default=True, help="Training epochs.")
+@click.option("--epochs", type=int, default=15, show_default=True, help="Training epochs.")
 @click.option("--hidden", type=int, default=32, show_default=True, help="Hidden width of the Interaction Network.")
 @click.option("--iterations", type=int, default=4, show_default=True, help="Message-passing iterations.")
 @click.option("--real", "real_dir", type=click.Path(path_type=Path), default=Path("tests/data/trackml"), show_default=True,

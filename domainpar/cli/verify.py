@@ -57,6 +57,17 @@ def verify(
     from domainpar.train.launch import running_under_launcher
     from domainpar.train.verify import format_result_table, verify_graph_distributed, verify_graph_local
 
+    from domainpar.errors import DomainparError
+    from domainpar.output_paths import check_output_file
+
+    # Checked before the run: a report that cannot be written should not cost a full verification first.
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    for option, value in (("--parts", num_parts), ("--hidden", hidden), ("--iterations", iterations)):
+        if value < 1:
+            raise DomainparError(f"{option} must be at least 1 (got {value})")
+    if timeout_s <= 0:
+        raise DomainparError(f"--timeout must be positive (got {timeout_s:g})")
     config = ModelConfig(hidden=hidden, num_iterations=iterations, checkpointing=checkpointing, overlap=overlap)
     if running_under_launcher():
         result, rank, backend = verify_graph_distributed(

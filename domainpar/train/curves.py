@@ -41,7 +41,12 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
     ax_loss.set_ylabel("weighted BCE per edge")
     positive = [r["loss"] for r in step_records if r.get("loss") and r["loss"] > 0]
     if positive:
+        from matplotlib.ticker import FormatStrFormatter
+
         ax_loss.set_yscale("log")
+        # Losses span well under a decade: plain numbers read better than 9x10^-1 tick labels.
+        ax_loss.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
+        ax_loss.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
     ax_loss.grid(alpha=0.3)
     ax_loss.legend(fontsize=8)
     ax_loss.set_title("loss")
