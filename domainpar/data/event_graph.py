@@ -83,9 +83,10 @@ class EventGraph:
         return digest.hexdigest()[:16]
 
 
-_REQUIRED = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
-_OPTIONAL = ("y", "particle_id", "particle_pt")
-_DTYPES = {
+#: Arrays every graph has, arrays a graph without truth lacks, and the dtype of each.
+REQUIRED_ARRAYS = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
+OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt")
+ARRAY_DTYPES = {
     "x": np.float32,
     "pos": np.float32,
     "hit_id": np.int64,
@@ -104,16 +105,16 @@ def _fail(source: str, what: str, expected: str, found: str) -> DomainparError:
 
 def validate_graph(graph: EventGraph, source: str) -> None:
     """Check shapes, dtypes and index ranges; raise a one-line :class:`DomainparError`."""
-    for name in _REQUIRED + _OPTIONAL:
+    for name in REQUIRED_ARRAYS + OPTIONAL_ARRAYS:
         value = getattr(graph, name)
         if value is None:
-            if name in _REQUIRED:
+            if name in REQUIRED_ARRAYS:
                 raise _fail(source, name, "an array", "None")
             continue
         if not isinstance(value, np.ndarray):
             raise _fail(source, name, "a numpy array", type(value).__name__)
-        if value.dtype != _DTYPES[name]:
-            raise _fail(source, name, f"of dtype {np.dtype(_DTYPES[name]).name}", value.dtype.name)
+        if value.dtype != ARRAY_DTYPES[name]:
+            raise _fail(source, name, f"of dtype {np.dtype(ARRAY_DTYPES[name]).name}", value.dtype.name)
     n = graph.x.shape[0]
     if graph.x.ndim != 2:
         raise _fail(source, "x", "two-dimensional", f"{graph.x.ndim} dimensions")
@@ -171,14 +172,14 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
         raise DomainparError(
             f"{path}: graph format version must be {GRAPH_FORMAT_VERSION} (got {version}); rebuild it with `domainpar build`"
         )
-    missing = [k for k in ("event_id",) + _REQUIRED if k not in arrays]
+    missing = [k for k in ("event_id",) + REQUIRED_ARRAYS if k not in arrays]
     if missing:
         raise DomainparError(f"{path}: graph file is missing entries {missing}")
-    kwargs = {k: arrays.get(k) for k in _REQUIRED + _OPTIONAL}
+    kwargs = {k: arrays.get(k) for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS}
     for key, value in kwargs.items():
-        if value is not None and value.dtype != _DTYPES[key]:
+        if value is not None and value.dtype != ARRAY_DTYPES[key]:
             raise DomainparError(
-                f"{path}: entry {key} must be of dtype {np.dtype(_DTYPES[key]).name} (got {value.dtype.name})"
+                f"{path}: entry {key} must be of dtype {np.dtype(ARRAY_DTYPES[key]).name} (got {value.dtype.name})"
             )
     graph = object.__new__(EventGraph)
     for key, value in {"event_id": int(arrays["event_id"]), **kwargs}.items():

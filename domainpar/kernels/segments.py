@@ -51,7 +51,7 @@ def _wrap_angle(angle: float) -> float:
 
 
 @njit(cache=True)
-def _lower_bound(values: np.ndarray, start: int, stop: int, target: float) -> int:
+def _lower_bound(values: np.ndarray, start: int, stop: int, target) -> int:
     while start < stop:
         mid = (start + stop) // 2
         if values[mid] < target:
@@ -300,19 +300,8 @@ def find_segments(
 def _has_edge(out_start: np.ndarray, out_dst: np.ndarray, src: int, dst: int) -> bool:
     start = out_start[src]
     stop = out_start[src + 1]
-    k = _lower_bound_int(out_dst, start, stop, dst)
+    k = _lower_bound(out_dst, start, stop, dst)  # numba specialises it for int64 arrays
     return k < stop and out_dst[k] == dst
-
-
-@njit(cache=True)
-def _lower_bound_int(values: np.ndarray, start: int, stop: int, target: int) -> int:
-    while start < stop:
-        mid = (start + stop) // 2
-        if values[mid] < target:
-            start = mid + 1
-        else:
-            stop = mid
-    return start
 
 
 @njit(cache=True)

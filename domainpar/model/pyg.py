@@ -33,24 +33,12 @@ from torch_geometric.data import Data
 from torch_geometric.nn import EdgeConv, GATConv, GCNConv
 from torch_geometric.nn.conv import MessagePassing
 
-from domainpar.data.event_graph import EventGraph
+from domainpar.data.event_graph import ARRAY_DTYPES, OPTIONAL_ARRAYS, REQUIRED_ARRAYS, EventGraph
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.partition.local_graph import LocalGraph
 
-_ARRAY_FIELDS = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr", "y", "particle_id", "particle_pt")
-_REQUIRED = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
-_NUMPY_DTYPES = {
-    "x": np.float32,
-    "pos": np.float32,
-    "hit_id": np.int64,
-    "layer": np.int64,
-    "edge_index": np.int64,
-    "edge_attr": np.float32,
-    "y": np.float32,
-    "particle_id": np.int64,
-    "particle_pt": np.float32,
-}
+_ARRAY_FIELDS = REQUIRED_ARRAYS + OPTIONAL_ARRAYS
 
 
 def to_pyg(graph: EventGraph) -> Data:
@@ -77,9 +65,9 @@ def from_pyg(data: Data, event_id: int | None = None) -> EventGraph:
     Raises:
         DomainparError: a required attribute is missing, or shapes do not fit.
     """
-    missing = [name for name in _REQUIRED if getattr(data, name, None) is None]
+    missing = [name for name in REQUIRED_ARRAYS if getattr(data, name, None) is None]
     if missing:
-        raise DomainparError(f"Data must have attributes {list(_REQUIRED)} to become an EventGraph (missing {missing})")
+        raise DomainparError(f"Data must have attributes {list(REQUIRED_ARRAYS)} to become an EventGraph (missing {missing})")
     arrays = {}
     for name in _ARRAY_FIELDS:
         value = getattr(data, name, None)
@@ -87,7 +75,7 @@ def from_pyg(data: Data, event_id: int | None = None) -> EventGraph:
             arrays[name] = None
             continue
         tensor = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-        arrays[name] = np.ascontiguousarray(tensor.numpy()).astype(_NUMPY_DTYPES[name], copy=False)
+        arrays[name] = np.ascontiguousarray(tensor.numpy()).astype(ARRAY_DTYPES[name], copy=False)
     if event_id is None:
         event_id = int(getattr(data, "event_id", 0) or 0)
     return EventGraph(event_id=int(event_id), **arrays)
