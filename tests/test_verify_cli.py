@@ -99,7 +99,7 @@ def test_verify_rejects_graph_without_labels(tmp_path, capsys):
     "args, message",
     [
         (["--parts", "0"], "--parts must be at least 1"),
-        (["--parts", "2", "--hidden", "0"], "hidden must be a positive integer"),
+        (["--parts", "2", "--hidden", "0"], "--hidden must be at least 1 (got 0)"),
     ],
 )
 def test_verify_argument_errors(graph_file, capsys, args, message):
