@@ -78,6 +78,7 @@ def test_missing_config_file(tmp_path):
         ({"data.train": "/no/such/dir"}, 1, r"--data /no/such/dir: no such file or directory"),
         ({"data.train": ""}, 1, r"--data is required"),
         ({"parallel.mode": "single"}, 2, r"--mode single runs one process \(got 2 ranks\)"),
+        ({"parallel.mode": "single", "parallel.ranks": 2}, 1, r"--ranks must be 1 in single mode \(got 2\)"),
         ({"parallel.domain_size": 1, "optim.batch_events": 3}, 2, r"--batch-events 3 must be a multiple of the number of replicas 2"),
         ({"data.method": "random"}, 1, r"--method must be one of metis, geometric"),
         ({"optim.lr_scaling": "cube"}, 1, r"--lr-scaling must be one of none, linear, sqrt"),

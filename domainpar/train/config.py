@@ -345,6 +345,10 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {p.device!r})")
     _require(m.activation in ACTIVATIONS, f"--activation must be one of {', '.join(sorted(ACTIVATIONS))} (got {m.activation!r})")
     _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
+    _require(
+        not (p.mode == "single" and p.ranks > 1),
+        f"--ranks must be 1 in single mode (got {p.ranks}); use --mode domain or sectors to train on several ranks",
+    )
     _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
     _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
     _require(m.hidden >= 1, f"--hidden must be at least 1 (got {m.hidden})")
