@@ -403,9 +403,18 @@ def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.
     return partition_graph(graph, num_parts, method, seed=seed).owner
 
 
-def _check_graph(graph: EventGraph, source: str) -> None:
+def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:
+    """Check the arguments and load the graph; verify needs labels for its loss."""
+    from domainpar.data.event_graph import load_graph
+
+    if num_parts < 1:
+        raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
+    if dtype not in _DTYPES:
+        raise DomainparError(f"--dtype must be one of {', '.join(_DTYPES)} (got {dtype!r})")
+    graph = load_graph(graph_path)
     if graph.y is None:
-        raise DomainparError(f"{source}: verify needs a graph with truth labels for the loss (got a graph without y)")
+        raise DomainparError(f"{graph_path}: verify needs a graph with truth labels for the loss (got a graph without y)")
+    return graph
 
 
 def verify_graph_local(
@@ -421,15 +430,9 @@ def verify_graph_local(
     fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    from domainpar.data.event_graph import load_graph
     from domainpar.train.launch import spawn
 
-    if num_parts < 1:
-        raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
-    if dtype not in _DTYPES:
-        raise DomainparError(f"--dtype must be one of {', '.join(_DTYPES)} (got {dtype!r})")
-    graph = load_graph(graph_path)
-    _check_graph(graph, str(graph_path))
+    graph = _load_labelled_graph(graph_path, num_parts, dtype)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
@@ -458,17 +461,18 @@ def verify_graph_distributed(
     Returns:
         (result, this rank, backend).
     """
-    from domainpar.data.event_graph import load_graph
     from domainpar.train.launch import init_from_env
 
     env = init_from_env(timeout_s)
     if env.world_size != num_parts:
         raise DomainparError(f"--parts must equal the number of launched ranks {env.world_size} (got {num_parts})")
-    graph = load_graph(graph_path)
-    _check_graph(graph, str(graph_path))
-    owner = [_owner_for(graph, num_parts, method, seed) if env.rank == 0 else None]
-    dist.broadcast_object_list(owner, src=0)
-    case = VerifyCase(f"{method}/{num_parts}", graph, owner[0], config, dtype=dtype, seed=seed, fault=fault)
+    graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
+    owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
+    if env.rank == 0:
+        owner.copy_(torch.from_numpy(_owner_for(graph, num_parts, method, seed)))
+    dist.broadcast(owner, src=0)
+    case = VerifyCase(f"{method}/{num_parts}", graph, owner.cpu().numpy(), config, dtype=dtype, seed=seed, fault=fault)
     result = verify_worker(env.rank, env.world_size, [case], env.device)[0]
     dist.barrier()
     dist.destroy_process_group()
