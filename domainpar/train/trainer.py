@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 
 from domainpar.atomic import atomic_path
+from domainpar.comm.collectives import broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
+from domainpar.comm.groups import Layout, make_layout
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
@@ -44,7 +46,6 @@ from domainpar.train.checkpoint import (
 )
 from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of
 from domainpar.train.events import EventSource, array_shape
-from domainpar.train.layout import Layout, make_layout
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate
@@ -182,10 +183,8 @@ class Trainer:
         edge_features = array_shape(train_files[0], "edge_attr")[1]
         self.model_config = model_config_for(config, node_features, edge_features)
         self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
-        if self.layout.distributed:
-            # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
-            for tensor in self.model.state_dict().values():
-                dist.broadcast(tensor, src=0, group=self.layout.world_group)
+        # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
+        broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
         o = config.optim
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -259,9 +258,7 @@ class Trainer:
         if not fresh or prepared.plan.num_parts == 1:
             return
         digest = int.from_bytes(hashlib.sha256(prepared.plan.owner.tobytes()).digest()[:7], "little")
-        probe = torch.tensor([digest, -digest], dtype=torch.int64, device=self.device)
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.layout.domain_group)
-        if int(probe[0]) != -int(probe[1]):
+        if not same_on_all_ranks(digest, self.layout.domain_group, self.device):
             raise DomainparError(
                 f"event {prepared.graph.event_id}: the ranks of domain group {self.layout.replica} made different "
                 "partition plans; use a deterministic partitioner or precomputed --plans"
@@ -290,18 +287,6 @@ class Trainer:
         dtype = torch.bfloat16 if self.config.run.precision == "bf16" else self.dtype
         per = exchange.bytes_per_exchange(self.config.model.hidden, dtype) * exchange.num_exchanges
         return float(per * (2 if backward else 1))
-
-    def _all_sum(self, values: list[float]) -> list[float]:
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self.layout.distributed:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.layout.world_group)
-        return tensor.cpu().tolist()
-
-    def _all_max(self, value: float) -> float:
-        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
-        if self.layout.distributed:
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.layout.world_group)
-        return float(tensor.item())
 
     # ------------------------------------------------------------------ steps
 
@@ -343,7 +328,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
-        total_loss, total_halo = self._all_sum([loss_share, halo_bytes])
+        total_loss, total_halo = sum_values([loss_share, halo_bytes], self.layout.world_group, self.device)
         mean_loss = total_loss / self.layout.num_replicas
         self.global_step += 1
         self.step_in_epoch += 1
@@ -372,10 +357,7 @@ class Trainer:
                 # Sectors mode never scores cut edges: they count as rejected (score 0).
                 labels = torch.from_numpy(prepared.dropped_labels)
                 counter.add_edges(torch.zeros(labels.shape[0], dtype=torch.float64), labels)
-        packed = counter.packed().to(self.device)
-        if self.layout.distributed:
-            dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=self.layout.world_group)
-        counter.load_packed(packed)
+        counter.load_packed(sum_in_place(counter.packed().to(self.device), self.layout.world_group))
         return counter.summary()
 
     # ------------------------------------------------------------ bookkeeping
@@ -523,7 +505,7 @@ class Trainer:
             t_val = time.perf_counter()
             metrics = self.validate()
             val_seconds = time.perf_counter() - t_val
-            peak = self._all_max(float(_peak_memory_bytes(self.device)))
+            peak = max_value(float(_peak_memory_bytes(self.device)), self.layout.world_group, self.device)
             steps_done = max(self.epoch_state["steps"], 1)
             record = {
                 "epoch": self.epoch + 1,

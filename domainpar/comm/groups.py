@@ -1,4 +1,4 @@
-"""Process layout: domain groups × data-parallel replicas.
+"""Process groups: domain groups × data-parallel replicas.
 
 The world of W ranks is cut into W / G domain groups of G consecutive ranks
 (ranks ``r*G .. r*G+G-1`` form replica ``r``); a group trains one event at a
