@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from domainpar.atomic import atomic_path
 from domainpar.comm.collectives import broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
+from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
@@ -62,7 +63,6 @@ METRIC_KEYS = (
     "peak_memory_bytes",
     "halo_bytes",
 )
-_FAILED_KEY = "domainpar/failed_rank"
 
 
 def torch_dtype(precision: str) -> torch.dtype:
@@ -570,30 +570,6 @@ class Trainer:
 # ---------------------------------------------------------------- entry points
 
 
-def _failure_store():
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - private API; naming the failing rank is best effort
-        return None
-
-
-def _announce_or_name_failure(rank: int, exc: BaseException) -> BaseException:
-    """The first failing rank records itself in the rendezvous store; later ones name it in their error."""
-    store = _failure_store() if dist.is_initialized() else None
-    if store is None:
-        return exc
-    try:
-        if store.check([_FAILED_KEY]):
-            first = store.get(_FAILED_KEY).decode()
-            if first != str(rank):
-                return RuntimeError(f"rank {rank} stopped because rank {first} failed ({type(exc).__name__}: {exc})")
-            return exc
-        store.set(_FAILED_KEY, str(rank))
-    except Exception:  # noqa: BLE001 - the store may be gone with the failed peer
-        pass
-    return exc
-
-
 def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, Any]:
     """Body of one rank (spawned, torchrun or the single process): build the trainer, run, report.
 
@@ -624,10 +600,11 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         )
         return trainer.run()
     except BaseException as exc:
-        named = _announce_or_name_failure(rank, exc) if world_size > 1 else exc
-        if named is exc:
+        # The first failure of the job wins; a rank that only saw its consequence names it.
+        first = publish_failure(exc) if world_size > 1 else None
+        if first is None or first.rank == rank or isinstance(exc, PeerFailed):
             raise
-        raise named from exc
+        raise PeerFailed(first, rank) from exc
     finally:
         torch.set_num_threads(threads_before)
 
