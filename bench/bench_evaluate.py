@@ -49,7 +49,7 @@ def main() -> None:
     from domainpar.tracks.build import build_tracks
     from domainpar.tracks.score import score_arrays
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION
-    from domainpar.train.evaluate import infer_partitioned, infer_single, load_model
+    from domainpar.inference import infer_partitioned, infer_single, load_model
 
     event = simulate_event(SimulationConfig(num_particles=args.particles), event_id=1, seed=0)
     hits, particles, truth = event["hits"], event["particles"], event["truth"]

@@ -5,7 +5,7 @@ For 1–4 parts and the METIS and geometric partitioners, ``domainpar verify
 training step of the partitioned model and of the single-process model on
 the same weights, and reports the largest relative gradient error and the
 largest logit difference. This is the engine's contract
-(../shared/DESIGN.md): the numbers must be at float rounding level.
+(docs/design.md): the numbers must be at float rounding level.
 """
 
 from __future__ import annotations

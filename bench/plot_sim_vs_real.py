@@ -3,7 +3,7 @@
     .venv/bin/python bench/plot_sim_vs_real.py [--data /work/shared/data/trackml] [--out docs/figures/sim_vs_real.png]
 
 Simulates one event with the default :class:`SimulationConfig` (event id 21000,
-seed 0, as in tests/test_simulate.py) and compares it with the real event:
+seed 0, as in tests/data/test_simulate.py) and compares it with the real event:
 hits per volume, hits per particle, pT spectrum, pseudorapidity, and the x-y
 and r-z views of the hits.
 """

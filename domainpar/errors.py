@@ -11,6 +11,20 @@ class DomainparError(ValueError):
     """A user-facing error with a one-line message."""
 
 
+class FieldError(DomainparError):
+    """A configuration field with a bad value; the config layer prefixes the option's user-facing name.
+
+    Args:
+        field: the dataclass field's name (e.g. ``"hidden"``).
+        message: what was expected and found, without the field name (e.g. ``"must be positive (got 0)"``).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field} {message}")
+        self.field = field
+        self.message = message
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """The text of a third-party exception as one line for a :class:`DomainparError` message.
 

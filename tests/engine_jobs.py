@@ -1,6 +1,6 @@
 """The distributed checks of the engine, run in ONE spawned job of four gloo processes.
 
-``tests/test_exactness.py`` and ``tests/test_comm.py`` read their results from
+``tests/verification/test_exactness.py`` and ``tests/comm/test_halo_exchange.py`` read their results from
 :func:`results_for` / :func:`comm_results`; whichever runs first pays for the
 single spawn (process start-up and torch import dominate on a 2-core machine).
 
@@ -25,7 +25,8 @@ from domainpar.errors import DomainparError
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition import build_plan, partition_graph
 from domainpar.train.launch import spawn
-from domainpar.train.verify import PygCase, VerifyCase, VerifyJob, verify_jobs_worker
+from domainpar.verification.cases import PygCase, VerifyCase, VerifyJob
+from domainpar.verification.worker import verify_jobs_worker
 from partition_helpers import TRACKML_DIR, random_graph
 
 CONFIG = ModelConfig(hidden=16, num_iterations=2, mlp_layers=2)

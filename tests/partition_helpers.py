@@ -17,7 +17,7 @@ from scipy.spatial import cKDTree
 from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph
 
-TRACKML_DIR = Path(__file__).parent / "data" / "trackml"
+from fixtures import TRACKML_DIR
 
 
 def hits_graph(hits_csv: str | Path, *, window: float = 0.04, labels: bool = True, event_id: int = 0) -> EventGraph:

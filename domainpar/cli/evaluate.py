@@ -89,7 +89,8 @@ def evaluate(
     single-process ones.
     """
     from domainpar.atomic import atomic_path
-    from domainpar.train.evaluate import EvaluateConfig, evaluate as run_evaluation, write_outputs
+    from domainpar.inference.config import EvaluateConfig
+    from domainpar.inference.evaluation import evaluate as run_evaluation, write_outputs
 
     if ranks is not None and num_parts is not None and ranks != num_parts:
         raise DomainparError(f"--ranks must equal --parts: one process per part (got --ranks {ranks}, --parts {num_parts})")

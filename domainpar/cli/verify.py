@@ -55,7 +55,7 @@ def verify(
     """
     from domainpar.model.interaction_network import ModelConfig
     from domainpar.train.launch import running_under_launcher
-    from domainpar.train.verify import format_result_table, verify_graph_distributed, verify_graph_local
+    from domainpar.verification.run import format_result_table, verify_graph_distributed, verify_graph_local
 
     from domainpar.errors import DomainparError
     from domainpar.output_paths import check_output_file

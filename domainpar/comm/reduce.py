@@ -1,6 +1,6 @@
 """Gradient and metric reductions over domain groups and replicas.
 
-The exactness argument (../shared/DESIGN.md) says the full-graph gradient of
+The exactness argument (docs/design.md) says the full-graph gradient of
 one event is the SUM of the ranks' gradients over its domain group; replicas
 (domain groups holding other events) are then averaged. Gradients are
 flattened into buckets so that a model with many small tensors costs a few

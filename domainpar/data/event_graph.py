@@ -2,7 +2,7 @@
 
 An :class:`EventGraph` is what ``domainpar build`` writes (one ``.npz`` file per
 event, no pickle) and what partitioning, training and evaluation read. Edges
-point inner → outer (src → dst), see ../shared/DESIGN.md.
+point inner → outer (src → dst), see docs/design.md.
 """
 
 from __future__ import annotations

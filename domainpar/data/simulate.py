@@ -9,7 +9,7 @@ particles, truth) with its columns and dtypes, so everything downstream reads
 simulated and real events alike.
 
 Approximations (documented, and held against the real event 21000 by
-``tests/test_simulate.py``):
+``tests/data/test_simulate.py``):
 
 * Geometry: barrel layers are cylinders at the mean module radius, endcap layers
   discs at the mean module z, with extents from :func:`~domainpar.data.detector.layer_table`.

@@ -44,7 +44,7 @@ class Exchange(Protocol):
         ...
 
 
-class _Ready:
+class CompletedExchange:
     """A pending exchange that is already complete."""
 
     def __init__(self, value: torch.Tensor) -> None:
@@ -63,7 +63,7 @@ class IdentityExchange:
         return x_owned
 
     def start(self, x_owned: torch.Tensor) -> PendingExchange:
-        return _Ready(x_owned)
+        return CompletedExchange(x_owned)
 
     def __repr__(self) -> str:
         return "IdentityExchange()"

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, FieldError
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.partition.local_graph import LocalGraph
 
@@ -85,13 +85,14 @@ class ModelConfig:
         for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise DomainparError(f"model {name} must be a positive integer (got {value!r})")
+                raise FieldError(name, f"must be a positive integer (got {value!r})")
         if not isinstance(self.num_iterations, int) or isinstance(self.num_iterations, bool) or self.num_iterations < 0:
-            raise DomainparError(f"model num_iterations must be a non-negative integer (got {self.num_iterations!r})")
+            raise FieldError("num_iterations", f"must be a non-negative integer (got {self.num_iterations!r})")
         if self.activation not in ACTIVATIONS:
-            raise DomainparError(
-                f"model activation must be one of {', '.join(sorted(ACTIVATIONS))} (got {self.activation!r})"
-            )
+            raise FieldError("activation", f"must be one of {', '.join(sorted(ACTIVATIONS))} (got {self.activation!r})")
+        for name in ("layer_norm", "checkpointing", "overlap", "recurrent"):
+            if not isinstance(getattr(self, name), bool):
+                raise FieldError(name, f"must be true or false (got {getattr(self, name)!r})")
 
     def to_dict(self) -> dict:
         """Plain dict (for checkpoints and YAML)."""

@@ -1,7 +1,7 @@
 """Partition plans: the contract between an event graph and the ranks that train it.
 
 Given an owner part for every node, :func:`build_plan` derives what each part
-holds (../shared/DESIGN.md, "The exactness argument"):
+holds (docs/design.md, "The exactness argument"):
 
 * owned nodes V_p (local ids ``0 .. num_owned-1``, ascending global id);
 * local edges E_p: every edge with at least one owned endpoint. A cut edge is

@@ -33,7 +33,7 @@ accepted edge is a singleton track of its own):
     consecutive layers are joined by only one of their four segments: that
     pair is a fragment tied to the track by one edge and stays apart
     (TrackML score within 0.001 of ``components`` on the small real event;
-    ``tests/test_tracks.py``).
+    ``tests/tracks/test_tracks.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Rules (``trackml.score.score_event`` of the challenge's own library):
   events whose weights do not sum to one (the subsampled real event sums to 0.051).
 
 The implementation is vectorised (group-by over (track, particle) pairs) rather
-than the library's per-hit loop; ``tests/test_score.py`` checks the two agree
+than the library's per-hit loop; ``tests/tracks/test_score.py`` checks the two agree
 on random submissions.
 """
 

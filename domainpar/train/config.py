@@ -2,8 +2,11 @@
 
 A :class:`TrainConfig` has five sections (``data``, ``model``, ``optim``,
 ``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
-(see ``examples/train_default.yaml``). Command-line flags override single
-fields by their dotted name (``optim.lr``). Everything that can be checked
+(see ``examples/train_default.yaml``); ``model`` is the model's own
+:class:`~domainpar.model.interaction_network.ModelConfig`. Every field is one
+YAML key (``optim.lr``) and one command-line flag (:func:`flag_name`, generated
+by ``domainpar/cli/options.py`` from these dataclasses and their field
+docstrings), so a new field needs one edit here. Everything that can be checked
 before any process starts is checked by :func:`validate_config`, which raises
 one :class:`~domainpar.errors.DomainparError` line per mistake.
 """
@@ -18,7 +21,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, FieldError
+from domainpar.model.interaction_network import ModelConfig
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -42,26 +46,6 @@ class DataConfig:
     """Partitioner for on-the-fly plans in domain mode: metis or geometric."""
     cache_events: int = 256
     """Events whose graph and plan are kept in memory between epochs (0 = reload every time)."""
-
-
-@dataclass(frozen=True)
-class ModelSection:
-    """Interaction Network hyper-parameters (feature sizes come from the data)."""
-
-    hidden: int = 64
-    """Width of every hidden layer."""
-    iterations: int = 8
-    """Message-passing iterations."""
-    mlp_layers: int = 2
-    """Linear layers per MLP."""
-    activation: str = "silu"
-    """Hidden activation: silu, relu, tanh, gelu, elu or leaky_relu."""
-    layer_norm: bool = True
-    """LayerNorm after hidden layers (row-wise, so exact under partitioning)."""
-    overlap: bool = False
-    """Compute interior edges while halo rows are in flight (domain mode)."""
-    recurrent: bool = True
-    """One edge and one node network shared by all iterations (False: one per iteration)."""
 
 
 @dataclass(frozen=True)
@@ -130,8 +114,6 @@ class RunConfig:
     """Seed of weights, sampling and every RNG."""
     precision: str = "fp32"
     """fp32, bf16 (autocast on CUDA, reductions in fp32; refused on CPU) or fp64 (verification)."""
-    checkpointing: bool = False
-    """Activation checkpointing per message-passing iteration."""
     offload: bool = False
     """Keep saved activations in host memory (torch.autograd.graph.save_on_cpu)."""
     checkpoint_every: int = 0
@@ -160,8 +142,8 @@ class TrainConfig:
 
     data: DataConfig = field(default_factory=DataConfig)
     """Event sources."""
-    model: ModelSection = field(default_factory=ModelSection)
-    """Model hyper-parameters."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model hyper-parameters (the model's own :class:`ModelConfig`; feature widths are taken from the graphs)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Loss and optimiser."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -170,21 +152,49 @@ class TrainConfig:
     """Outputs and run options."""
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """Nested plain dict (YAML- and checkpoint-safe: only str/int/float/bool/None)."""
-        return dataclasses.asdict(self)
+        """Nested plain dict (YAML- and checkpoint-safe: only str/int/float/bool/None), without derived fields."""
+        nested = dataclasses.asdict(self)
+        for dotted in DERIVED_FIELDS:
+            section, _, name = dotted.partition(".")
+            nested[section].pop(name, None)
+        return nested
 
     def replace(self, **dotted: Any) -> "TrainConfig":
         """A copy with fields overridden by dotted name, e.g. ``replace(**{"optim.lr": 0.01})``."""
         return apply_overrides(self, dotted, source="override")
 
 
-_SECTION_TYPES = {
+#: Config section name → its dataclass (YAML sections and dotted field names).
+SECTION_TYPES = {
     "data": DataConfig,
-    "model": ModelSection,
+    "model": ModelConfig,
     "optim": OptimConfig,
     "parallel": ParallelConfig,
     "run": RunConfig,
 }
+
+
+#: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
+FLAG_NAMES = {
+    "data.train": "--data",
+    "model.num_iterations": "--iterations",
+    "parallel.timeout_s": "--timeout",
+}
+#: Fields set from the data, never from a config file or flag.
+DERIVED_FIELDS = {
+    "model.node_features": "the graphs' node feature width",
+    "model.edge_features": "the graphs' edge feature width",
+}
+
+
+def flag_name(dotted: str) -> str:
+    """The command-line flag of a config field, e.g. ``optim.pos_weight`` → ``--pos-weight``."""
+    return FLAG_NAMES.get(dotted) or "--" + dotted.partition(".")[2].replace("_", "-")
+
+
+def _display_name(dotted: str, source: str) -> str:
+    """How an error names a field: its flag on the command line, its dotted key in a file."""
+    return flag_name(dotted) if source == "command line" else dotted
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -247,19 +257,27 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: s
         overrides: ``{"section.field": value}``; values may be strings (from a CLI).
         source: named in error messages (a file name, "command line").
     """
-    sections = {name: getattr(config, name) for name in _SECTION_TYPES}
-    changes: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
+    sections = {name: getattr(config, name) for name in SECTION_TYPES}
+    changes: dict[str, dict[str, Any]] = {name: {} for name in SECTION_TYPES}
     for dotted, value in overrides.items():
         section, _, name = dotted.partition(".")
-        if section not in _SECTION_TYPES or not name:
+        if section not in SECTION_TYPES or not name:
             raise DomainparError(
-                f"{source}: unknown config key {dotted!r} (expected section.field with section one of {sorted(_SECTION_TYPES)})"
+                f"{source}: unknown config key {dotted!r} (expected section.field with section one of {sorted(SECTION_TYPES)})"
             )
-        types_ = _field_types(_SECTION_TYPES[section])
+        types_ = _field_types(SECTION_TYPES[section])
         if name not in types_:
             raise DomainparError(f"{source}: unknown config key {dotted!r} (expected one of {sorted(types_)} in {section})")
-        changes[section][name] = _coerce(value, types_[name], dotted, source)
-    return TrainConfig(**{name: dataclasses.replace(sections[name], **changes[name]) for name in _SECTION_TYPES})
+        if dotted in DERIVED_FIELDS:
+            raise DomainparError(f"{source}: {dotted} cannot be set (it is taken from {DERIVED_FIELDS[dotted]})")
+        changes[section][name] = _coerce(value, types_[name], _display_name(dotted, source), source)
+    replaced = {}
+    for name in SECTION_TYPES:
+        try:
+            replaced[name] = dataclasses.replace(sections[name], **changes[name])
+        except FieldError as exc:
+            raise DomainparError(f"{source}: {_display_name(f'{name}.{exc.field}', source)} {exc.message}") from None
+    return TrainConfig(**replaced)
 
 
 def flatten(nested: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -334,16 +352,14 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     Raises:
         DomainparError: one line naming the first offending option.
     """
-    from domainpar.model.interaction_network import ACTIVATIONS
-
-    d, m, o, p, r = config.data, config.model, config.optim, config.parallel, config.run
+    # Model fields are validated by ModelConfig itself when the config is built.
+    d, o, p, r = config.data, config.optim, config.parallel, config.run
     _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {p.mode!r})")
     _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {r.precision!r})")
     _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {d.method!r})")
     _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {o.schedule!r})")
     _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {o.lr_scaling!r})")
     _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {p.device!r})")
-    _require(m.activation in ACTIVATIONS, f"--activation must be one of {', '.join(sorted(ACTIVATIONS))} (got {m.activation!r})")
     _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
     _require(
         not (p.mode == "single" and p.ranks > 1),
@@ -351,9 +367,6 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     )
     _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
     _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
-    _require(m.hidden >= 1, f"--hidden must be at least 1 (got {m.hidden})")
-    _require(m.iterations >= 1, f"--iterations must be at least 1 (got {m.iterations})")
-    _require(m.mlp_layers >= 1, f"--mlp-layers must be at least 1 (got {m.mlp_layers})")
     _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
     _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
     _require(o.lr > 0, f"--lr must be positive (got {o.lr})")

@@ -71,22 +71,10 @@ def torch_dtype(precision: str) -> torch.dtype:
 
 
 def model_config_for(config: TrainConfig, node_features: int, edge_features: int):
-    """The :class:`~domainpar.model.interaction_network.ModelConfig` of a run."""
-    from domainpar.model.interaction_network import ModelConfig
+    """The run's :class:`~domainpar.model.interaction_network.ModelConfig` with the graphs' feature widths."""
+    import dataclasses
 
-    m = config.model
-    return ModelConfig(
-        node_features=node_features,
-        edge_features=edge_features,
-        hidden=m.hidden,
-        mlp_layers=m.mlp_layers,
-        num_iterations=m.iterations,
-        activation=m.activation,
-        layer_norm=m.layer_norm,
-        checkpointing=config.run.checkpointing,
-        overlap=m.overlap,
-        recurrent=m.recurrent,
-    )
+    return dataclasses.replace(config.model, node_features=node_features, edge_features=edge_features)
 
 
 def _reset_peak_memory(device: torch.device) -> None:

@@ -22,7 +22,7 @@ from domainpar.data.trackml import (
 )
 from domainpar.errors import DomainparError
 
-DATA = Path(__file__).parent / "data" / "trackml"
+from fixtures import TRACKML_DIR as DATA
 REAL = DATA / "event000000001"
 
 

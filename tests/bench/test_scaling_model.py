@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-# bench/ is a top-level directory of the repository, not part of the installed package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.report import Section, write_report
 from bench.scaling_model import Assumptions, Hardware, load_inputs, markdown_table, predict
 from domainpar.errors import DomainparError

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from domainpar.errors import DomainparError
 from domainpar.tracks.score import analyze_tracks, score_arrays, score_event
 
-EVENT = Path(__file__).parent / "data" / "trackml" / "event000000001"
+from fixtures import EVENT1 as EVENT
 
 
 def _truth(particle_id, weight=None) -> pd.DataFrame:

@@ -28,7 +28,7 @@ import pytest
 from domainpar.errors import DomainparError
 from domainpar.train.config import load_config, validate_config
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures import REPO
 SLURM = REPO / "slurm"
 SCRIPTS = {
     "single_node_4gpu.sbatch": {"nodes": 1, "gpus": 4, "launcher": "torchrun"},
@@ -209,7 +209,6 @@ def _free_port() -> int:
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_two_node_rehearsal_with_torchrun_c10d(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
     from partition_helpers import TRACKML_DIR, hits_graph
 
     from domainpar.data.event_graph import save_graph
@@ -221,7 +220,7 @@ def test_two_node_rehearsal_with_torchrun_c10d(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(
         f"data: {{train: {graphs}, val: {graphs}}}\n"
-        "model: {hidden: 8, iterations: 2, mlp_layers: 1}\n"
+        "model: {hidden: 8, num_iterations: 2, mlp_layers: 1}\n"
         "parallel: {mode: domain, device: cpu, timeout_s: 60}\n"
         f"run: {{out: {out}, epochs: 1, max_steps: 2, progress: false, curves: false}}\n"
     )

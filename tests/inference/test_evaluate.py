@@ -12,7 +12,7 @@ import torch
 
 from domainpar.errors import DomainparError
 
-TRACKML_DIR = Path(__file__).parent / "data" / "trackml"
+from fixtures import TRACKML_DIR
 EVENT = TRACKML_DIR / "event000000001"
 HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
 
@@ -73,7 +73,7 @@ def trained_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def single_report(trained_checkpoint, event_dir):
-    from domainpar.train.evaluate import EvaluateConfig, evaluate
+    from domainpar.inference import EvaluateConfig, evaluate
 
     return evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, progress=False))
 
@@ -106,7 +106,7 @@ def test_single_process_evaluation_of_the_real_event(single_report):
 @pytest.mark.timeout(240)
 @pytest.mark.distributed
 def test_two_parts_give_the_single_process_logits_and_figures(trained_checkpoint, event_dir, single_report):
-    from domainpar.train.evaluate import EvaluateConfig, evaluate
+    from domainpar.inference import EvaluateConfig, evaluate
 
     # Geometric (phi x eta) parts always cut tracks; METIS may find a zero cut on this sparse subsampled event.
     report = evaluate(
@@ -165,7 +165,7 @@ def test_cli_writes_json_plots_and_submissions(trained_checkpoint, event_dir, gr
 
 
 def test_graph_input_with_raw_truth_gives_the_same_figures(trained_checkpoint, event_dir, graph_dir, single_report):
-    from domainpar.train.evaluate import EvaluateConfig, evaluate
+    from domainpar.inference import EvaluateConfig, evaluate
 
     with_truth = evaluate(
         EvaluateConfig(checkpoint=trained_checkpoint, data=graph_dir, events_dir=event_dir, progress=False)
@@ -181,7 +181,7 @@ def test_graph_input_with_raw_truth_gives_the_same_figures(trained_checkpoint, e
 
 def test_evaluate_errors(trained_checkpoint, event_dir, tmp_path, capsys):
     from domainpar.cli.main import main
-    from domainpar.train.evaluate import EvaluateConfig, evaluate, load_model
+    from domainpar.inference import EvaluateConfig, evaluate, load_model
 
     with pytest.raises(DomainparError, match=r"checkpoint file not found"):
         load_model(tmp_path / "absent.pt")

@@ -26,7 +26,7 @@ A case passes when all three are at most the dtype's tolerance
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -34,143 +34,15 @@ import torch.distributed as dist
 
 from domainpar.comm.halo import HaloExchange
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
-from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import Exchange, IdentityExchange
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.interaction_network import InteractionNetwork
 from domainpar.model.loss import edge_loss
 from domainpar.partition.local_graph import LocalGraph, local_graph
 from domainpar.partition.plan import build_plan
-
-#: Pass threshold of every error measure, by dtype name.
-TOLERANCES = {"float64": 1e-10, "float32": 1e-5}
-#: Deliberately wrong exchanges, to show the check can fail.
-FAULTS = ("zero_halo", "drop_halo_grad")
-
-_DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
-
-@dataclass(frozen=True, eq=False)
-class VerifyCase:
-    """One comparison of a partitioned run against the single-process run."""
-
-    name: str
-    """Label shown in tables and results."""
-    graph: EventGraph
-    """The event graph (needs labels)."""
-    owner: np.ndarray
-    """(num_nodes,) owning part of every node; the number of parts must equal the group size."""
-    config: ModelConfig
-    """Model configuration (checkpointing/overlap apply to the partitioned run only)."""
-    dtype: str = "float64"
-    """"float64" or "float32"."""
-    seed: int = 0
-    """Seed of the model weights (identical on every rank and in the reference)."""
-    pos_weight: float = 1.0
-    """Loss weight of true edges."""
-    fault: str | None = None
-    """None, or one of :data:`FAULTS` to break the exchange on purpose."""
-
-
-@dataclass(frozen=True, eq=False)
-class PygCase:
-    """One comparison of a two-layer PyG stack (:class:`~domainpar.model.pyg.PygStack`) partitioned vs whole."""
-
-    name: str
-    """Label shown in tables and results."""
-    graph: EventGraph
-    """The event graph."""
-    owner: np.ndarray
-    """(num_nodes,) owning part of every node."""
-    layer: str
-    """One of :data:`domainpar.model.pyg.EXAMPLE_LAYERS`."""
-    hidden: int = 8
-    """Output channels of both layers."""
-    dtype: str = "float64"
-    """"float64" or "float32"."""
-    seed: int = 0
-    """Seed of the weights and of the fixed random read-out of the loss."""
-    global_degrees: bool = True
-    """For gcn: normalise with exchanged global degrees (exact); False uses local degrees (not exact)."""
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    """Outcome of one :class:`VerifyCase`."""
-
-    name: str
-    """The case's name."""
-    num_parts: int
-    """Ranks (parts) of the partitioned run."""
-    dtype: str
-    """Floating-point type of the comparison."""
-    max_abs_err_logits: float
-    """Max |logit_part − logit_full| over every local copy of every edge (PyG cases: over owned node outputs)."""
-    rel_err_loss: float
-    """|Σ loss_r − loss_full| / |loss_full|."""
-    max_rel_err_grad: float
-    """Max over parameters of max|g_part − g_full| / max|g_full| (g_part summed over ranks)."""
-    worst_parameter: str
-    """Parameter with the largest relative gradient error."""
-    loss_full: float
-    """Single-process loss."""
-    loss_parts: float
-    """Sum of the ranks' losses."""
-    tolerance: float
-    """Pass threshold of the three errors."""
-    num_halo: tuple[int, ...]
-    """Halo rows per rank."""
-    passed: bool
-    """All three errors within tolerance."""
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "num_parts": self.num_parts,
-            "dtype": self.dtype,
-            "max_abs_err_logits": self.max_abs_err_logits,
-            "rel_err_loss": self.rel_err_loss,
-            "max_rel_err_grad": self.max_rel_err_grad,
-            "worst_parameter": self.worst_parameter,
-            "loss_full": self.loss_full,
-            "loss_parts": self.loss_parts,
-            "tolerance": self.tolerance,
-            "num_halo": list(self.num_halo),
-            "passed": self.passed,
-        }
-
-
-class _Ready:
-    def __init__(self, value: torch.Tensor) -> None:
-        self._value = value
-
-    def wait(self) -> torch.Tensor:
-        return self._value
-
-
-class FaultyExchange:
-    """Wraps an exchange and breaks it on purpose (every rank must use the same fault).
-
-    ``zero_halo``: halo rows arrive as zeros. ``drop_halo_grad``: halo rows are
-    right but their gradients never reach the owners.
-    """
-
-    def __init__(self, inner: Exchange, fault: str) -> None:
-        if fault not in FAULTS:
-            raise DomainparError(f"fault must be one of {', '.join(FAULTS)} (got {fault!r})")
-        self.inner = inner
-        self.fault = fault
-        self.num_halo = inner.num_halo
-
-    def __call__(self, x_owned: torch.Tensor) -> torch.Tensor:
-        return self.start(x_owned).wait()
-
-    def start(self, x_owned: torch.Tensor) -> _Ready:
-        if self.fault == "drop_halo_grad":
-            rows = self.inner(x_owned.detach())
-            return _Ready(torch.cat([x_owned, rows[x_owned.shape[0] :]]))
-        rows = self.inner(x_owned)
-        return _Ready(torch.cat([rows[: x_owned.shape[0]], torch.zeros_like(rows[x_owned.shape[0] :])]))
+from domainpar.verification.cases import DTYPES as _DTYPES
+from domainpar.verification.cases import TOLERANCES, PygCase, VerifyCase, VerifyJob, VerifyResult
+from domainpar.verification.faults import FaultyExchange
 
 
 def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
@@ -354,18 +226,6 @@ def verify_worker(
     return results
 
 
-@dataclass(frozen=True, eq=False)
-class VerifyJob:
-    """Cases to run on one domain group: a subset of the spawned ranks."""
-
-    ranks: tuple[int, ...]
-    """Global ranks of the group; part p runs on ranks[p]."""
-    cases: tuple[VerifyCase, ...] = ()
-    """Interaction Network cases (their owners must have len(ranks) parts)."""
-    pyg_cases: tuple[PygCase, ...] = ()
-    """PyG layer cases."""
-
-
 def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dict[int, list[VerifyResult]]:
     """Run several domain groups' verifications in one job (many world sizes, one process start-up).
 
@@ -394,108 +254,3 @@ def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dic
 
 # ---- the `domainpar verify` entry points -------------------------------------------------------
 
-
-def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.ndarray:
-    from domainpar.partition.partitioners import partition_graph
-
-    if method not in ("metis", "geometric"):
-        raise DomainparError(f"method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
-    return partition_graph(graph, num_parts, method, seed=seed).owner
-
-
-def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:
-    """Check the arguments and load the graph; verify needs labels for its loss."""
-    from domainpar.data.event_graph import load_graph
-
-    if num_parts < 1:
-        raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
-    if dtype not in _DTYPES:
-        raise DomainparError(f"--dtype must be one of {', '.join(_DTYPES)} (got {dtype!r})")
-    graph = load_graph(graph_path)
-    if graph.y is None:
-        raise DomainparError(f"{graph_path}: verify needs a graph with truth labels for the loss (got a graph without y)")
-    return graph
-
-
-def verify_graph_local(
-    graph_path: str,
-    num_parts: int,
-    method: str,
-    config: ModelConfig,
-    *,
-    dtype: str = "float64",
-    seed: int = 0,
-    timeout_s: float = 600.0,
-    num_threads: int | None = None,
-    fault: str | None = None,
-) -> VerifyResult:
-    """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    from domainpar.train.launch import spawn
-
-    graph = _load_labelled_graph(graph_path, num_parts, dtype)
-    owner = _owner_for(graph, num_parts, method, seed)
-    case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
-    if num_threads is None:
-        import os
-
-        num_threads = max(1, (os.cpu_count() or 1) // num_parts)
-    per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
-    return per_rank[0][0]
-
-
-def verify_graph_distributed(
-    graph_path: str,
-    num_parts: int,
-    method: str,
-    config: ModelConfig,
-    *,
-    dtype: str = "float64",
-    seed: int = 0,
-    timeout_s: float = 600.0,
-    fault: str | None = None,
-) -> tuple[VerifyResult, int, str]:
-    """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
-
-    Rank 0 partitions and broadcasts the owners, so every rank uses one plan.
-
-    Returns:
-        (result, this rank, backend).
-    """
-    from domainpar.train.launch import init_from_env
-
-    env = init_from_env(timeout_s)
-    if env.world_size != num_parts:
-        raise DomainparError(f"--parts must equal the number of launched ranks {env.world_size} (got {num_parts})")
-    graph = _load_labelled_graph(graph_path, num_parts, dtype)
-    # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
-    owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
-    if env.rank == 0:
-        owner.copy_(torch.from_numpy(_owner_for(graph, num_parts, method, seed)))
-    dist.broadcast(owner, src=0)
-    case = VerifyCase(f"{method}/{num_parts}", graph, owner.cpu().numpy(), config, dtype=dtype, seed=seed, fault=fault)
-    result = verify_worker(env.rank, env.world_size, [case], env.device)[0]
-    dist.barrier()
-    dist.destroy_process_group()
-    return result, env.rank, env.backend
-
-
-def format_result_table(result: VerifyResult) -> str:
-    """A Markdown table of the three error measures against the tolerance."""
-    rows = [
-        ("logits: max abs error (every copy of every edge)", result.max_abs_err_logits),
-        ("loss: relative error of the sum over ranks", result.rel_err_loss),
-        ("gradients: max relative error (worst: " + result.worst_parameter + ")", result.max_rel_err_grad),
-    ]
-    lines = [
-        f"parts: {result.num_parts}   dtype: {result.dtype}   halo rows per rank: {list(result.num_halo)}",
-        f"loss full graph: {result.loss_full:.10g}   sum over ranks: {result.loss_parts:.10g}",
-        "",
-        "| quantity | error | tolerance | status |",
-        "|---|---|---|---|",
-    ]
-    for label, value in rows:
-        status = "ok" if value <= result.tolerance else "MISMATCH"
-        lines.append(f"| {label} | {value:.3e} | {result.tolerance:.0e} | {status} |")
-    lines.append("")
-    lines.append("PASSED: partitioned run equals one process" if result.passed else "FAILED: partitioned run differs from one process")
-    return "\n".join(lines)

@@ -28,7 +28,7 @@ TIGHT = 1e-10  # float64: partitioning reorders sums, nothing more
 
 BASE = {
     "model.hidden": 16,
-    "model.iterations": 2,
+    "model.num_iterations": 2,
     "run.epochs": 2,
     "optim.batch_events": 2,
     "optim.lr": 0.01,
@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
         config("domain2", **{"parallel.mode": "domain", "parallel.ranks": 2}),
         config("sectors2", **{"parallel.mode": "sectors", "parallel.ranks": 2}),
         config("domain2_overlap_ckpt", **{"parallel.mode": "domain", "parallel.ranks": 2, "model.overlap": True,
-                                          "run.checkpointing": True, "data.method": "geometric"}),
+                                          "model.checkpointing": True, "data.method": "geometric"}),
         config("domain2_plans", **{"parallel.mode": "domain", "parallel.ranks": 2, "data.plans": str(root / "plans")}),
     ]
     four = [config("domain2x2", **{"parallel.mode": "domain", "parallel.ranks": 4, "parallel.domain_size": 2})]

@@ -17,7 +17,7 @@ from domainpar.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from domainpar.train.config import OptimConfig, TrainConfig, load_config, validate_config
+from domainpar.train.config import OptimConfig, TrainConfig, flatten, load_config, validate_config
 from domainpar.train.metrics import EdgeCounter, roc_auc_from_histograms
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate
@@ -37,7 +37,50 @@ def test_yaml_and_overrides(tmp_path, data_dir):
     config = load_config(path, {"optim.lr": "0.5", "run.epochs": 3, "data.val": "none"})
     assert config.optim.lr == 0.5 and config.run.epochs == 3 and config.parallel.mode == "sectors"
     assert config.parallel.domain_size == 2 and config.data.val is None
-    assert load_config(None, config.to_dict() and {}) == TrainConfig()
+    assert load_config(None, {}) == TrainConfig()
+    # Round trip: every field of a non-default config survives to_dict → overrides → config.
+    assert load_config(None, flatten(config.to_dict(), "round trip")) == config
+
+
+def test_every_config_field_is_a_flag_with_its_docstring():
+    """The train command's options are generated from the config dataclasses: one per field, help = docstring."""
+    import dataclasses
+
+    from domainpar.cli.options import field_docs
+    from domainpar.cli.train import train as train_command
+    from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name
+
+    options = {opt for param in train_command.params for opt in param.opts}
+    helps = {param.opts[0]: param.help for param in train_command.params}
+    flags = []
+    for section, cls in SECTION_TYPES.items():
+        docs = field_docs(cls)
+        for field in dataclasses.fields(cls):
+            dotted = f"{section}.{field.name}"
+            if dotted in DERIVED_FIELDS:
+                assert flag_name(dotted) not in options
+                continue
+            flag = flag_name(dotted)
+            flags.append(flag)
+            assert flag in options, dotted
+            assert docs.get(field.name) and helps[flag] == docs[field.name], dotted
+    assert len(flags) == len(set(flags)), "two config fields share a flag"
+
+
+def test_model_section_is_the_model_config_and_derived_widths_are_refused(tmp_path):
+    from domainpar.model.interaction_network import ModelConfig
+
+    config = load_config(None, {"model.num_iterations": 3, "model.checkpointing": "true"})
+    assert isinstance(config.model, ModelConfig) and config.model.num_iterations == 3 and config.model.checkpointing
+    with pytest.raises(DomainparError, match="model.node_features cannot be set"):
+        load_config(None, {"model.node_features": 5})
+    # One validation, in ModelConfig, reported with the user's flag name.
+    with pytest.raises(DomainparError, match=r"command line: --hidden must be a positive integer \(got 0\)"):
+        load_config(None, {"model.hidden": 0})
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  num_iterations: -1\n")
+    with pytest.raises(DomainparError, match=r"bad.yaml: model.num_iterations must be a non-negative integer"):
+        load_config(path)
 
 
 def test_example_yaml_loads():

@@ -16,7 +16,9 @@ from domainpar.data.simulate import OVERLAP_OFFSET_MM, SimulationConfig, pt_weig
 from domainpar.data.trackml import load_dataset, load_event
 from domainpar.errors import DomainparError
 
-REFERENCE = Path(__file__).parent / "data" / "trackml" / "reference_stats_event000021000.json"
+from fixtures import TRACKML_DIR
+
+REFERENCE = TRACKML_DIR / "reference_stats_event000021000.json"
 SMALL = SimulationConfig(num_particles=1500)
 #: No scattering, no smearing: truth points lie exactly on the ideal helix.
 IDEAL = replace(SMALL, multiple_scattering=False, smear=False, module_overlaps=False, secondary_fraction=0.0)

@@ -20,9 +20,9 @@ from domainpar.data.trackml import load_event
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
 
-DATA = Path(__file__).parent / "data" / "trackml"
+from fixtures import FULL_EVENT
+from fixtures import TRACKML_DIR as DATA
 SMALL_EVENT = DATA / "event000000001"
-FULL_EVENT = Path("/work/shared/data/trackml/event000021000")
 
 
 @pytest.fixture(scope="module")

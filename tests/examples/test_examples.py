@@ -14,7 +14,7 @@ import torch
 
 from partition_helpers import TRACKML_DIR, hits_graph
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures import REPO
 EXAMPLES = REPO / "examples"
 
 

@@ -21,7 +21,7 @@ from domainpar.tracks.efficiency import (
     tracking_metrics,
 )
 
-EVENT = Path(__file__).parent / "data" / "trackml" / "event000000001"
+from fixtures import EVENT1 as EVENT
 
 
 def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:

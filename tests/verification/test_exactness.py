@@ -9,7 +9,7 @@ float64 (tolerance 1e-10) and float32 (1e-5), plus synthetic graphs with
 many cut edges, a part without neighbours, a node whose halo comes from three
 parts, PyG layers, and deliberately broken exchanges that must fail.
 
-Error measures (see :mod:`domainpar.train.verify`): max |logit_part −
+Error measures (see :mod:`domainpar.verification`): max |logit_part −
 logit_full| over every local copy of every edge; relative loss error; per
 parameter tensor max|g_part − g_full| / max|g_full| with g_part the sum over
 ranks, maximised over tensors.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from domainpar.partition import build_plan
-from domainpar.train.verify import TOLERANCES
+from domainpar.verification.cases import TOLERANCES
 from engine_jobs import STAR_OWNER, WORLD_SIZES, results_for, star_graph, two_components_graph, two_components_owner
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

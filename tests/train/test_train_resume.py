@@ -54,7 +54,7 @@ def _config(data: Path, val: Path, out: Path, **overrides):
         "run.precision": "fp64",
         "parallel.threads": 1,
         "model.hidden": 16,
-        "model.iterations": 2,
+        "model.num_iterations": 2,
         "optim.lr": 0.01,
         "optim.warmup": 3,
         "run.seed": 7,

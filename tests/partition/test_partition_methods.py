@@ -40,7 +40,9 @@ def test_every_method_gives_a_valid_plan_on_the_real_event(real_graph, method, n
         assert plan.num_cut_edges > 0
 
 
-FULL_EVENT = Path("/work/shared/data/trackml/event000021000-hits.csv.gz")
+from fixtures import SHARED_TRACKML
+
+FULL_EVENT = SHARED_TRACKML / "event000021000-hits.csv.gz"
 
 
 @pytest.mark.skipif(not FULL_EVENT.exists(), reason="full real event not available")

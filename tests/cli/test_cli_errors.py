@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures import TRACKML_DIR
 
 from domainpar.cli.main import main
 from domainpar.data.event_graph import EventGraph, save_graph
@@ -119,7 +120,7 @@ def test_simulate_bad_arguments(tmp_path, a_file, capsys):
 
 
 def test_build_checks_outputs_before_work(tmp_path, a_file, capsys):
-    events = Path(__file__).parent / "data" / "trackml"
+    events = TRACKML_DIR
     line = run_cli(capsys, "build", "--input", events, "--out", tmp_path / "g", "--json", a_file / "b.json")
     assert line.startswith("error: --json") and "must be a directory" in line
     assert not (tmp_path / "g").exists()  # no graph was built before the report path was refused
@@ -130,7 +131,7 @@ def test_build_min_pt_without_truth_names_option_and_leaves_nothing(tmp_path, ca
 
     events = tmp_path / "events"
     events.mkdir()
-    shutil.copy(Path(__file__).parent / "data" / "trackml" / "event000000001-hits.csv.gz", events)
+    shutil.copy(TRACKML_DIR / "event000000001-hits.csv.gz", events)
     line = run_cli(capsys, "build", "--input", events, "--out", tmp_path / "g", "--min-pt", "1")
     assert line == (
         f"error: {events / 'event000000001'}: --min-pt 1 keeps hits by truth pT, so it needs the event's truth file (found none)"

@@ -1,0 +1,59 @@
+"""What ``domainpar evaluate`` does: :class:`EvaluateConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from domainpar.errors import DomainparError
+from domainpar.tracks.build import METHODS as TRACK_METHODS
+
+#: Partitioners usable for partitioned inference.
+PARTITION_METHODS = ("metis", "geometric")
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """What ``domainpar evaluate`` does."""
+
+    checkpoint: Path
+    """A checkpoint (``checkpoints/step-*.pt``) or final ``model.pt`` of ``domainpar train``."""
+    data: Path
+    """A directory of raw TrackML events with truth, a graph file, or a directory of graph files with labels."""
+    num_parts: int = 1
+    """Parts per event; > 1 runs that many local processes with halo exchange."""
+    method: str = "metis"
+    """Partitioner for num_parts > 1: metis or geometric."""
+    threshold: float | None = None
+    """Edge score cut (sigmoid probability); None: the checkpoint's training threshold, else 0.5."""
+    track_method: str = "walk"
+    """Track building: components or walk (see :mod:`domainpar.tracks.build`)."""
+    events_dir: Path | None = None
+    """Raw events holding the truth of graph inputs (for the TrackML score); None for raw inputs."""
+    pt_min: float = 1.0
+    """Reconstructable particles have pT above this (GeV)."""
+    min_layers: int = 3
+    """Reconstructable particles hit at least this many distinct layers."""
+    min_track_hits: int = 3
+    """Tracks with fewer hits are not candidates for the fake and duplicate rates."""
+    seed: int = 0
+    """METIS seed."""
+    timeout_s: float = 1800.0
+    """Wall-clock limit of the partitioned inference job (and its process-group timeout)."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_parts, int) or self.num_parts < 1:
+            raise DomainparError(f"--parts must be a positive integer (got {self.num_parts!r})")
+        if self.method not in PARTITION_METHODS:
+            raise DomainparError(f"--method must be one of {', '.join(PARTITION_METHODS)} (got {self.method!r})")
+        if self.threshold is not None and not (0.0 < self.threshold < 1.0):
+            raise DomainparError(f"--threshold must be in (0, 1) (got {self.threshold})")
+        if self.track_method not in TRACK_METHODS:
+            raise DomainparError(f"--tracks must be one of {', '.join(TRACK_METHODS)} (got {self.track_method!r})")
+        if not (self.timeout_s > 0):
+            raise DomainparError(f"--timeout must be positive seconds (got {self.timeout_s})")
+        if not (self.pt_min >= 0):
+            raise DomainparError(f"pt_min must be non-negative (got {self.pt_min})")
+

@@ -1,0 +1,109 @@
+"""The events of an evaluation: graphs built from raw TrackML events, or graph files (+ optional raw truth)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from domainpar.data.event_graph import EventGraph, graph_files, load_graph
+from domainpar.errors import DomainparError
+from domainpar.inference.config import EvaluateConfig
+from domainpar.tracks.efficiency import ParticleTable
+
+
+@dataclass
+class EventInput:
+    """One event ready for inference and scoring."""
+
+    graph: EventGraph
+    """The event graph, with labels and per-hit truth."""
+    source: str
+    """Where it came from (for messages and records)."""
+    truth: pd.DataFrame | None = None
+    """hit_id, particle_id, weight of every hit of the event (None: no weights known)."""
+    layer: np.ndarray | None = None
+    """(len(truth),) layer code of every truth hit (with truth)."""
+    particles: ParticleTable | None = None
+    """Particle pT and eta."""
+
+
+def _raw_truth(prefix: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    from domainpar.data.trackml import load_event
+
+    hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
+    return hits, particles, truth
+
+
+def _attach_truth(event: EventInput, hits: pd.DataFrame, particles: pd.DataFrame, truth: pd.DataFrame) -> None:
+    from domainpar.data.detector import layer_index_of
+
+    order = np.argsort(truth["hit_id"].to_numpy())
+    truth = truth.iloc[order].reset_index(drop=True)
+    hits = hits.set_index("hit_id").loc[truth["hit_id"].to_numpy()]
+    event.truth = truth[["hit_id", "particle_id", "weight"]]
+    event.layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    event.particles = ParticleTable.from_momenta(particles["particle_id"], particles["px"], particles["py"], particles["pz"])
+
+
+def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
+    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth)."""
+    from tqdm import tqdm
+
+    data = Path(config.data)
+    raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
+    events: list[EventInput] = []
+    if raw:
+        from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
+        from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
+
+        cell_features = node_features == 3 + len(CELL_FEATURES)
+        for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
+            if not has_truth(prefix):
+                raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
+            parts = ("hits", "particles", "truth") + (("cells",) if cell_features else ())
+            frames = load_event(prefix, parts=parts)
+            hits, particles, truth = frames[:3]
+            graph, _ = build_graph(
+                hits, truth, particles, frames[3] if cell_features else None,
+                config=GraphConfig(cell_features=cell_features), event_id=event_id_of(prefix),
+            )  # fmt: skip
+            event = EventInput(graph=graph, source=str(prefix))
+            _attach_truth(event, hits, particles, truth)
+            events.append(event)
+        return events
+    if not (data.is_file() or (data.is_dir() and any(data.glob("*.npz")))):
+        raise DomainparError(
+            f"{data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz), found neither"
+        )
+    if config.events_dir is not None and not Path(config.events_dir).is_dir():
+        raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
+    first_source: dict[int, Path] = {}
+    for path in graph_files(data):
+        graph = load_graph(path)
+        if graph.event_id in first_source:
+            # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
+            raise DomainparError(
+                f"{data}: expected one graph file per event (found event {graph.event_id} in both "
+                f"{first_source[graph.event_id].name} and {path.name})"
+            )
+        first_source[graph.event_id] = path
+        if graph.x.shape[1] != node_features:
+            raise DomainparError(
+                f"{path}: graph has {graph.x.shape[1]} node features but the checkpoint's model expects {node_features} "
+                "(build the graphs with the same --cell-features setting as the training graphs)"
+            )
+        if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
+            raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
+        event = EventInput(graph=graph, source=str(path))
+        if config.events_dir is not None:
+            prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
+            hits, particles, truth = _raw_truth(prefix)
+            _attach_truth(event, hits, particles, truth)
+        else:
+            event.particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)
+        events.append(event)
+    return events
+

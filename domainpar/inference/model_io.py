@@ -1,0 +1,65 @@
+"""Restoring a trained edge classifier for inference."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from domainpar.errors import DomainparError
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model restored from a checkpoint."""
+
+    model: torch.nn.Module
+    """The InteractionNetwork in eval mode, on CPU."""
+    dtype: torch.dtype
+    """Parameter dtype (float32, or float64 for fp64 runs); inputs are cast to it."""
+    threshold: float | None
+    """The training run's threshold, when the checkpoint records one."""
+    step: int | None
+    """Optimiser steps of the checkpoint."""
+
+
+def load_model(path: str | os.PathLike) -> LoadedModel:
+    """Restore the model of a ``domainpar train`` checkpoint or ``model.pt`` (``weights_only=True``).
+
+    Raises:
+        DomainparError: missing/corrupted file, not a domainpar checkpoint, or weights that do not fit.
+    """
+    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, read_checkpoint_file
+
+    path = Path(path)
+    state = read_checkpoint_file(path)
+    if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
+        found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
+        raise DomainparError(f"{path}: expected a domainpar checkpoint with 'model' and 'model_config' entries (got {found})")
+    version = state.get("format_version")
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise DomainparError(f"{path}: checkpoint format version must be {CHECKPOINT_FORMAT_VERSION} (got {version})")
+    model_config = ModelConfig.from_dict(dict(state["model_config"]))
+    # Inference never needs activation checkpointing; overlap is exact either way.
+    model_config = ModelConfig.from_dict({**model_config.to_dict(), "checkpointing": False})
+    model = InteractionNetwork(model_config)
+    weights = state["model"]
+    floating = [v.dtype for v in weights.values() if torch.is_tensor(v) and v.is_floating_point()]
+    dtype = floating[0] if floating else torch.float32
+    model = model.to(dtype=dtype)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise DomainparError(f"{path}: checkpoint weights do not fit its model_config ({first})") from None
+    model.eval()
+    threshold = None
+    config = state.get("config")
+    if isinstance(config, dict) and isinstance(config.get("run"), dict) and "threshold" in config["run"]:
+        threshold = float(config["run"]["threshold"])
+    step = int(state["step"]) if "step" in state else None
+    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step)
+

@@ -1,0 +1,144 @@
+"""Judging one event's edge scores (edge metrics, tracks, TrackML score, tracking figures) and summing events.
+
+Aggregation over events: edge efficiency and purity from summed counts, ROC
+AUC exact over all edges of all events together, tracking efficiency, fake
+and duplicate rates from summed counts, and the TrackML score as the mean of
+the per-event scores (as the challenge ranked submissions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from domainpar.data.event_graph import EventGraph
+from domainpar.inference.config import EvaluateConfig
+from domainpar.inference.events import EventInput
+from domainpar.tracks.build import METHODS as TRACK_METHODS
+from domainpar.tracks.build import build_tracks, complete_tracks, selected_edges, submission
+from domainpar.tracks.efficiency import TrackingMetrics, edge_metrics, roc_auc, tracking_metrics
+from domainpar.tracks.score import score_arrays
+
+
+@dataclass
+class EventEvaluation:
+    """Everything computed for one event."""
+
+    event_id: int
+    """TrackML event number."""
+    graph: EventGraph
+    """The event graph scored."""
+    record: dict
+    """JSON record of the event (see :func:`evaluate`)."""
+    logits: np.ndarray
+    """(E,) edge logits."""
+    scores: np.ndarray
+    """(E,) sigmoid probabilities."""
+    track_id: np.ndarray
+    """(N,) track of every graph node."""
+    edge_mask: np.ndarray
+    """(E,) edges that joined hits into tracks."""
+    tracking: TrackingMetrics
+    """Track-level figures and per-particle match flags."""
+    submission: pd.DataFrame
+    """TrackML submission of the event (every hit of the event when its raw truth is known)."""
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * logits))  # overflow-free logistic
+
+
+def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float) -> EventEvaluation:
+    """Edge metrics, tracks, TrackML score and tracking metrics of one event."""
+    graph = event.graph
+    scores = _sigmoid(logits)
+    edges = edge_metrics(scores, graph.y, threshold)
+    track_scores: dict[str, float | None] = {}
+    tracks_by_method: dict[str, np.ndarray] = {}
+    for method in TRACK_METHODS:
+        tracks_by_method[method] = build_tracks(graph.num_nodes, graph.edge_index, scores, threshold, method=method)
+    track_id = tracks_by_method[config.track_method]
+    mask = selected_edges(graph.num_nodes, graph.edge_index, scores, threshold, config.track_method)
+    if event.truth is not None:
+        hit_id = event.truth["hit_id"].to_numpy()
+        particle_id = event.truth["particle_id"].to_numpy()
+        weight = event.truth["weight"].to_numpy(dtype=np.float64)
+        layer = event.layer
+        for method, tracks in tracks_by_method.items():
+            full = complete_tracks(hit_id, graph.hit_id, tracks)
+            track_scores[method] = score_arrays(full, particle_id, weight).score
+        full_tracks = complete_tracks(hit_id, graph.hit_id, track_id)
+    else:
+        hit_id, particle_id, layer = graph.hit_id, graph.particle_id, graph.layer
+        track_scores = {method: None for method in TRACK_METHODS}
+        full_tracks = track_id
+    tracking = tracking_metrics(
+        full_tracks, particle_id, layer, event.particles,
+        pt_min=config.pt_min, min_layers=config.min_layers, min_track_hits=config.min_track_hits,
+    )  # fmt: skip
+    record = {
+        "event_id": graph.event_id,
+        "source": event.source,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_true_edges": edges.num_true,
+        "num_predicted_edges": edges.num_predicted,
+        "num_true_positive_edges": edges.num_true_positive,
+        "efficiency": edges.efficiency,
+        "purity": edges.purity,
+        "auc": edges.auc,
+        "trackml_score": track_scores[config.track_method],
+        **{f"trackml_score_{method}": value for method, value in track_scores.items()},
+        **tracking.summary(),
+    }
+    return EventEvaluation(
+        event_id=graph.event_id,
+        graph=graph,
+        record={k: _clean(v) for k, v in record.items()},
+        logits=logits,
+        scores=scores,
+        track_id=track_id,
+        edge_mask=mask,
+        tracking=tracking,
+        submission=submission(graph.event_id, hit_id, full_tracks),
+    )
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray]) -> dict:
+    """Overall figures of several events (aggregation rules in the module docstring)."""
+    records = [e.record for e in evaluations]
+    total = lambda key: sum(r[key] for r in records)  # noqa: E731
+    scores = np.concatenate([e.scores for e in evaluations]) if evaluations else np.zeros(0)
+    all_labels = np.concatenate(labels) if labels else np.zeros(0)
+    per_event = {method: [r[f"trackml_score_{method}"] for r in records] for method in TRACK_METHODS}
+    mean_score = {
+        method: (float(np.mean(values)) if values and all(v is not None for v in values) else None)
+        for method, values in per_event.items()
+    }
+    summary = {
+        "num_events": len(records),
+        "efficiency": _ratio(total("num_true_positive_edges"), total("num_true_edges")),
+        "purity": _ratio(total("num_true_positive_edges"), total("num_predicted_edges")),
+        "auc": _clean(roc_auc(scores, all_labels)) if scores.size else None,
+        "tracking_efficiency": _ratio(total("num_matched"), total("num_reconstructable")),
+        "perfect_efficiency": _ratio(total("num_perfect"), total("num_reconstructable")),
+        "fake_rate": _ratio(total("num_fakes"), total("num_candidates")),
+        "duplicate_rate": _ratio(total("num_duplicates"), total("num_candidates")),
+        **{f"trackml_score_{method}": value for method, value in mean_score.items()},
+    }
+    return summary
+

@@ -1,0 +1,1 @@
+"""End-to-end pipelines that chain the engine's stages (simulate → build → partition → train → evaluate)."""
