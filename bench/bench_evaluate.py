@@ -48,7 +48,7 @@ def main() -> None:
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
     from domainpar.tracks.build import build_tracks
     from domainpar.tracks.score import score_arrays
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
     from domainpar.inference import infer_partitioned, infer_single, load_model
 
     event = simulate_event(SimulationConfig(num_particles=args.particles), event_id=1, seed=0)
@@ -59,7 +59,7 @@ def main() -> None:
     config = ModelConfig(hidden=args.hidden, num_iterations=args.iterations)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "model.pt"
-        torch.save(
+        write_checkpoint(
             {"format_version": CHECKPOINT_FORMAT_VERSION, "step": 0, "model": InteractionNetwork(config).state_dict(),
              "model_config": config.to_dict(), "config": {}},
             checkpoint,

@@ -32,16 +32,11 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         DomainparError: missing/corrupted file, not a domainpar checkpoint, or weights that do not fit.
     """
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, read_checkpoint_file
+    from domainpar.train.checkpoint import load_checkpoint
 
     path = Path(path)
-    state = read_checkpoint_file(path)
-    if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
-        found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
-        raise DomainparError(f"{path}: expected a domainpar checkpoint with 'model' and 'model_config' entries (got {found})")
-    version = state.get("format_version")
-    if version != CHECKPOINT_FORMAT_VERSION:
-        raise DomainparError(f"{path}: checkpoint format version must be {CHECKPOINT_FORMAT_VERSION} (got {version})")
+    # Checksum, format version and the type of every entry are verified here (also for export).
+    state = load_checkpoint(path, resumable=False)
     model_config = ModelConfig.from_dict(dict(state["model_config"]))
     # Inference never needs activation checkpointing; overlap is exact either way.
     model_config = ModelConfig.from_dict({**model_config.to_dict(), "checkpointing": False})
@@ -59,7 +54,12 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     threshold = None
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("run"), dict) and "threshold" in config["run"]:
-        threshold = float(config["run"]["threshold"])
+        from domainpar.train.config import config_from_dict
+
+        # load_checkpoint checked the entry converts; its range is checked here, where it is used.
+        threshold = config_from_dict(config, source=f"{path}: config").run.threshold
+        if not 0.0 < threshold < 1.0:
+            raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
     return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step)
 

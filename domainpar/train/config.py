@@ -80,6 +80,8 @@ class OptimConfig:
     """Step schedule decay factor."""
     lr_scaling: str = "none"
     """Scale lr with the number of data-parallel replicas: none, linear or sqrt."""
+    rescale_lr_on_resume: bool = False
+    """On a resume with another replica count under linear/sqrt scaling, rescale lr to the new count (False: keep the checkpoint's)."""
 
 
 @dataclass(frozen=True)

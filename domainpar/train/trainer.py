@@ -41,15 +41,18 @@ from domainpar.train.checkpoint import (
     checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
+    remove_stale_checkpoint_temporaries,
+    retire_newer_checkpoints,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    write_checkpoint,
 )
 from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of
 from domainpar.train.events import EventSource, array_shape
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 from domainpar.train.sampler import BucketSampler, assign_round_robin
-from domainpar.train.schedule import learning_rate
+from domainpar.train.schedule import learning_rate, replica_scale
 
 #: Keys every metrics.jsonl record has (more may follow).
 METRIC_KEYS = (
@@ -174,9 +177,11 @@ class Trainer:
         # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
         broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
         o = config.optim
+        # Replica count the learning rate is scaled for: this run's, or on a resume the checkpoint's (see resume()).
+        self.lr_replicas = self.layout.num_replicas
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
-            lr=learning_rate(0, self.total_steps, o, self.layout.num_replicas),
+            lr=learning_rate(0, self.total_steps, o, self.lr_replicas),
             betas=(o.beta1, o.beta2),
             eps=o.eps,
             weight_decay=o.weight_decay,
@@ -187,6 +192,7 @@ class Trainer:
         self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
         self.step_losses: list[float] = []
         self._tensorboard = None
+        self.resume_note: str | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -196,9 +202,17 @@ class Trainer:
         np.random.seed(seed % (2**32))
         random.seed(seed)
 
-    def resume(self, path: Path) -> None:
-        """Restore weights, optimiser, position, RNG and the epoch's running sums from a checkpoint."""
-        state = load_checkpoint(path)
+    def resume(self, path: Path, expected_digest: str | None = None) -> dict[str, Any]:
+        """Restore weights, optimiser, position, RNG and the epoch's running sums from a checkpoint.
+
+        Args:
+            path: the checkpoint (checksum and every entry are verified).
+            expected_digest: the digest rank 0 loaded, when rank 0 chose the file for every rank.
+
+        Returns:
+            The loaded state (``state["sha256"]`` is its verified digest).
+        """
+        state = load_checkpoint(path, expected_digest)
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
@@ -207,11 +221,16 @@ class Trainer:
                 f"{path}: checkpoint weights do not fit this model ({first}); use the same --hidden/--iterations as the run that wrote it"
             ) from None
         self.model.to(device=self.device, dtype=self.dtype)
-        self.optimizer.load_state_dict(state["optimizer"])
-        saved = state["config"]
-        if int(saved["optim"]["batch_events"]) != self.config.optim.batch_events:
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
             raise DomainparError(
-                f"{path}: resuming needs the same --batch-events as the checkpoint ({saved['optim']['batch_events']}, "
+                f"{path}: checkpoint entry 'optimizer' does not fit this model's AdamW ({type(exc).__name__}: {str(exc)[:160]})"
+            ) from None
+        saved = config_from_dict(state["config"], source=f"{path}: config")
+        if saved.optim.batch_events != self.config.optim.batch_events:
+            raise DomainparError(
+                f"{path}: resuming needs the same --batch-events as the checkpoint ({saved.optim.batch_events}, "
                 f"got {self.config.optim.batch_events}), or the event order changes"
             )
         self.global_step = int(state["step"])
@@ -220,7 +239,41 @@ class Trainer:
         self.epoch_state = dict(state.get("epoch_state", self.epoch_state))
         self.step_losses = [float(v) for v in state.get("step_losses", [])]
         if "rng" in state:
-            set_rng_state(state["rng"])
+            set_rng_state(state["rng"], source=path)
+        self._resume_learning_rate(state)
+        return state
+
+    def _resume_learning_rate(self, state: dict[str, Any]) -> None:
+        """Keep the checkpoint's replica scaling of the learning rate unless the user asked to rescale; say which."""
+        saved_replicas = int(state.get("schedule", {}).get("num_replicas", self.layout.num_replicas))
+        now = self.layout.num_replicas
+        self.resume_note = None
+        if saved_replicas == now:
+            return
+        o = self.config.optim
+        keep_lr = learning_rate(self.global_step, self.total_steps, o, saved_replicas)
+        new_lr = learning_rate(self.global_step, self.total_steps, o, now)
+        if o.lr_scaling == "none":
+            self.resume_note = (
+                f"resuming step {self.global_step} on {now} replica(s) (checkpoint: {saved_replicas}); "
+                f"--lr-scaling none, so the learning rate is unchanged ({keep_lr:.6g})"
+            )
+            return
+        if o.rescale_lr_on_resume:
+            self.lr_replicas = now
+            self.resume_note = (
+                f"resuming step {self.global_step} on {now} replica(s) (checkpoint: {saved_replicas}); "
+                f"--lr-scaling {o.lr_scaling} with --rescale-lr-on-resume: learning rate {new_lr:.6g} "
+                f"(peak {o.lr:g} x {replica_scale(o.lr_scaling, now):g}), was {keep_lr:.6g}"
+            )
+        else:
+            self.lr_replicas = saved_replicas
+            self.resume_note = (
+                f"resuming step {self.global_step} on {now} replica(s) (checkpoint: {saved_replicas}); "
+                f"--lr-scaling {o.lr_scaling}: keeping the checkpoint's learning rate {keep_lr:.6g} "
+                f"(peak {o.lr:g} x {replica_scale(o.lr_scaling, saved_replicas):g}); "
+                f"--rescale-lr-on-resume would use {new_lr:.6g}"
+            )
 
     # ------------------------------------------------------------ primitives
 
@@ -312,7 +365,7 @@ class Trainer:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.optim.clip))
         else:
             grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
-        lr = learning_rate(self.global_step, self.total_steps, self.config.optim, self.layout.num_replicas)
+        lr = learning_rate(self.global_step, self.total_steps, self.config.optim, self.lr_replicas)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -361,7 +414,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "schedule": {
                 "total_steps": self.total_steps,
-                "num_replicas": self.layout.num_replicas,
+                # The replica count the learning rate is scaled for (kept across resumes unless rescaled).
+                "num_replicas": self.lr_replicas,
                 "lr": float(self.optimizer.param_groups[0]["lr"]),
             },
             "rng": rng_state(),
@@ -427,8 +481,7 @@ class Trainer:
             "metrics": record or {},
         }
         path = self.out / "model.pt"
-        with atomic_path(path) as tmp:
-            torch.save(state, tmp)
+        write_checkpoint(state, path)
         return path
 
     # ------------------------------------------------------------------- run
@@ -438,6 +491,9 @@ class Trainer:
         config, layout = self.config, self.layout
         main = layout.is_main
         resume_path = None
+        if main:
+            # One writer per --out: what a writer killed mid-write left behind is garbage now.
+            remove_stale_checkpoint_temporaries(self.out)
         if config.run.resume_from is not None:
             resume_path = Path(config.run.resume_from)
         elif config.run.resume:
@@ -446,6 +502,16 @@ class Trainer:
             self.resume(resume_path)
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
+            if resume_path is not None and config.run.resume_from is not None:
+                moved = retire_newer_checkpoints(checkpoint_dir(self.out), self.global_step, resume_path)
+                if moved:
+                    print(
+                        f"domainpar: resuming step {self.global_step} from {resume_path}: moved {len(moved)} newer "
+                        f"checkpoint(s) aside to {moved[0].parent}",
+                        file=sys.stderr,
+                    )
+            if self.resume_note is not None:
+                print(f"domainpar: {self.resume_note}", file=sys.stderr)
             if resume_path is not None:
                 self._trim_logs()
             else:

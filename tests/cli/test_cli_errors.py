@@ -262,13 +262,13 @@ def tiny_checkpoint(path: Path) -> Path:
     import torch
 
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
 
     model_config = ModelConfig(hidden=4, num_iterations=1)
     torch.manual_seed(0)
     model = InteractionNetwork(model_config)
     state = {"format_version": CHECKPOINT_FORMAT_VERSION, "model": model.state_dict(), "model_config": model_config.to_dict()}
-    torch.save(state, path)
+    write_checkpoint(state, path)
     return path
 
 

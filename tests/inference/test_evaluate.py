@@ -189,7 +189,7 @@ def test_evaluate_errors(trained_checkpoint, event_dir, tmp_path, capsys):
     with pytest.raises(DomainparError, match=r"junk.pt: expected a domainpar checkpoint, could not load it"):
         load_model(tmp_path / "junk.pt")
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
-    with pytest.raises(DomainparError, match=r"expected a domainpar checkpoint with 'model' and 'model_config' entries"):
+    with pytest.raises(DomainparError, match=r"expected a domainpar checkpoint dict with a format_version entry \(got keys \['weights'\]\)"):
         load_model(tmp_path / "other.pt")
     (tmp_path / "empty").mkdir()
     with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files \(\*\.npz\), found neither"):

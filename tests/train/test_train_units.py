@@ -10,6 +10,7 @@ import torch
 
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
+    CHECKPOINT_FORMAT_VERSION,
     checkpoint_files,
     latest_checkpoint,
     load_checkpoint,
@@ -202,7 +203,7 @@ def test_metrics_counts_and_auc():
 
 def _state(step: int) -> dict:
     return {
-        "format_version": 1,
+        "format_version": CHECKPOINT_FORMAT_VERSION,
         "step": step,
         "epoch": 0,
         "step_in_epoch": step,
