@@ -18,9 +18,23 @@ from pathlib import Path
 from domainpar.errors import DomainparError
 
 
-def _nearest_existing(path: Path) -> Path:
-    current = path
-    while not current.exists():
+def _exists(path: Path, option: str, target: Path) -> bool:
+    """Whether ``path`` exists; a parent that cannot be searched (permission) is the user's path problem."""
+    try:
+        os.stat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except PermissionError:
+        raise DomainparError(f"{option} {target}: expected a location we can use, cannot access {path} (Permission denied)") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise DomainparError(f"{option} {target}: expected a location we can use, cannot access {path} ({reason})") from None
+
+
+def _nearest_existing(path: Path, option: str) -> Path:
+    current = path.absolute()
+    while not _exists(current, option, path):
         if current.parent == current:
             break
         current = current.parent
@@ -28,12 +42,14 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _probe_writable(directory: Path, option: str, target: Path) -> None:
-    """Create and delete a temporary file in ``directory`` (os.access lies for root and read-only mounts)."""
+    """Create and delete a temporary file in ``directory`` (os.access lies for root and read-only mounts), and list it."""
     if not directory.is_dir():
         raise DomainparError(f"{option} {target}: {directory} must be a directory (found a file)")
     try:
         with tempfile.TemporaryFile(dir=directory):
             pass
+        # Commands read back what they write (resume, reruns); a directory we cannot list is no output.
+        os.listdir(directory)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise DomainparError(f"{option} {target}: expected a writable location, cannot create files in {directory} ({reason})") from None
@@ -50,9 +66,9 @@ def check_output_dir(path: str | os.PathLike, option: str) -> Path:
         DomainparError: ``path`` is an existing file, or no file can be created where it would go.
     """
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    if _exists(path, option, path) and not path.is_dir():
         raise DomainparError(f"{option} {path}: expected a directory (found an existing file)")
-    _probe_writable(_nearest_existing(path), option, path)
+    _probe_writable(_nearest_existing(path, option), option, path)
     return path
 
 
@@ -68,9 +84,9 @@ def check_output_file(path: str | os.PathLike, option: str, suffix: str | None =
         DomainparError: ``path`` is a directory, has the wrong suffix, or cannot be created.
     """
     path = Path(path)
-    if path.is_dir():
+    if _exists(path, option, path) and path.is_dir():
         raise DomainparError(f"{option} {path}: expected a file path (found an existing directory)")
     if suffix is not None and path.suffix.lower() != suffix:
         raise DomainparError(f"{option} {path}: must end in {suffix} (got {path.suffix or 'no suffix'})")
-    _probe_writable(_nearest_existing(path.parent), option, path)
+    _probe_writable(_nearest_existing(path.parent, option), option, path)
     return path

@@ -7,13 +7,15 @@ heavy imports (torch, numba) do not slow the others.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 import click
 
 from domainpar import __version__
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, message_line
 
 #: command name -> (module, attribute, one-line help shown by ``domainpar --help``)
 COMMANDS = {
@@ -57,25 +59,73 @@ def cli() -> None:
     """domainpar: domain-parallel GNN training for particle tracking."""
 
 
+def _command_path(exc: click.ClickException, argv: list[str]) -> str:
+    """``domainpar <command>`` of a click error (the context is missing for some parse errors)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None and ctx.command_path:
+        return ctx.command_path
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return f"domainpar {command}" if command in COMMANDS else "domainpar"
+
+
+def _usage_line(exc: click.ClickException, argv: list[str]) -> str:
+    """A click usage error as one line naming the command and the option (click prints four)."""
+    path = _command_path(exc, argv)
+    message = exc.format_message().rstrip(".")
+    return f"{path}: {message} (see '{path} --help')"
+
+
+#: errno values that mean "the path you gave cannot be used" (a user mistake), not "the machine failed".
+_USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENAMETOOLONG,
+                errno.ELOOP, errno.EEXIST, errno.ENOTEMPTY, errno.EXDEV}  # fmt: skip
+
+
+def _os_error_line(exc: OSError) -> str:
+    reason = exc.strerror or type(exc).__name__
+    name = exc.filename if exc.filename is not None else None
+    if name is None:
+        return reason
+    return f"{os.fsdecode(name)}: {reason[:1].lower() + reason[1:]}"
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _fail(line: str, code: int) -> None:
+    click.echo(f"error: {message_line(line)}", err=True)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    """Entry point: user mistakes become one line on stderr and exit status 2.
+
+    Exit status: 0 success, 1 a failure of the machine (disk full, out of
+    memory, I/O error) or a failed check (``verify``), 2 a user mistake (bad
+    option, bad input file, unusable output path), 130 interrupted.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(130)
+        _fail("aborted", 130)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except _NO_ARGS_IS_HELP as exc:
+        # `domainpar` alone asks for help (click >= 8.2 raises this where 8.1 printed the help and exited 0).
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else "Try 'domainpar --help'.")
+        sys.exit(0)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        # Usage errors and bad option values: always the user's (click gives them exit code 2).
+        _fail(_usage_line(exc, argv), 2)
     except DomainparError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        _fail(str(exc), 2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except MemoryError:
+        _fail("out of memory; use smaller inputs or options (fewer particles, smaller --hidden, more --parts)", 1)
     except OSError as exc:
-        # The environment, not the code: disk full, permissions changed mid-run, a vanished mount.
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        # A path the user gave that cannot be used is their mistake; disk full or an I/O error is the machine's.
+        _fail(_os_error_line(exc), 2 if exc.errno in _USER_ERRNOS else 1)
 
 
 if __name__ == "__main__":
