@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 
-from domainpar.errors import DomainparError  # noqa: E402
-from domainpar.train.checkpoint import (  # noqa: E402
+from domainpar.errors import DomainparError
+from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     DIGEST_KEY,
     SUPERSEDED_DIR,
@@ -32,9 +31,9 @@ from domainpar.train.checkpoint import (  # noqa: E402
     state_digest,
     write_checkpoint,
 )
-from domainpar.train.config import load_config  # noqa: E402
-from domainpar.train.run import train  # noqa: E402
-from train_helpers import write_graphs  # noqa: E402
+from domainpar.train.config import load_config
+from domainpar.train.run import train
+from train_helpers import write_graphs
 
 
 def _config(data: Path, out: Path, **overrides):
@@ -48,7 +47,7 @@ def _config(data: Path, out: Path, **overrides):
         "run.keep": 10,
         "parallel.threads": 1,
         "model.hidden": 8,
-        "model.iterations": 1,
+        "model.num_iterations": 1,
         "optim.lr": 0.01,
         "run.seed": 3,
         "run.progress": False,
@@ -119,7 +118,7 @@ def test_flipped_bytes_are_refused_on_every_load(run_dir, tmp_path, entry):
     with pytest.raises(DomainparError, match=r"(does not match its checksum|could not load it)") as info:
         load_checkpoint(damaged)
     assert "\n" not in str(info.value)
-    from domainpar.train.evaluate import load_model
+    from domainpar.inference import load_model
 
     with pytest.raises(DomainparError, match=r"(does not match its checksum|could not load it)"):
         load_model(damaged)
