@@ -1,15 +1,17 @@
-"""bench/scaling_model.py: the paper model's arithmetic on hand-checkable inputs."""
+"""bench/scaling_model.py: the paper model's arithmetic on hand-checkable inputs.
+
+bench/ is a top-level package of the repository (not installed); tests/conftest.py
+puts the repository root on ``sys.path``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-from bench.report import Section, write_report
+from bench.common.report import Section, write_report
 from bench.scaling_model import Assumptions, Hardware, load_inputs, markdown_table, predict
 from domainpar.errors import DomainparError
 

@@ -243,7 +243,7 @@ def test_cli_simulate(tmp_path, capsys):
 
 
 def event_statistics(event: dict[str, pd.DataFrame]) -> dict:
-    """The statistics of bench/extract_reference_stats.py, computed the same way (noise from nhits)."""
+    """The statistics of bench/tools/extract_reference_stats.py, computed the same way (noise from nhits)."""
     hits, particles = event["hits"], event["particles"]
     pt = np.hypot(particles["px"].to_numpy(np.float64), particles["py"].to_numpy(np.float64))
     nhits = particles["nhits"].to_numpy()

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import REPO_ROOT, Column, Section
-from bench.workloads import Workload
+from bench.common.report import REPO_ROOT, Column, Section
+from bench.common.workloads import Workload
 
 
 def verify(
@@ -104,3 +104,12 @@ def run(
         section.notes.append(f"**{len(failed)} case(s) FAILED** — see the JSON report.")
     section.seconds = time.perf_counter() - start
     return section
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): the real small event; float32 quick, float64 full."""
+    hidden, iterations = ctx.size((32, 4), (64, 8))
+    return run(
+        ctx.real_small(), parts=ctx.size((2, 3, 4), (1, 2, 3, 4)), dtypes=ctx.size(("float32",), ("float64",)),
+        hidden=hidden, iterations=iterations,
+    )

@@ -19,8 +19,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench.report import Column, Section, ratio
-from bench.workloads import Workload
+from bench.common.report import Column, Section, ratio
+from bench.common.workloads import Workload
 
 
 def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, model_kw: dict, steps: int) -> list[float]:
@@ -30,7 +30,7 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
     import torch
     import torch.distributed as dist
 
-    from bench.plans import graph_at, plan_for
+    from bench.common.plans import graph_at, plan_for
     from domainpar.comm.halo import HaloExchange
     from domainpar.comm.reduce import all_reduce_gradients
     from domainpar.model.exchange import IdentityExchange
@@ -139,3 +139,8 @@ def run(workload: Workload, *, rounds: int = 2, steps: int = 3, method: str = "m
     ]
     section.seconds = time.perf_counter() - start
     return section
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): the small simulated graph."""
+    return run(ctx.small(), rounds=ctx.size(1, 3), steps=ctx.size(2, 3))

@@ -1,7 +1,7 @@
 """Communication section: halo bytes per message-passing step, METIS vs geometric vs sectors.
 
-The figures come from the partition benchmark (``bench/bench_partition.py``'s
-``measure``, the partition quality report): forward halo bytes per step
+The figures come from the partition quality report
+(:func:`bench.common.plans.partition_quality`): forward halo bytes per step
 summed over the parts at hidden 64 in fp32 (the backward sends as much
 again), plus the largest single rank's share, which is what sets the
 exchange time. The naive ``sectors`` plan exchanges nothing but drops the cut
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import time
 
-from bench.bench_partition import measure
-from bench.plans import graph_at, plan_for
-from bench.report import Column, Section
-from bench.workloads import Workload
+from bench.common.plans import graph_at, partition_quality, plan_for
+from bench.common.report import Column, Section
+from bench.common.workloads import Workload
 
 METHODS = ("metis", "geometric", "sectors")
 
@@ -26,7 +25,7 @@ def _rows(workload: Workload, parts: tuple[int, ...], repeats: int, hidden: int)
     rows = []
     for num_parts in parts:
         for method in METHODS:
-            record = measure(graph, method, num_parts, repeats, hidden)
+            record = partition_quality(graph, method, num_parts, repeats, hidden)
             plan = plan_for(workload.path, num_parts, method)
             max_halo = max(p.num_halo for p in plan.parts)
             max_neighbours = max(len(set(p.recv_parts.tolist()) | set(p.send_parts.tolist())) for p in plan.parts)
@@ -81,3 +80,9 @@ def run(full: Workload | None, labelled: Workload, *, parts: tuple[int, ...] = (
     ]
     section.seconds = time.perf_counter() - start
     return section
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): the real full event and a labelled simulated event."""
+    labelled = ctx.simulated(ctx.size(2000, 10000))
+    return run(ctx.real_full(), labelled, parts=ctx.size((2, 4, 8, 16), (2, 4, 8, 16, 32, 64)), repeats=ctx.size(1, 3))

@@ -2,7 +2,7 @@
 
 Run once (needs the real data, which tests do not):
 
-    .venv/bin/python bench/extract_reference_stats.py [--data /work/shared/data/trackml]
+    python -m bench.tools.extract_reference_stats [--data DIR]
 
 It writes tests/data/trackml/reference_stats_event000021000.json. Event 21000 has
 no truth file, so the noise count is the number of hits minus the particles'
@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.common.report import REPO_ROOT
+from bench.common.workloads import DATA_ENV, FULL_EVENT, trackml_dir
 from domainpar.atomic import atomic_path
 from domainpar.data.trackml import event_file, load_event
 
-REPO = Path(__file__).resolve().parents[1]
-OUTPUT = REPO / "tests" / "data" / "trackml" / "reference_stats_event000021000.json"
+OUTPUT = REPO_ROOT / "tests" / "data" / "trackml" / "reference_stats_event000021000.json"
 
 
 def event_statistics(hits: pd.DataFrame, particles: pd.DataFrame, noise_hits: int) -> dict:
@@ -54,9 +55,9 @@ def event_statistics(hits: pd.DataFrame, particles: pd.DataFrame, noise_hits: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="/work/shared/data/trackml", help="directory holding event000021000-*")
+    parser.add_argument("--data", default=None, help=f"directory holding {FULL_EVENT}-* (default: ${DATA_ENV} or <repo>/../shared/data/trackml)")
     args = parser.parse_args()
-    prefix = Path(args.data) / "event000021000"
+    prefix = (Path(args.data) if args.data else trackml_dir()) / FULL_EVENT
     hits, particles = load_event(prefix, parts=("hits", "particles"))
     stats = event_statistics(hits, particles, noise_hits=int(len(hits) - particles["nhits"].sum()))
     sources = {}
@@ -64,8 +65,8 @@ def main() -> None:
         path = event_file(prefix, part)
         sources[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
     stats["provenance"] = {
-        "event": "TrackML challenge event000021000 (full occupancy, no truth), see /work/shared/data/trackml/README.md",
-        "script": "bench/extract_reference_stats.py",
+        "event": "TrackML challenge event000021000 (full occupancy, no truth), see the TrackML data directory's README.md",
+        "script": "bench/tools/extract_reference_stats.py",
         "sha256": sources,
         "noise": "hits minus the particles' summed nhits (no truth file)",
     }

@@ -1,10 +1,10 @@
 """Memory section: per-rank peak memory of a training step vs the number of parts.
 
 For the real full event the step of the largest part (the rank that sets the
-peak) is traced on fake tensors (:mod:`bench.traced_memory`) for 1, 2, 4 and 8
+peak) is traced on fake tensors (:func:`bench.common.memory.traced_peak`) for 1, 2, 4 and 8
 parts, with and without activation checkpointing; the ratio is to the
 single-process run of the same setting. On a smaller graph that fits this
-machine, the same configurations are also *run* (:mod:`bench.probe`, RSS
+machine, the same configurations are also *run* (:mod:`bench.common.probe`, RSS
 high-water mark of a real step) so the trace is checked against reality in
 the same benchmark run.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 
-from bench.plans import graph_at, largest_part_index, plan_for
-from bench.probe import probe_subprocess
-from bench.report import Column, Section, ratio
-from bench.traced_memory import traced_peak
-from bench.workloads import Workload
+from bench.common.memory import activation_peak_meta, check_meta_accounting, traced_peak
+from bench.common.plans import graph_at, largest_part_index, plan_for
+from bench.common.probe import probe_subprocess
+from bench.common.report import Column, Section, ratio
+from bench.common.workloads import Workload
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition.local_graph import local_graph
 
@@ -84,25 +84,32 @@ def measured_rows(workload: Workload, parts: tuple[int, ...], method: str, hidde
     return rows
 
 
-def _add_saved_bytes_cross_check(rows: list[dict], workload: Workload, parts, hidden: int, iterations: int, section: Section) -> None:
-    """Add bench/bench_model.py's saved-tensor accounting (meta device, METIS, every part) as a second opinion."""
+def _add_saved_bytes_cross_check(
+    rows: list[dict], workload: Workload, check: Workload, parts, method: str, hidden: int, iterations: int, section: Section
+) -> None:
+    """Add the saved-tensor accounting (meta device, every part, the largest reported) as a second opinion."""
     try:
-        from bench.bench_model import memory_table
-
+        check_meta_accounting(graph_at(check.path), plan_for(check.path, 2, "geometric").parts[0])
         graph = graph_at(workload.path)
-        config = ModelConfig(
-            node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), hidden=hidden, num_iterations=iterations
-        )
-        table = {(r["parts"], r["checkpointing"]): r["peak_max"] for r in memory_table(graph, config, list(parts), 0)}
+        table = {}
+        for num_parts in parts:
+            plan = plan_for(workload.path, num_parts, method)
+            for checkpointing in (False, True):
+                config = ModelConfig(
+                    node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), hidden=hidden,
+                    num_iterations=iterations, checkpointing=checkpointing,
+                )
+                table[(num_parts, checkpointing)] = max(activation_peak_meta(graph, part, config) for part in plan.parts)
     except Exception as exc:  # a second opinion must not cost the section
-        section.notes.append(f"Saved-tensor cross-check (bench/bench_model.py) unavailable: {type(exc).__name__}: {exc}")
+        section.notes.append(f"Saved-tensor cross-check unavailable: {type(exc).__name__}: {exc}")
         return
     for row in rows:
         value = table.get((row["num_parts"], row["checkpointing"]))
         row["saved_meta_mib"] = None if value is None else value / MIB
     section.notes.append(
-        "Saved MiB (meta): bench/bench_model.py's count of the tensors autograd saves (meta device, largest part; with "
-        "checkpointing plus the largest recomputed segment) — activations only, no temporaries."
+        "Saved MiB (meta): the bytes of the tensors autograd saves for backward (meta device, the largest over all parts; "
+        "with checkpointing plus the largest recomputed region) — activations only, no temporaries; checked first to "
+        "equal a real CPU run's count on a small graph."
     )
 
 
@@ -138,7 +145,7 @@ def run(
     if full is not None:
         rows = traced_rows(full, parts, method, hidden, iterations)
         if cross_check:
-            _add_saved_bytes_cross_check(rows, full, parts, hidden, iterations, section)
+            _add_saved_bytes_cross_check(rows, full, check, parts, method, hidden, iterations, section)
         section.rows += rows
     section.rows += measured_rows(check, check_parts, method, hidden, iterations, repeats)
     section.notes[:0] = [
@@ -156,3 +163,11 @@ def run(
         section.notes.append(f"Traced / measured peak on {check.name}: {min(checks):.3f} – {max(checks):.3f}.")
     section.seconds = time.perf_counter() - start
     return section
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): traced on the real full event, run on the small simulated graph."""
+    return run(
+        ctx.real_full(), ctx.small(), parts=(1, 2, 4, 8), check_parts=ctx.size((1, 4), (1, 2, 4, 8)),
+        repeats=ctx.size(2, 3), cross_check=not ctx.quick,
+    )

@@ -1,4 +1,4 @@
-"""Scaling inputs: what the paper scaling model (:mod:`bench.scaling_model`) is built from.
+"""Scaling inputs: what the paper scaling model (:mod:`bench.scaling_model`) is built from, and its predictions.
 
 Measured on the real full event for P = 1 … 64 parts:
 
@@ -9,7 +9,7 @@ Measured on the real full event for P = 1 … 64 parts:
   ``gpus_per_node`` GPUs in part order (part p on node p // 4); the largest
   rank's volumes and the total halo rows;
 * the largest part's peak memory and matmul FLOPs of a training step,
-  traced on fake tensors (:mod:`bench.traced_memory`), with and without
+  traced on fake tensors (:func:`bench.common.memory.traced_peak`), with and without
   checkpointing, where traced; elsewhere the model scales the traced
   bytes-per-local-edge;
 * on this machine: seconds per edge of a real step (one thread), from which
@@ -17,6 +17,9 @@ Measured on the real full event for P = 1 … 64 parts:
 
 A surface-to-volume law ``total halo rows = c · P^alpha`` is fitted to the
 2/4/8/16-part cuts and checked against the measured 32- and 64-part cuts.
+The section then runs the paper model on these inputs: its table follows the
+inputs' table and its figure is written beside the report
+(``<stem>-scaling_model.png``).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ import time
 
 import numpy as np
 
-from bench.plans import graph_at, largest_part_index, plan_for
-from bench.report import Column, Section
-from bench.traced_memory import traced_peak
-from bench.workloads import Workload
+from bench.common.memory import traced_peak
+from bench.common.plans import graph_at, largest_part_index, plan_for
+from bench.common.report import Column, Section
+from bench.common.workloads import Workload, missing_full_event
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition.local_graph import local_graph
 
@@ -166,3 +169,47 @@ def run(
         )
     section.seconds = time.perf_counter() - start
     return section
+
+
+def cpu_probe(ctx) -> dict:
+    """One real step of the small simulated graph on this machine (one thread): seconds, edges and FLOPs."""
+    from bench.common.probe import probe_subprocess
+
+    small = ctx.small()
+    record = probe_subprocess(small.path, parts=1, repeats=ctx.size(2, 3))
+    part = local_graph(graph_at(small.path), plan_for(small.path, 1, "metis").parts[0])
+    config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]))
+    record["flops"] = traced_peak(part, config)["flops"]
+    return record
+
+
+def append_predictions(section: Section, out, stem: str) -> None:
+    """Run the paper model on the section's inputs: its table into the section, its figure beside the report."""
+    from bench import scaling_model
+
+    rows, extra = section.rows, section.extra
+    predictions = [p for hw in scaling_model.HARDWARE for p in scaling_model.predict(rows, extra, hw)]
+    figure = out / f"{stem}-scaling_model.png"
+    title = (f"{extra['graph']}: {extra['num_nodes']:,} nodes, {extra['num_edges']:,} edges; "
+             f"Interaction Network hidden {extra['hidden']}, {extra['iterations']} iterations")
+    scaling_model.plot(predictions, figure, title)
+    section.extra["predictions"] = predictions
+    section.markdown_extra = (
+        "### Scaling model (paper, see docs/scaling.md)\n\n" + scaling_model.markdown_table(predictions)
+        + f"\n\n![scaling model]({figure.name})\n"
+    )
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): the real full event cut into 1–64 parts, then the paper model."""
+    full = ctx.real_full()
+    if full is None:
+        return Section(name="scaling_inputs", title="Scaling-model inputs", skipped=missing_full_event())
+    probe = cpu_probe(ctx)
+    result = run(
+        full, cpu_seconds_per_step=probe["step_seconds"], cpu_edges=probe["local_edges"], cpu_flops=probe["flops"],
+        parts=(1, 2, 4, 8, 16, 32, 64), trace_parts=ctx.size((1, 64), (1, 2, 4, 8, 16, 32, 64)),
+    )
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    append_predictions(result, ctx.out, ctx.stem)
+    return result

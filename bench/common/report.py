@@ -1,8 +1,9 @@
-"""Shared pieces of the benchmarks: timing, memory probes, the machine, the report files.
+"""The report: what a section returns, what the machine is, the files written.
 
-A benchmark returns a :class:`Section` (rows of plain numbers plus the columns
+A section returns a :class:`Section` (rows of plain numbers plus the columns
 to print); :func:`write_report` turns the sections into
-``<out>/<hostname>-<date>.json`` and a Markdown twin with one table per section.
+``<out>/<hostname>-<date>[-<mode>].json`` and a Markdown twin with one table
+per section.
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ import os
 import platform
 import re
 import socket
-import statistics
 import subprocess
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from domainpar.atomic import atomic_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The repository root (bench/ is a top-level directory of it).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ class Section:
     """Wall time the benchmark took."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Section-wide figures that are not table rows (fits, per-machine constants); JSON only."""
+    markdown_extra: str = ""
+    """Markdown printed after the notes (a further table, a figure the section wrote beside the report)."""
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)
@@ -65,55 +67,11 @@ class Section:
         return payload
 
 
-def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
-    """Median wall time of ``fn()`` over ``repeats`` calls after ``warmup`` untimed calls.
-
-    Returns:
-        (median seconds, every timed sample).
-    """
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), samples
-
-
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, or None when either is missing or the denominator is zero."""
     if numerator is None or denominator is None or denominator == 0:
         return None
     return float(numerator) / float(denominator)
-
-
-# ----------------------------------------------------------------------------- memory probes
-
-def _proc_status_kib(key: str) -> int:
-    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"/proc/self/status has no {key} line")
-    return int(match.group(1))
-
-
-def current_rss_bytes() -> int:
-    """Resident set size of this process now."""
-    return _proc_status_kib("VmRSS") * 1024
-
-
-def peak_rss_bytes() -> int:
-    """High-water mark of the resident set size since start or the last :func:`reset_peak_rss`."""
-    return _proc_status_kib("VmHWM") * 1024
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark to the current RSS (Linux ≥ 4.0); False if refused."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 # ----------------------------------------------------------------------------- machine and files
@@ -184,6 +142,8 @@ def section_markdown(section: Section) -> str:
         lines.append(f"- {note}")
     if section.notes:
         lines.append("")
+    if section.markdown_extra:
+        lines += [section.markdown_extra.rstrip(), ""]
     lines.append(f"<sub>section wall time {section.seconds:.0f} s</sub>")
     lines.append("")
     return "\n".join(lines)
@@ -198,9 +158,19 @@ def report_markdown(sections: list[Section], machine: dict[str, Any], mode: str)
         f"{machine['memory_gib']} GiB, GPU: {machine['gpu'] or 'none'}; "
         f"Python {machine['python']}, torch {machine['torch']}, commit {machine['commit'] or 'unknown'}.",
         "Every figure is a median of several runs; every ratio compares figures from this same run.",
-        "",
     ]
+    if machine.get("load_average_start"):
+        end = machine.get("load_average_end")
+        head.append(f"Load average (1/5/15 min) at start {machine['load_average_start']}"
+                    + (f", at end {end}." if end else "."))
+    head.append("")
     return "\n".join(head + [section_markdown(s) for s in sections])
+
+
+def report_stem(hostname: str, mode: str) -> str:
+    """File stem of a report: ``<hostname>-<date>`` plus ``-<mode>`` unless the mode is ``full``."""
+    stem = f"{hostname}-{_dt.date.today().isoformat()}"
+    return stem if mode == "full" else f"{stem}-{mode}"
 
 
 def write_report(sections: list[Section], machine: dict[str, Any], out_dir: str | os.PathLike, mode: str) -> tuple[Path, Path]:
@@ -210,9 +180,7 @@ def write_report(sections: list[Section], machine: dict[str, Any], out_dir: str 
         (json path, markdown path).
     """
     out_dir = Path(out_dir)
-    stem = f"{machine['hostname']}-{_dt.date.today().isoformat()}"
-    if mode != "full":
-        stem += f"-{mode}"
+    stem = report_stem(machine["hostname"], mode)
     json_path = out_dir / f"{stem}.json"
     md_path = out_dir / f"{stem}.md"
     payload = {"mode": mode, "machine": machine, "sections": {s.name: s.to_json() for s in sections}}

@@ -1,6 +1,6 @@
 """Side-by-side figures of the default simulation and the real full TrackML event 21000.
 
-    .venv/bin/python bench/plot_sim_vs_real.py [--data /work/shared/data/trackml] [--out docs/figures/sim_vs_real.png]
+    python -m bench.tools.plot_sim_vs_real [--data DIR] [--out docs/figures/sim_vs_real.png]
 
 Simulates one event with the default :class:`SimulationConfig` (event id 21000,
 seed 0, as in tests/data/test_simulate.py) and compares it with the real event:
@@ -19,22 +19,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench.common.report import REPO_ROOT  # noqa: E402
+from bench.common.workloads import DATA_ENV, FULL_EVENT, trackml_dir  # noqa: E402
 from domainpar.atomic import atomic_path  # noqa: E402
 from domainpar.data.simulate import SimulationConfig, simulate_event  # noqa: E402
 from domainpar.data.trackml import load_event  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 VOLUMES = (7, 8, 9, 12, 13, 14, 16, 17, 18)
 SIM_COLOUR, REAL_COLOUR = "tab:orange", "tab:blue"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="/work/shared/data/trackml")
-    parser.add_argument("--out", default=str(REPO / "docs" / "figures" / "sim_vs_real.png"))
+    parser.add_argument("--data", default=None, help=f"TrackML data directory (default: ${DATA_ENV} or <repo>/../shared/data/trackml)")
+    parser.add_argument("--out", default=str(REPO_ROOT / "docs" / "figures" / "sim_vs_real.png"))
     args = parser.parse_args()
 
-    real_hits, real_particles = load_event(Path(args.data) / "event000021000", parts=("hits", "particles"))
+    data = Path(args.data) if args.data else trackml_dir()
+    real_hits, real_particles = load_event(data / FULL_EVENT, parts=("hits", "particles"))
     sim = simulate_event(SimulationConfig(), event_id=21000, seed=0)
     sim_hits, sim_particles = sim["hits"], sim["particles"]
     sim_noise = (sim["truth"]["particle_id"] == 0).mean()

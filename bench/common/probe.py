@@ -1,13 +1,14 @@
 """One part's forward+backward in a fresh process: peak memory, saved bytes and step time.
 
 Run by the memory, speed and reference benchmarks as
-``python -m bench.probe --graph G.npz --parts P --method M [--checkpointing] ...``;
+``python -m bench.common.probe --graph G.npz --parts P --method M [--checkpointing] ...``;
 it prints one JSON record on stdout.
 
 A part of a P-way plan is run alone: its halo rows come from
-:class:`StandInExchange`, a fixed leaf tensor of the right shape standing in
-for the neighbours (values do not change the memory or the work; the backward
-still computes the halo gradients a real exchange would send back). So the
+:class:`~bench.common.exchanges.StandInExchange`, a fixed leaf tensor of the
+right shape standing in for the neighbours (values do not change the memory
+or the work; the backward still computes the halo gradients a real exchange
+would send back). So the
 per-rank cost of a P-way run is measured without P processes, which is what
 lets a 2-core machine measure 8 parts. The part measured is the one with the
 most local edges: the rank that sets the peak.
@@ -30,66 +31,15 @@ from pathlib import Path
 
 import torch
 
-from bench.report import current_rss_bytes, peak_rss_bytes, reset_peak_rss
-
-#: Environment for probe subprocesses (see the module docstring).
-PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
-
-
-class _Ready:
-    def __init__(self, value: torch.Tensor) -> None:
-        self._value = value
-
-    def wait(self) -> torch.Tensor:
-        return self._value
-
-
-class StandInExchange:
-    """A part's halo without the other ranks: fixed halo rows appended to the owned rows.
-
-    Args:
-        num_halo: halo rows of the part.
-        hidden: row width H.
-        dtype: row dtype.
-    """
-
-    def __init__(self, num_halo: int, hidden: int, dtype: torch.dtype = torch.float32) -> None:
-        self.num_halo = num_halo
-        generator = torch.Generator().manual_seed(num_halo)
-        # A leaf that requires grad: backward computes the halo gradients a real exchange would return.
-        self.halo = torch.randn(num_halo, hidden, generator=generator, dtype=dtype).requires_grad_(True)
-
-    def __call__(self, x_owned: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x_owned, self.halo]) if self.num_halo else x_owned
-
-    def start(self, x_owned: torch.Tensor) -> _Ready:
-        return _Ready(self(x_owned))
-
-
-class SavedBytes:
-    """Counts the distinct storages autograd saves for backward (activation memory without allocator noise)."""
-
-    def __init__(self) -> None:
-        self.storages: dict[int, int] = {}
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        self.storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    @staticmethod
-    def unpack(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    @property
-    def total(self) -> int:
-        return sum(self.storages.values())
+from bench.common.exchanges import StandInExchange
+from bench.common.report import REPO_ROOT
+from bench.common.memory import PROBE_ENV, SavedTensors, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 
 def run_probe(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
-    from bench.plans import graph_at, largest_part_index, plan_for
+    from bench.common.plans import graph_at, largest_part_index, plan_for
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
     from domainpar.partition.local_graph import local_graph
 
@@ -112,7 +62,7 @@ def run_probe(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     model = InteractionNetwork(config)
     if args.model == "reference":
-        from bench.reference_in import ReferenceInteractionNetwork
+        from bench.common.reference_models import ReferenceInteractionNetwork
 
         if part.num_halo:
             raise SystemExit("the reference model runs whole graphs only (--parts 1)")
@@ -147,8 +97,7 @@ def run_probe(args: argparse.Namespace) -> dict:
         clear()
     saved = None
     if not args.checkpointing:
-        counter = SavedBytes()
-        with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        with SavedTensors() as counter:
             logits = step_model()
         saved = counter.total
         del logits
@@ -208,7 +157,7 @@ def probe_subprocess(graph: str | Path, *, timeout_s: float = 1800.0, **options)
     import os
     import subprocess
 
-    argv = [sys.executable, "-m", "bench.probe", "--graph", str(graph)]
+    argv = [sys.executable, "-m", "bench.common.probe", "--graph", str(graph)]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
@@ -217,7 +166,7 @@ def probe_subprocess(graph: str | Path, *, timeout_s: float = 1800.0, **options)
         else:
             argv += [flag, str(value)]
     env = {**os.environ, **PROBE_ENV}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO_ROOT)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"probe {' '.join(argv[3:])} failed with exit code {done.returncode}:\n{tail}")

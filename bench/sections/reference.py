@@ -1,6 +1,6 @@
 """Reference section: our Interaction Network vs the same network written the conventional way.
 
-The reference (:mod:`bench.reference_in`) concatenates ``[x[src], x[dst], e]``
+The reference (:mod:`bench.common.reference_models`) concatenates ``[x[src], x[dst], e]``
 into an (E, 3H) tensor before every edge MLP, as the field's public
 implementations do; ours projects node rows first and gathers the
 projections (project-then-gather) and splits interior from boundary edges.
@@ -10,7 +10,7 @@ Same weights (copied), same graph, one process:
 * time: forward+backward, the two models alternating step by step in one
   process with one thread, medians;
 * memory: RSS high-water mark of a step, each model in a fresh process
-  (:mod:`bench.probe`), median of several steps.
+  (:mod:`bench.common.probe`), median of several steps.
 
 Ratios are ours / reference (below 1: ours is faster or smaller).
 """
@@ -23,10 +23,10 @@ import time
 import numpy as np
 import torch
 
-from bench.probe import probe_subprocess
-from bench.report import Column, Section, ratio
-from bench.reference_in import ReferenceInteractionNetwork
-from bench.workloads import Workload
+from bench.common.probe import probe_subprocess
+from bench.common.reference_models import ReferenceInteractionNetwork
+from bench.common.report import Column, Section, ratio
+from bench.common.workloads import Workload
 from domainpar.data.event_graph import load_graph
 from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
 from domainpar.partition import build_plan
@@ -116,3 +116,8 @@ def run(workload: Workload, *, hidden: int = 64, iterations: int = 8, steps: int
     ]
     section.seconds = time.perf_counter() - start
     return section
+
+
+def section(ctx) -> Section:
+    """Entry point (see :mod:`bench.sections`): the small simulated graph."""
+    return run(ctx.small(), steps=3, memory_repeats=ctx.size(2, 3))

@@ -1,0 +1,1 @@
+"""Helpers every bench section shares (see :mod:`bench` for the list)."""

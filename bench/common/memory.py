@@ -1,0 +1,278 @@
+"""Memory: the one place the benchmarks measure memory, four ways that answer different questions.
+
+* **RSS** (:func:`current_rss_bytes`, :func:`peak_rss_bytes`, :func:`reset_peak_rss`):
+  the kernel's resident-set high-water mark of this process — what a real
+  CPU step costs, allocator and temporaries included. Measure it in a fresh
+  process (:mod:`bench.common.probe`) with :data:`PROBE_ENV`, so freed blocks
+  go back to the kernel and each repeat measures afresh.
+* **traced** (:func:`traced_peak`): forward + backward run on fake tensors
+  under torch's ``MemTracker`` (every storage's lifetime, no allocation), so
+  the real full event at hidden 64 — tens of GiB — can be measured on a
+  24 GiB machine. Checkpointing's recomputation is traced too. The report
+  checks it against RSS on a graph that fits.
+* **saved tensors** (:class:`SavedTensors`, :func:`saved_bytes_meta`): the
+  distinct storages autograd saves for backward (activation memory without
+  allocator noise), optionally split by the device they live on — the
+  device-resident activation memory of an offloaded run is what stays on the
+  compute device.
+* **CUDA** (:func:`cuda_peak_bytes`): ``torch.cuda.max_memory_allocated`` over
+  one call, above what was allocated before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from bench.common.exchanges import StandInExchange
+
+#: Environment of fresh measuring processes: glibc serves every large block by mmap and trims eagerly,
+#: so freed activations go back to the kernel and the RSS high-water mark of each step is its own.
+PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
+
+
+# ----------------------------------------------------------------------------- RSS
+
+def _proc_status_kib(key: str) -> int:
+    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"/proc/self/status has no {key} line")
+    return int(match.group(1))
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process now."""
+    return _proc_status_kib("VmRSS") * 1024
+
+
+def peak_rss_bytes() -> int:
+    """High-water mark of the resident set size since start or the last :func:`reset_peak_rss`."""
+    return _proc_status_kib("VmHWM") * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's RSS high-water mark to the current RSS (Linux ≥ 4.0); False if refused."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_peak_of(fn: Callable[[], Any]) -> int | None:
+    """RSS high-water mark of one call of ``fn`` above the RSS just before it (None where it cannot be reset)."""
+    baseline = current_rss_bytes()
+    if not reset_peak_rss():
+        fn()
+        return None
+    fn()
+    return peak_rss_bytes() - baseline
+
+
+# ----------------------------------------------------------------------------- CUDA
+
+def cuda_peak_bytes(fn: Callable[[], Any], device: torch.device | str = "cuda") -> int:
+    """``torch.cuda.max_memory_allocated`` during one call of ``fn`` above the allocation before it."""
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device) - before)
+
+
+# ----------------------------------------------------------------------------- saved tensors
+
+class SavedTensors:
+    """Counts the distinct storages autograd saves for backward, per device type.
+
+    Use as ``with SavedTensors(exclude=model.parameters()) as saved: loss = step()``;
+    then ``saved.total`` is the activation bytes kept for backward and
+    ``saved.by_device`` splits them (``{"cpu": …, "cuda": …}``). Tensors packed
+    by an outer hook (offloading) are counted as the hook left them only when
+    this counter is installed *inside* that hook's context.
+
+    Args:
+        exclude: tensors whose storages are not activations (parameters, the graph's inputs).
+    """
+
+    def __init__(self, exclude: Any = ()) -> None:
+        self.excluded = {t.untyped_storage()._cdata for t in exclude}
+        self.storages: dict[int, tuple[str, int]] = {}
+        self._hooks = None
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self.excluded:
+            self.storages[key] = (tensor.device.type, storage.nbytes())
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def __enter__(self) -> "SavedTensors":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+
+    @property
+    def total(self) -> int:
+        """Bytes of every distinct saved storage."""
+        return sum(n for _, n in self.storages.values())
+
+    @property
+    def by_device(self) -> dict[str, int]:
+        """Saved bytes per device type."""
+        out: dict[str, int] = {}
+        for device, n in self.storages.values():
+            out[device] = out.get(device, 0) + n
+        return out
+
+
+def _graph_tensors(graph: Any) -> list[torch.Tensor]:
+    return [getattr(graph, f.name) for f in dataclasses.fields(graph) if isinstance(getattr(graph, f.name), torch.Tensor)]
+
+
+def saved_bytes_meta(model: torch.nn.Module, graph: Any, exchange: Any, *, segment_peak: bool = False) -> tuple[int, int]:
+    """Bytes autograd saves in one forward of ``model(graph, exchange)`` (any device, ``meta`` needs no RAM).
+
+    Parameters and the graph's input tensors are not activations and are excluded.
+
+    Args:
+        model: an :class:`~domainpar.model.interaction_network.InteractionNetwork`.
+        graph: its local graph.
+        exchange: completes the halo (a :class:`StandInExchange` on the same device).
+        segment_peak: also measure the largest checkpointable region (``model._run``) of the forward.
+
+    Returns:
+        (bytes saved at the end of the forward, bytes of the largest region; 0 unless ``segment_peak``).
+    """
+    counter = SavedTensors(exclude=[*model.parameters(), *_graph_tensors(graph)])
+    largest = 0
+    original_run = model._run
+
+    def measured_run(fn, *args):
+        nonlocal largest
+        before = counter.total
+        out = original_run(fn, *args)
+        largest = max(largest, counter.total - before)
+        return out
+
+    if segment_peak:
+        model._run = measured_run
+    try:
+        with counter:
+            model(graph, exchange)
+    finally:
+        model._run = original_run
+    return counter.total, largest
+
+
+def activation_peak_meta(graph: Any, part: Any, config: Any) -> int:
+    """Saved-tensor activation peak of one part on the ``meta`` device.
+
+    Without checkpointing: what is saved at the end of the forward. With
+    checkpointing: that plus the largest region recomputed during backward
+    (the saved bytes of the largest region of a non-checkpointed forward).
+
+    Args:
+        graph: the :class:`~domainpar.data.event_graph.EventGraph`.
+        part: one :class:`~domainpar.partition.plan.PartPlan` of it.
+        config: the :class:`~domainpar.model.interaction_network.ModelConfig` (``checkpointing`` honoured).
+    """
+    from domainpar.model.interaction_network import InteractionNetwork
+    from domainpar.partition.local_graph import local_graph
+
+    local = local_graph(graph, part).to("meta")
+    exchange = StandInExchange(part.num_halo, config.hidden, device="meta", requires_grad=False)
+    forward_bytes, _ = saved_bytes_meta(InteractionNetwork(config).to("meta"), local, exchange)
+    if not config.checkpointing:
+        return forward_bytes
+    plain = InteractionNetwork(dataclasses.replace(config, checkpointing=False)).to("meta")
+    _, segment = saved_bytes_meta(plain, local, exchange, segment_peak=True)
+    return forward_bytes + segment
+
+
+def check_meta_accounting(graph: Any, part: Any) -> None:
+    """Raise unless the ``meta`` byte count equals a real CPU run's (both checkpointing settings)."""
+    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.partition.local_graph import local_graph
+
+    for checkpointing in (False, True):
+        config = ModelConfig(hidden=16, num_iterations=2, checkpointing=checkpointing)
+        counts = []
+        for device in ("cpu", "meta"):
+            local = local_graph(graph, part).to(device)
+            exchange = StandInExchange(part.num_halo, config.hidden, device=device, requires_grad=False)
+            counts.append(saved_bytes_meta(InteractionNetwork(config).to(device), local, exchange))
+        if counts[0] != counts[1]:
+            raise RuntimeError(f"meta saved-tensor accounting differs from a CPU run: cpu {counts[0]}, meta {counts[1]}")
+
+
+# ----------------------------------------------------------------------------- traced
+
+def traced_peak(part: Any, config: Any, model_factory: Callable[[Any], torch.nn.Module] | None = None) -> dict[str, int]:
+    """Trace one forward+backward of ``part`` on fake tensors: its peak memory by category and its matmul FLOPs.
+
+    Args:
+        part: the part's real :class:`~domainpar.partition.local_graph.LocalGraph` (only shapes are used).
+        config: model hyper-parameters (``checkpointing`` is honoured).
+        model_factory: builds the model from ``config`` (default: our ``InteractionNetwork``); it is
+            called as ``model(graph, exchange)``.
+
+    Returns:
+        ``{"total", "activations", "temporaries", "parameters", "gradients"}``
+        in bytes at the moment of the peak, and ``"flops"``: floating-point
+        operations of the matrix products (forward + backward, recomputation
+        included), as counted by ``torch.utils.flop_counter``.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from domainpar.model.interaction_network import InteractionNetwork
+
+    factory = model_factory or InteractionNetwork
+    mode = FakeTensorMode()
+    with mode:
+        fake_part = type(part)(
+            **{
+                f.name: mode.from_tensor(getattr(part, f.name)) if isinstance(getattr(part, f.name), torch.Tensor) else getattr(part, f.name)
+                for f in dataclasses.fields(part)
+            }
+        )
+        model = factory(config)
+        exchange = StandInExchange(part.num_halo, config.hidden, random=False)
+        weights = torch.linspace(-1.0, 1.0, part.num_edges)
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with mode, tracker:
+        logits = model(fake_part, exchange)
+        (logits * weights).sum().backward()
+    # A second pass for the FLOPs: nesting the two modes skews the memory tracker's attribution.
+    for parameter in model.parameters():
+        parameter.grad = None
+    flops = FlopCounterMode(display=False)
+    with mode, flops:
+        logits = model(fake_part, exchange)
+        (logits * weights).sum().backward()
+    snapshot = tracker.get_tracker_snapshot("peak")
+    (per_device,) = snapshot.values()
+    by_name = {getattr(k, "value", k): int(v) for k, v in per_device.items()}
+    return {
+        "total": by_name["Total"],
+        "activations": by_name.get("Activation", 0),
+        "temporaries": by_name.get("Temp", 0),
+        "parameters": by_name.get("Parameter", 0),
+        "gradients": by_name.get("Gradient", 0),
+        "flops": int(flops.get_total_flops()),
+    }

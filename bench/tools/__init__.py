@@ -1,0 +1,1 @@
+"""One-off generators of repository files (figures, test reference statistics): ``python -m bench.tools.<name> --help``."""
