@@ -128,7 +128,7 @@ def run(
         )
     section = Section(
         name="strong_scaling",
-        title="Strong scaling on CPU: the real full event, 1 × 1 vs 2 × 1",
+        title=f"Strong scaling on CPU: {workload.name}, 1 process × 1 thread vs 2 × 1",
         columns=[
             Column("configuration", "configuration"),
             Column("local_edges", "edges of the busiest rank", "{:,}"),
