@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from zlib import error as zlib_error
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -22,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from domainpar.atomic import atomic_path
-from domainpar.data.detector import layer_index_of
-from domainpar.errors import DomainparError, one_line
+from domainpar.data.detector import layer_index_of, layer_table
+from domainpar.errors import DomainparError, one_line, shorten
 
 #: The four parts of an event, in the challenge's order.
 PARTS = ("hits", "cells", "particles", "truth")
@@ -101,47 +102,116 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
 
 def _read_part(path: Path, part: str) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, low_memory=False)
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns {list(COLUMNS[part])} (found an empty file)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a CSV table, could not parse it ({one_line(exc)})") from None
+    except UnicodeDecodeError as exc:
+        raise DomainparError(f"{path}: expected a UTF-8 CSV table, found a byte that is not text (position {exc.start})") from None
+    except (pd.errors.ParserError, ValueError, OSError, EOFError, zlib_error) as exc:
+        raise DomainparError(f"{path}: expected a CSV table, could not parse it ({one_line(exc, limit=200)})") from None
     wanted = dict(COLUMNS[part])
     missing = [column for column in wanted if column not in frame.columns]
     if missing:
-        raise DomainparError(
-            f"{path}: column {missing[0]!r} missing (expected columns {list(wanted)}, found {list(frame.columns)})"
-        )
+        found = shorten([str(c) for c in frame.columns], limit=160)
+        raise DomainparError(f"{path}: column {missing[0]!r} missing (expected columns {list(wanted)}, found {found})")
     wanted.update({k: v for k, v in OPTIONAL_COLUMNS.get(part, {}).items() if k in frame.columns})
     for column, dtype in wanted.items():
         frame[column] = _checked_column(frame[column], path, column, dtype)
     return frame
 
 
-def _checked_column(values: pd.Series, path: Path, column: str, dtype: str) -> pd.Series:
+def _raw_column(path: Path, column: str) -> pd.Series:
+    """The text of every field of ``column`` exactly as written (read again, only on the error path)."""
+    return pd.read_csv(path, usecols=[column], dtype=str, keep_default_na=False, na_filter=False, low_memory=False)[column]
+
+
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def _field(text: str) -> str:
+    """A field's text for a message: numbers as written (nan, inf, 1e+40), an empty field named, text quoted and shortened."""
+    stripped = text.strip()
+    if not stripped:
+        return "an empty field"
+    try:
+        float(stripped)
+    except ValueError:
+        return shorten(text)
+    return stripped if len(stripped) <= 40 else shorten(stripped)
+
+
+def _integer_column(values: pd.Series, path: Path, column: str, dtype: str) -> np.ndarray:
+    """``column`` as exact integers of ``dtype``: integer text only, never through float64.
+
+    pandas parses a column of integer literals that fit int64 (or uint64) exactly;
+    anything else (a float-formatted or empty field, text, a value beyond 64
+    bits) makes it another dtype, and then every field is judged from its text.
+    """
+    info = np.iinfo(dtype)
+    if values.dtype.kind in "iu":
+        array = values.to_numpy()
+        bad = np.flatnonzero(array > info.max) if array.dtype.kind == "u" else np.flatnonzero((array < info.min) | (array > info.max))
+        if bad.size:
+            raise DomainparError(
+                f"{path}: column {column!r} must be integers in [{info.min}, {info.max}] ({dtype}) "
+                f"(found {array[bad[0]]} in row {bad[0] + 1})"
+            )
+        return array.astype(dtype)
+    raw = _raw_column(path, column)
+    texts = raw.to_numpy(dtype=object)
+    literal = raw.str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool)
+    if not literal.all():
+        row = int(np.flatnonzero(~literal)[0])
+        raise DomainparError(
+            f"{path}: column {column!r} must be integers written as digits (found {_field(texts[row])} in row {row + 1}); "
+            "a float-formatted id loses digits"
+        )
+    # More than 20 digits is beyond 64 bits: judged by length, as Python refuses to convert huge digit strings.
+    numbers = [int(text) if len(text) < 40 else (info.max + 1) for text in texts]
+    for row, number in enumerate(numbers):
+        if not info.min <= number <= info.max:
+            raise DomainparError(
+                f"{path}: column {column!r} must be integers in [{info.min}, {info.max}] ({dtype}) "
+                f"(found {_field(texts[row])} in row {row + 1})"
+            )
+    return np.array(numbers, dtype=dtype)
+
+
+def _float_column(values: pd.Series, path: Path, column: str, dtype: str) -> np.ndarray:
+    """``column`` as finite numbers of the stored ``dtype`` (checked after the conversion: 1e40 is inf in float32)."""
     if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
         numeric = pd.to_numeric(values, errors="coerce")
         bad = np.flatnonzero(numeric.isna().to_numpy() & values.notna().to_numpy())
         if bad.size:
-            raise DomainparError(
-                f"{path}: column {column!r} must be numeric (found {values.iloc[bad[0]]!r} in row {bad[0] + 1})"
-            )
+            raise DomainparError(f"{path}: column {column!r} must be numeric (found {shorten(values.iloc[bad[0]])} in row {bad[0] + 1})")
         values = numeric
-    array = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.flatnonzero(~np.isfinite(array))
+    wide = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = wide.astype(dtype)
+    bad = np.flatnonzero(~np.isfinite(stored))
     if bad.size:
-        raise DomainparError(f"{path}: column {column!r} must be finite numbers (found {array[bad[0]]} in row {bad[0] + 1})")
+        row = int(bad[0])
+        if np.isfinite(wide[row]):
+            limit = float(np.finfo(dtype).max)
+            raise DomainparError(
+                f"{path}: column {column!r} must be finite {dtype} numbers, |value| <= {limit:.4g} "
+                f"(found {wide[row]:g} in row {row + 1}, which overflows to {stored[row]})"
+            )
+        raise DomainparError(
+            f"{path}: column {column!r} must be finite numbers (found {_field(_raw_column(path, column).iloc[row])} in row {row + 1})"
+        )
+    return stored
+
+
+def _checked_column(values: pd.Series, path: Path, column: str, dtype: str) -> pd.Series:
     if dtype.startswith("int"):
-        bad = np.flatnonzero(array != np.round(array))
-        if bad.size:
-            raise DomainparError(f"{path}: column {column!r} must be integers (found {array[bad[0]]} in row {bad[0] + 1})")
-        info = np.iinfo(dtype)
-        bad = np.flatnonzero((array < info.min) | (array > info.max))
-        if bad.size:
-            raise DomainparError(f"{path}: column {column!r} must fit {dtype} (found {array[bad[0]]:.0f} in row {bad[0] + 1})")
-        # Read integers through int64, not float64, so large particle ids keep every digit.
-        return values.astype(np.int64).astype(dtype) if values.dtype.kind in "iu" else values.round().astype(dtype)
-    return values.astype(dtype)
+        return pd.Series(_integer_column(values, path, column, dtype), index=values.index, name=column)
+    return pd.Series(_float_column(values, path, column, dtype), index=values.index, name=column)
+
+
+#: How far (mm) a hit may lie outside the extent of its layer in the detector description. Real hits lie
+#: within 3.5 mm of it (event 21000), simulated within 6 mm; anything farther is not a hit of that layer.
+LAYER_MARGIN_MM = 20.0
 
 
 def _validate_hits(hits: pd.DataFrame, path: Path) -> None:
@@ -152,13 +222,62 @@ def _validate_hits(hits: pd.DataFrame, path: Path) -> None:
     if duplicated.any():
         row = int(np.flatnonzero(duplicated)[0])
         raise DomainparError(f"{path}: column 'hit_id' must be unique (found {hit_ids[row]} again in row {row + 1})")
-    unknown = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy()) < 0
+    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    unknown = layer < 0
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
         raise DomainparError(
             f"{path}: columns 'volume_id', 'layer_id' must name a TrackML detector layer "
             f"(found ({hits['volume_id'].iloc[row]}, {hits['layer_id'].iloc[row]}) in row {row + 1})"
         )
+    _validate_positions(hits, layer, path)
+
+
+def _validate_positions(hits: pd.DataFrame, layer: np.ndarray, path: Path) -> None:
+    """Every hit inside its layer's extent (± :data:`LAYER_MARGIN_MM`), and not all hits at one point."""
+    x = hits["x"].to_numpy(np.float64)
+    y = hits["y"].to_numpy(np.float64)
+    z = hits["z"].to_numpy(np.float64)
+    if x.size > 1 and (x == x[0]).all() and (y == y[0]).all() and (z == z[0]).all():
+        raise DomainparError(
+            f"{path}: columns 'x', 'y', 'z' must be hit positions on the detector (found all {x.size} hits at one point "
+            f"({x[0]:g}, {y[0]:g}, {z[0]:g}))"
+        )
+    table = layer_table()
+    r = np.hypot(x, y)
+    margin = LAYER_MARGIN_MM
+    r_lo, r_hi = table["r_min"].to_numpy()[layer] - margin, table["r_max"].to_numpy()[layer] + margin
+    z_lo, z_hi = table["z_min"].to_numpy()[layer] - margin, table["z_max"].to_numpy()[layer] + margin
+    outside = (r < r_lo) | (r > r_hi) | (z < z_lo) | (z > z_hi)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise DomainparError(
+            f"{path}: columns 'x', 'y', 'z' must lie on the hit's detector layer (volume {hits['volume_id'].iloc[row]}, "
+            f"layer {hits['layer_id'].iloc[row]}: r in [{r_lo[row]:.0f}, {r_hi[row]:.0f}] mm, z in [{z_lo[row]:.0f}, "
+            f"{z_hi[row]:.0f}] mm, {margin:g} mm margin included) (found r = {r[row]:.4g} mm, z = {z[row]:.4g} mm "
+            f"in row {row + 1}; coordinates in mm?)"
+        )
+
+
+def _validate_truth(truth: pd.DataFrame, path: Path) -> None:
+    weight = truth["weight"].to_numpy()
+    negative = np.flatnonzero(weight < 0)
+    if negative.size:
+        row = int(negative[0])
+        raise DomainparError(f"{path}: column 'weight' must be non-negative (found {weight[row]:g} in row {row + 1})")
+
+
+def _validate_particles(particles: pd.DataFrame, path: Path) -> None:
+    ids = particles["particle_id"]
+    duplicated = ids.duplicated().to_numpy()
+    if duplicated.any():
+        row = int(np.flatnonzero(duplicated)[0])
+        raise DomainparError(f"{path}: column 'particle_id' must be unique (found {ids.iloc[row]} again in row {row + 1})")
+    charge = particles["q"].to_numpy()
+    bad = np.flatnonzero(np.abs(charge) > 10)
+    if bad.size:
+        row = int(bad[0])
+        raise DomainparError(f"{path}: column 'q' must be a charge in units of e (found {charge[row]} in row {row + 1})")
 
 
 def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, exact: bool) -> None:
@@ -208,6 +327,10 @@ def load_event(
         raise DomainparError(f"parts must be a non-empty selection of {list(PARTS)} (got {list(parts)})")
     paths = {part: event_file(prefix, part) for part in parts}
     frames = {part: _read_part(paths[part], part) for part in parts}
+    if "truth" in frames:
+        _validate_truth(frames["truth"], paths["truth"])
+    if "particles" in frames:
+        _validate_particles(frames["particles"], paths["particles"])
     if "hits" in frames:
         _validate_hits(frames["hits"], paths["hits"])
         if "truth" in frames:

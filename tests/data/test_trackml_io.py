@@ -142,13 +142,13 @@ def test_error_non_numeric(tmp_path, real_event):
         load_event(prefix)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_error_nan_or_inf(tmp_path, real_event, bad):
+@pytest.mark.parametrize("bad, found", [(np.nan, "an empty field"), (np.inf, "inf")])
+def test_error_nan_or_inf(tmp_path, real_event, bad, found):
     frames = _frames(real_event)
     frames["truth"]["tpx"] = frames["truth"]["tpx"].astype(np.float64)
-    frames["truth"].loc[4, "tpx"] = bad
+    frames["truth"].loc[4, "tpx"] = bad  # pandas writes NaN as an empty field
     prefix = _write_plain(tmp_path, 1, frames)
-    with pytest.raises(DomainparError, match=rf"truth\.csv: column 'tpx' must be finite numbers \(found {bad} in row 5\)"):
+    with pytest.raises(DomainparError, match=rf"truth\.csv: column 'tpx' must be finite numbers \(found {found} in row 5\)"):
         load_event(prefix)
 
 
@@ -157,7 +157,7 @@ def test_error_non_integer_id(tmp_path, real_event):
     frames["hits"]["module_id"] = frames["hits"]["module_id"].astype(np.float64)
     frames["hits"].loc[0, "module_id"] = 1.5
     prefix = _write_plain(tmp_path, 1, frames)
-    with pytest.raises(DomainparError, match=r"column 'module_id' must be integers \(found 1\.5 in row 1\)"):
+    with pytest.raises(DomainparError, match=r"column 'module_id' must be integers written as digits \(found 1\.5 in row 1\)"):
         load_event(prefix)
 
 

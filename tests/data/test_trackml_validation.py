@@ -1,0 +1,197 @@
+"""Input validation at the TrackML boundary: exact integers, finite after the float32 conversion,
+hits on their detector layer, no degenerate events; every refusal one line naming file, column and row."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from domainpar.data.trackml import LAYER_MARGIN_MM, load_event
+from domainpar.errors import DomainparError
+
+from fixtures import TRACKML_DIR
+
+PARTS = ("hits", "cells", "particles", "truth")
+
+
+@pytest.fixture(scope="module")
+def plain_event(tmp_path_factory) -> Path:
+    """The real labelled event as plain CSV text (fields exactly as the challenge wrote them)."""
+    directory = tmp_path_factory.mktemp("plain")
+    for part in PARTS:
+        frame = pd.read_csv(TRACKML_DIR / f"event000000001-{part}.csv.gz", dtype=str, keep_default_na=False)
+        frame.to_csv(directory / f"event000000001-{part}.csv", index=False)
+    return directory / "event000000001"
+
+
+def _edited(plain_event: Path, tmp_path: Path, part: str, edit) -> Path:
+    """A copy of the event whose ``part`` has ``edit`` applied to its rows of text fields."""
+    for p in PARTS:
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    path = tmp_path / f"event000000001-{part}.csv"
+    rows = [line.split(",") for line in path.read_text().splitlines()]
+    edit(rows)
+    path.write_text("".join(",".join(r) + "\n" for r in rows))
+    return tmp_path / "event000000001"
+
+
+def _set(column: str, value: str, row: int = 1):
+    def edit(rows):
+        rows[row][rows[0].index(column)] = value
+
+    return edit
+
+
+def _load(prefix, *parts):
+    return load_event(prefix, parts=parts or PARTS)
+
+
+# ----------------------------------------------------------------------------- exact integers
+
+
+def test_ids_above_2p53_are_read_exactly(plain_event, tmp_path):
+    big = 2**62 + 1  # float64 would read 2**62
+    prefix = _edited(plain_event, tmp_path, "truth", _set("particle_id", str(big), row=3))
+    (truth,) = _load(prefix, "truth")
+    assert int(truth["particle_id"].iloc[2]) == big
+    # The real file's ids above 2^53 too (621497641930326016 is 2^59.1).
+    raw = pd.read_csv(f"{plain_event}-truth.csv", dtype=str)["particle_id"].map(int).to_numpy(dtype=np.int64)
+    (real,) = _load(plain_event, "truth")
+    np.testing.assert_array_equal(real["particle_id"].to_numpy(), raw)
+    assert (raw > 2**53).any()
+
+
+def test_float_formatted_ids_above_2p53_are_refused(plain_event, tmp_path):
+    def as_float(rows):
+        column = rows[0].index("particle_id")
+        for row in rows[1:]:
+            row[column] = f"{int(row[column]):.16e}" if int(row[column]) else row[column]
+
+    prefix = _edited(plain_event, tmp_path, "truth", as_float)
+    with pytest.raises(DomainparError) as info:
+        _load(prefix)
+    message = str(info.value)
+    assert message.startswith(f"{prefix}-truth.csv: column 'particle_id' must be integers written as digits (found ")
+    assert "e+" in message and "in row 1)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "part, column, value, expected",
+    [
+        ("hits", "hit_id", "6.0", r"column 'hit_id' must be integers written as digits \(found 6\.0 in row 1\)"),
+        ("hits", "hit_id", "2147483648", r"column 'hit_id' must be integers in \[-2147483648, 2147483647\] \(int32\) \(found 2147483648 in row 1\)"),
+        ("truth", "particle_id", "9223372036854775808", r"column 'particle_id' must be integers in .* \(int64\) \(found 9223372036854775808 in row 1\)"),
+        ("truth", "particle_id", "99999999999999999999999", r"\(int64\) \(found 99999999999999999999999 in row 1\)"),
+        ("truth", "particle_id", "", r"column 'particle_id' must be integers written as digits \(found an empty field in row 1\)"),
+        ("truth", "particle_id", "0x1F", r"must be integers written as digits \(found '0x1F' in row 1\)"),
+        ("particles", "q", "True", r"column 'q' must be integers written as digits \(found 'True' in row 1\)"),
+        ("hits", "volume_id", "7" * 100_000, r"must be integers in .* \(found '7{60}'\.\.\. \(100,000 characters\) in row 1\)"),
+    ],
+)
+def test_integer_columns_are_exact(plain_event, tmp_path, part, column, value, expected):
+    prefix = _edited(plain_event, tmp_path, part, _set(column, value))
+    with pytest.raises(DomainparError, match=expected) as info:
+        _load(prefix)
+    assert len(str(info.value)) < 400
+
+
+# ----------------------------------------------------------------------------- finite after the float32 conversion
+
+
+@pytest.mark.parametrize(
+    "part, column, value, expected",
+    [
+        ("hits", "x", "1e40", r"column 'x' must be finite float32 numbers, \|value\| <= 3\.403e\+38 \(found 1e\+40 in row 1, which overflows to inf\)"),
+        ("hits", "z", "-3.5e38", r"column 'z' must be finite float32 numbers, .* \(found -3\.5e\+38 in row 1, which overflows to -inf\)"),
+        ("particles", "px", "1e39", r"column 'px' must be finite float32"),
+        ("truth", "weight", "nan", r"column 'weight' must be finite numbers \(found nan in row 1\)"),
+        ("truth", "tpx", "-Infinity", r"column 'tpx' must be finite numbers \(found -Infinity in row 1\)"),
+        ("cells", "value", "", r"column 'value' must be finite numbers \(found an empty field in row 1\)"),
+        ("hits", "y", "q" * 1_000_000, r"column 'y' must be numeric \(found 'q{60}'\.\.\. \(1,000,000 characters\) in row 1\)"),
+    ],
+)
+def test_float_columns_are_finite_in_float32(plain_event, tmp_path, part, column, value, expected):
+    prefix = _edited(plain_event, tmp_path, part, _set(column, value))
+    with pytest.raises(DomainparError, match=expected) as info:
+        _load(prefix)
+    assert len(str(info.value)) < 400
+
+
+def test_largest_float32_value_is_accepted_where_it_makes_sense(plain_event, tmp_path):
+    prefix = _edited(plain_event, tmp_path, "truth", _set("tpx", "3.0e38"))
+    (truth,) = _load(prefix, "truth")
+    assert np.isfinite(truth["tpx"].to_numpy()).all()
+
+
+# ----------------------------------------------------------------------------- hits on the detector
+
+
+@pytest.mark.parametrize("column, value", [("x", "1e30"), ("y", "100000"), ("z", "5000"), ("x", "0.0")])
+def test_hits_off_their_layer_are_refused(plain_event, tmp_path, column, value):
+    def edit(rows):
+        rows[1][rows[0].index(column)] = value
+        if column == "x":
+            rows[1][rows[0].index("y")] = "0.0"
+
+    prefix = _edited(plain_event, tmp_path, "hits", edit)
+    with pytest.raises(DomainparError, match=rf"hits.csv: columns 'x', 'y', 'z' must lie on the hit's detector layer \(volume 7, layer 2: .* {LAYER_MARGIN_MM:g} mm margin included\) \(found r = .* in row 1; coordinates in mm\?\)"):
+        _load(prefix, "hits")
+
+
+def test_hits_in_cm_instead_of_mm_are_refused(plain_event, tmp_path):
+    def to_cm(rows):
+        for column in ("x", "y", "z"):
+            index = rows[0].index(column)
+            for row in rows[1:]:
+                row[index] = repr(float(row[index]) / 10)
+
+    with pytest.raises(DomainparError, match=r"must lie on the hit's detector layer"):
+        _load(_edited(plain_event, tmp_path, "hits", to_cm), "hits")
+
+
+def test_all_hits_at_one_point_are_refused(plain_event, tmp_path):
+    def edit(rows):
+        header = rows[0]
+        for row in rows[1:]:
+            row[header.index("x")], row[header.index("y")], row[header.index("z")] = "32.0", "0.0", "-10.0"
+
+    with pytest.raises(DomainparError, match=r"found all 5527 hits at one point \(32, 0, -10\)"):
+        _load(_edited(plain_event, tmp_path, "hits", edit), "hits")
+
+
+def test_real_and_simulated_hits_pass_the_layer_check():
+    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.data.trackml import _validate_positions
+    from domainpar.data.detector import layer_index_of
+
+    for seed in range(3):
+        hits = simulate_event(SimulationConfig(num_particles=500), event_id=1, seed=seed)["hits"]
+        _validate_positions(hits, layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy()), Path("sim"))
+    load_event(TRACKML_DIR / "event000000001", parts=("hits",))
+
+
+# ----------------------------------------------------------------------------- other tables
+
+
+def test_duplicate_particles_and_negative_weights_are_refused(plain_event, tmp_path):
+    def duplicate(rows):
+        rows[2][0] = rows[1][0]
+
+    with pytest.raises(DomainparError, match=r"particles.csv: column 'particle_id' must be unique \(found \d+ again in row 2\)"):
+        _load(_edited(plain_event, tmp_path, "particles", duplicate))
+    with pytest.raises(DomainparError, match=r"truth.csv: column 'weight' must be non-negative \(found -0.5 in row 3\)"):
+        _load(_edited(plain_event, tmp_path, "truth", _set("weight", "-0.5", row=3)))
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00h\x00i", bytes(range(256)) * 8])
+def test_binary_files_are_one_line(plain_event, tmp_path, content):
+    for p in PARTS:
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    (tmp_path / "event000000001-hits.csv").write_bytes(content)
+    with pytest.raises(DomainparError, match=r"hits.csv: (expected a UTF-8 CSV table|expected a CSV table)") as info:
+        _load(tmp_path / "event000000001")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
