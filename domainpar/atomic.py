@@ -112,3 +112,129 @@ def remove_stale_temporaries(directory: str | os.PathLike, pattern: str | None =
             entry.unlink()
             removed.append(entry)
     return removed
+
+
+def _default_mode(path: Path, directory: bool) -> None:
+    """Give a staged file or directory the permissions a plain open()/mkdir() would (mkstemp/mkdtemp use 0600/0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
+class StagedOutputs:
+    """Everything one command writes, staged beside its destinations and published together: all or nothing.
+
+    A command that writes many outputs (one graph per event, one plan per
+    event, plots, submissions, a JSON report) and fails half way must not
+    leave the first half behind: the user would take a directory of some
+    events for a complete result. Every output is written to a temporary name
+    beside its destination (same file system, so publishing is a rename);
+    :meth:`publish` renames them all into place, :meth:`discard` removes them
+    and every directory this object created. Use :func:`staged_outputs`.
+    """
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, Path]] = []
+        self._directories: list[tuple[Path, Path]] = []
+        self._replacements: list[tuple[Path, Path]] = []
+        self._created: list[Path] = []
+
+    def _ensure_directory(self, directory: Path) -> None:
+        missing = []
+        current = directory
+        while not current.exists():
+            missing.append(current)
+            if current.parent == current:
+                break
+            current = current.parent
+        for path in reversed(missing):
+            path.mkdir()
+            self._created.append(path)
+
+    def file(self, final: str | os.PathLike) -> Path:
+        """A temporary path for the file ``final`` (its suffixes kept, for writers that choose a format by them)."""
+        final = Path(final)
+        self._ensure_directory(final.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{final.name}{TMP_MARKER}", suffix="".join(final.suffixes), dir=final.parent)
+        os.close(fd)
+        tmp = Path(name)
+        _default_mode(tmp, directory=False)
+        self._files.append((tmp, final))
+        return tmp
+
+    def directory(self, final: str | os.PathLike) -> Path:
+        """An empty staging directory whose entries are merged into ``final`` (created if missing) on publish."""
+        final = Path(final)
+        self._ensure_directory(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}{TMP_MARKER}", dir=final.parent))
+        _default_mode(tmp, directory=True)
+        self._directories.append((tmp, final))
+        return tmp
+
+    def replacement(self, final: str | os.PathLike) -> Path:
+        """A new path (nothing there yet) for a directory that replaces ``final`` as a whole on publish."""
+        final = Path(final)
+        self._ensure_directory(final.parent)
+        reserved = Path(tempfile.mkdtemp(prefix=f".{final.name}{TMP_MARKER}", dir=final.parent))
+        reserved.rmdir()
+        self._replacements.append((reserved, final))
+        return reserved
+
+    def publish(self) -> None:
+        """Rename every staged output into place (an existing file is replaced, an existing directory merged)."""
+        import shutil
+
+        for tmp, final in self._directories:
+            if not final.exists():
+                os.replace(tmp, final)
+                continue
+            for entry in sorted(tmp.iterdir()):
+                destination = final / entry.name
+                if entry.is_dir() and destination.is_dir():
+                    # Two renames: the old directory moves aside, the new one into place, then the old is removed.
+                    retired = Path(tempfile.mkdtemp(prefix=f".{entry.name}.old-", dir=final))
+                    os.replace(destination, retired / "old")
+                    os.replace(entry, destination)
+                    shutil.rmtree(retired, ignore_errors=True)
+                else:
+                    os.replace(entry, destination)
+            tmp.rmdir()
+        for tmp, final in self._replacements:
+            if not tmp.exists():
+                continue
+            if final.exists():
+                retired = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+                os.replace(final, retired / "old")
+                os.replace(tmp, final)
+                shutil.rmtree(retired, ignore_errors=True)
+            else:
+                os.replace(tmp, final)
+        for tmp, final in self._files:
+            os.replace(tmp, final)
+        self._files, self._directories, self._replacements, self._created = [], [], [], []
+
+    def discard(self) -> None:
+        """Remove every staged output and every directory created for them; destinations stay untouched."""
+        import shutil
+
+        for tmp, _ in self._files:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        for tmp, _ in self._directories + self._replacements:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for directory in reversed(self._created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: something else may have been put there meanwhile
+        self._files, self._directories, self._replacements, self._created = [], [], [], []
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[StagedOutputs]:
+    """A :class:`StagedOutputs` published when the block ends normally and discarded when it raises."""
+    outputs = StagedOutputs()
+    try:
+        yield outputs
+    except BaseException:
+        outputs.discard()
+        raise
+    outputs.publish()

@@ -14,12 +14,18 @@ to the whole line.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 #: Longest echo of a found value inside a message, in characters.
 VALUE_LIMIT = 60
 #: Longest message line the CLI prints (paths included), in characters.
 LINE_LIMIT = 600
+
+
+_SAFE_REPR = reprlib.Repr()
+_SAFE_REPR.maxlevel, _SAFE_REPR.maxlist, _SAFE_REPR.maxtuple, _SAFE_REPR.maxdict = 3, 6, 6, 6
+_SAFE_REPR.maxstring = _SAFE_REPR.maxother = _SAFE_REPR.maxlong = 2 * VALUE_LIMIT
 
 
 class DomainparError(ValueError):
@@ -71,7 +77,13 @@ def shorten(value: Any, limit: int = VALUE_LIMIT) -> str:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     number = number or (getattr(value, "ndim", None) == 0 and getattr(getattr(value, "dtype", None), "kind", "") in "iuf")
     try:
-        text = str(value) if number else repr(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+            text = f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+        elif number:
+            text = str(value)
+        else:
+            # reprlib bounds depth and length: a YAML alias bomb or a huge nested list never expands in full.
+            text = _SAFE_REPR.repr(value)
     except Exception:  # noqa: BLE001 - a hostile object's repr must not break the error path
         text = f"<{type(value).__name__}>"
     return _clip(" ".join(text.split()), limit)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from domainpar.atomic import atomic_path
+from domainpar.atomic import staged_outputs
 from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
@@ -79,14 +78,15 @@ def build(
     check_output_dir(out_dir, "--out")
     if json_path is not None:
         check_output_file(json_path, "--json")
-    try:
-        all_stats = build_dataset(input_path, out_dir, config, progress=not quiet)
-    except DomainparError as exc:
-        raise DomainparError(_option_names(str(exc), options)) from None
-    records = [stats.as_record() for stats in all_stats]
-    if json_path is not None:
-        with atomic_path(json_path) as tmp:
-            Path(tmp).write_text(json.dumps(records, indent=2) + "\n")
+    # All graphs (and the report) appear together when every event is built: a failed run leaves none.
+    with staged_outputs() as outputs:
+        try:
+            all_stats = build_dataset(input_path, outputs.directory(out_dir), config, progress=not quiet)
+        except DomainparError as exc:
+            raise DomainparError(_option_names(str(exc), options)) from None
+        records = [stats.as_record() for stats in all_stats]
+        if json_path is not None:
+            outputs.file(json_path).write_text(json.dumps(records, indent=2) + "\n")
     unlabelled = [stats.event_id for stats in all_stats if stats.efficiency is None and stats.num_true_segments is None]
     if not quiet:
         for stats in all_stats:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from domainpar.cli.checks import METIS_SEED, finite, local_ranks
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir, check_output_file
 
@@ -41,13 +42,13 @@ def format_table(summary: dict) -> str:
 @click.option("--data", required=True, type=click.Path(path_type=Path),
               help="Raw TrackML events with truth (graphs are built with the default cuts), "
                    "or labelled graph files (.npz) / a directory of them.")
-@click.option("--parts", "num_parts", type=int, default=None,
+@click.option("--parts", "num_parts", type=local_ranks(), default=None,
               help="Split every event into this many parts, run by as many local processes with halo exchange "
                    "(default: --ranks, else 1).")
-@click.option("--ranks", type=int, default=None, help="Local processes; must equal --parts (default: --parts).")
+@click.option("--ranks", type=local_ranks(), default=None, help="Local processes; must equal --parts (default: --parts).")
 @click.option("--method", type=click.Choice(["metis", "geometric"]), default="metis", show_default=True,
               help="Partitioner when --parts > 1.")
-@click.option("--threshold", type=float, default=None,
+@click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
               help="Edge score cut (probability); default: the checkpoint's training threshold, else 0.5.")
 @click.option("--tracks", "track_method", type=click.Choice(["walk", "components"]), default="walk", show_default=True,
               help="Track building from edge scores: walk-through with branch resolution, or connected components.")
@@ -59,8 +60,8 @@ def format_table(summary: dict) -> str:
               help="Write ROC, efficiency/purity vs pT and eta, and event displays (PNG) here.")
 @click.option("--submissions", "submissions_dir", type=click.Path(path_type=Path), default=None,
               help="Write one TrackML submission CSV (event_id, hit_id, track_id) per event here.")
-@click.option("--seed", type=int, default=0, show_default=True, help="METIS seed.")
-@click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True,
+@click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
+@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
               help="Seconds before a partitioned run is declared hung.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
@@ -88,7 +89,7 @@ def evaluate(
     events too large for one device can be evaluated; the figures equal the
     single-process ones.
     """
-    from domainpar.atomic import atomic_path
+    from domainpar.atomic import staged_outputs
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate as run_evaluation, write_outputs
 
@@ -114,11 +115,22 @@ def evaluate(
     if submissions_dir is not None:
         check_output_dir(submissions_dir, "--submissions")
     report = run_evaluation(config)
-    written = write_outputs(report, plots_dir=plots_dir, submissions_dir=submissions_dir)
-    if json_path is not None:
-        with atomic_path(json_path) as tmp:
-            tmp.write_text(json.dumps(report.summary, indent=2) + "\n")
-        written.append(json_path)
+    # Submissions, plots and the report appear together: a failure while writing them leaves none.
+    with staged_outputs() as outputs:
+        stages = {}
+        for final in (plots_dir, submissions_dir):
+            if final is not None and final not in stages:
+                stages[final] = outputs.directory(final)
+        staged = write_outputs(
+            report,
+            plots_dir=None if plots_dir is None else stages[plots_dir],
+            submissions_dir=None if submissions_dir is None else stages[submissions_dir],
+        )
+        finals = {stage: final for final, stage in stages.items()}
+        written = [finals[Path(p).parent] / Path(p).name if Path(p).parent in finals else Path(p) for p in staged]
+        if json_path is not None:
+            outputs.file(json_path).write_text(json.dumps(report.summary, indent=2) + "\n")
+            written.append(json_path)
     s = report.summary
     click.echo(
         f"{s['num_events']} event(s), {s['num_parts']} part(s), threshold {s['threshold']:g}, "

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from domainpar.atomic import atomic_path
+from domainpar.atomic import staged_outputs
+from domainpar.cli.checks import METIS_SEED
 from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.errors import DomainparError
 
@@ -40,7 +41,7 @@ def _require_distinct_events(files: list[Path], graph_dir: Path) -> None:
                    "sectors: geometric sectors with cut edges dropped, no halo.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Plan directory (one graph) or parent directory of one plan directory per event.")
-@click.option("--seed", type=int, default=0, show_default=True, help="METIS seed.")
+@click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write the quality report as JSON (a list of records with event_id for a directory).")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
@@ -70,8 +71,8 @@ def partition(
     """
     from tqdm import tqdm
 
-    from domainpar.data.event_graph import graph_files, load_graph
-    from domainpar.partition.io import save_plan
+    from domainpar.data.event_graph import graph_files, inspect_graph, load_graph
+    from domainpar.partition.io import MANIFEST_NAME, save_plan
     from domainpar.partition.partitioners import partition_graph
     from domainpar.partition.report import format_report_table, partition_report
 
@@ -86,32 +87,40 @@ def partition(
         check_output_file(plot_path, "--plot", suffix=".png")
     files = graph_files(graph_path)
     single = graph_path.is_file()
+    # Every file's structure first (headers only), so a damaged file late in the list fails before any work.
+    for file in files:
+        inspect_graph(file)
     if not single:
         _require_distinct_events(files, graph_path)
+    if single and out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST_NAME).is_file():
+        raise DomainparError(f"--out {out_dir}: expected a plan directory or a new path, found a non-empty directory without {MANIFEST_NAME}")
     records, rows = [], []
-    for file in tqdm(files, desc="partition", unit="event", disable=single):
-        graph = load_graph(file)
-        try:
-            plan = partition_graph(graph, num_parts, method, seed=seed)
-        except DomainparError as exc:
-            raise DomainparError(f"{file}: {exc}") from None
-        plan_dir = out_dir if single else out_dir / f"event{graph.event_id:09d}"
-        save_plan(plan, plan_dir)
-        report = partition_report(plan, hidden=hidden, dtype=dtype)
-        record = report.to_dict()
-        if not single:
-            record = {"event_id": graph.event_id, **record}
-        record["plan"] = str(plan_dir)
-        records.append(record)
-        rows.append((str(graph.event_id), report))
-        if plot_path is not None:
-            from domainpar.partition.plot import plot_partition
+    # Plans, pictures and the report appear together when every event is done: a failed run leaves none.
+    with staged_outputs() as outputs:
+        staging = None if single else outputs.directory(out_dir)
+        for file in tqdm(files, desc="partition", unit="event", disable=single):
+            graph = load_graph(file)
+            try:
+                plan = partition_graph(graph, num_parts, method, seed=seed)
+            except DomainparError as exc:
+                raise DomainparError(f"{file}: {exc}") from None
+            plan_dir = out_dir if single else out_dir / f"event{graph.event_id:09d}"
+            save_plan(plan, outputs.replacement(out_dir) if single else staging / plan_dir.name)
+            report = partition_report(plan, hidden=hidden, dtype=dtype)
+            record = report.to_dict()
+            if not single:
+                record = {"event_id": graph.event_id, **record}
+            record["plan"] = str(plan_dir)
+            records.append(record)
+            rows.append((str(graph.event_id), report))
+            if plot_path is not None:
+                from domainpar.partition.plot import plot_partition
 
-            target = plot_path if single else plot_path.with_name(f"{plot_path.stem}_{graph.event_id:09d}.png")
-            plot_partition(graph, plan, target)
+                target = plot_path if single else plot_path.with_name(f"{plot_path.stem}_{graph.event_id:09d}.png")
+                plot_partition(graph, plan, outputs.file(target))
+        if json_path is not None:
+            outputs.file(json_path).write_text(json.dumps(records[0] if single else records, indent=1) + "\n")
     click.echo(format_report_table(rows))
     if json_path is not None:
-        with atomic_path(json_path) as tmp:
-            tmp.write_text(json.dumps(records[0] if single else records, indent=1) + "\n")
         click.echo(f"report written to {json_path}")
     click.echo(f"plans written to {out_dir}")

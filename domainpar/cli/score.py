@@ -13,13 +13,18 @@ from domainpar.errors import DomainparError, one_line
 
 def read_submission(path: Path) -> pd.DataFrame:
     """Read a submission CSV (``hit_id, track_id`` and optionally ``event_id``) without judging its values."""
+    if path.is_dir():
+        raise DomainparError(f"{path}: expected a submission CSV file (found a directory)")
     if not path.is_file():
         raise DomainparError(f"{path}: submission file not found")
     try:
-        return pd.read_csv(path)
+        # As text: ids are parsed exactly (never through float64) by the scorer, which names a bad field's row.
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id (found an empty file)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
+    except UnicodeDecodeError as exc:
+        raise DomainparError(f"{path}: expected a UTF-8 CSV table with columns hit_id, track_id, found a byte that is not text (position {exc.start})") from None
+    except (pd.errors.ParserError, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id, could not parse it ({one_line(exc)})") from None
 
 

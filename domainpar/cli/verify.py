@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
+from domainpar.cli.checks import METIS_SEED, finite, max_local_ranks
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,8 +25,8 @@ from domainpar.atomic import atomic_path
               help="Precision of the comparison (tolerance 1e-10 for float64, 1e-5 for float32).")
 @click.option("--hidden", type=int, default=64, show_default=True, help="Model hidden size.")
 @click.option("--iterations", type=int, default=8, show_default=True, help="Message-passing iterations.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the weights and of METIS.")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+@click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="Seed of the weights and of METIS.")
+@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=600.0, show_default=True,
               help="Seconds before a hung rank aborts the check.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write num_parts, max_abs_err_logits, max_rel_err_grad, passed (and details) as JSON.")
@@ -63,12 +64,23 @@ def verify(
     # Checked before the run: a report that cannot be written should not cost a full verification first.
     if json_path is not None:
         check_output_file(json_path, "--json")
-    for option, value in (("--parts", num_parts), ("--hidden", hidden), ("--iterations", iterations)):
+    from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size
+
+    for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
         if value < 1:
             raise DomainparError(f"{option} must be at least 1 (got {value})")
+        if most is not None and value > most:
+            raise DomainparError(f"{option} must be at most {most} (got {value})")
+    if not running_under_launcher() and num_parts > max_local_ranks():
+        raise DomainparError(
+            f"--parts {num_parts} starts that many local processes: at most {max_local_ranks()} on this machine "
+            "(4 per CPU core); run under torchrun or srun for more"
+        )
     if timeout_s <= 0:
         raise DomainparError(f"--timeout must be positive (got {timeout_s:g})")
     config = ModelConfig(hidden=hidden, num_iterations=iterations, checkpointing=checkpointing, overlap=overlap)
+    # Each rank holds the weights, gradients and the reference's copies (float64): refuse a model that cannot fit.
+    check_model_size(config, "fp64" if dtype == "float64" else "fp32", copies=4, options="--hidden/--iterations")
     if running_under_launcher():
         result, rank, backend = verify_graph_distributed(
             str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault

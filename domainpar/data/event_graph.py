@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.atomic import atomic_path
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line
 
 #: Bumped whenever the on-disk layout changes; files of another version are refused.
 GRAPH_FORMAT_VERSION = 1
@@ -99,41 +99,110 @@ ARRAY_DTYPES = {
 }
 
 
+#: Shape of every array in N (nodes), E (edges) and F (feature columns, at least one); None = any.
+ARRAY_SHAPES = {
+    "x": ("N", "F"),
+    "pos": ("N", 3),
+    "hit_id": ("N",),
+    "layer": ("N",),
+    "edge_index": (2, "E"),
+    "edge_attr": ("E", "F"),
+    "y": ("E",),
+    "particle_id": ("N",),
+    "particle_pt": ("N",),
+}
+#: Scalar entries of a graph file (0-d integer arrays).
+SCALARS = ("format_version", "event_id")
+
+
 def _fail(source: str, what: str, expected: str, found: str) -> DomainparError:
     return DomainparError(f"{source}: {what} must be {expected} (got {found})")
 
 
+def _shape_text(shape: tuple) -> str:
+    return "(" + ", ".join(str(v) for v in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_structure(shapes: dict[str, tuple[tuple[int, ...], np.dtype]], source: str) -> tuple[int, int]:
+    """Dtype and shape of every array of a graph, from ``{name: (shape, dtype)}``; returns (N, E).
+
+    Shared by the header-only check of :func:`inspect_graph` and the full :func:`validate_graph`.
+
+    Raises:
+        DomainparError: a required array missing, or any array of the wrong dtype, rank or size.
+    """
+    for name in REQUIRED_ARRAYS:
+        if name not in shapes:
+            raise _fail(source, name, "an array", "none")
+    for name in REQUIRED_ARRAYS + OPTIONAL_ARRAYS:
+        if name not in shapes:
+            continue
+        shape, dtype = shapes[name]
+        wanted = np.dtype(ARRAY_DTYPES[name])
+        if dtype != wanted:
+            raise _fail(source, name, f"of dtype {wanted.name}", getattr(dtype, "name", str(dtype)))
+        if len(shape) != len(ARRAY_SHAPES[name]):
+            pattern = _shape_text(ARRAY_SHAPES[name])
+            raise _fail(source, name, f"{len(ARRAY_SHAPES[name])}-dimensional {pattern}", f"shape {_shape_text(shape)}")
+    n = shapes["x"][0][0]
+    e = shapes["edge_index"][0][1]
+    sizes = {"N": n, "E": e}
+    for name in REQUIRED_ARRAYS + OPTIONAL_ARRAYS:
+        if name not in shapes:
+            continue
+        shape = shapes[name][0]
+        for axis, (found, want) in enumerate(zip(shape, ARRAY_SHAPES[name])):
+            if want == "F":
+                if found < 1:
+                    raise _fail(source, name, "of at least one feature column", f"shape {_shape_text(shape)}")
+                continue
+            expected = sizes.get(want, want)
+            if found != expected:
+                pattern = _shape_text(tuple(sizes.get(w, w) if w != "F" else "F" for w in ARRAY_SHAPES[name]))
+                raise _fail(source, name, f"of shape {pattern}", _shape_text(shape))
+    return n, e
+
+
 def validate_graph(graph: EventGraph, source: str) -> None:
-    """Check shapes, dtypes and index ranges; raise a one-line :class:`DomainparError`."""
+    """Check types, dtypes, shapes and content; raise a one-line :class:`DomainparError`.
+
+    Content: every float finite, edge indices within the nodes, labels 0 or 1,
+    particle pT non-negative, hit ids unique, layers non-negative.
+    """
+    if not isinstance(graph.event_id, int) or isinstance(graph.event_id, bool) or graph.event_id < 0:
+        raise _fail(source, "event_id", "a non-negative integer", repr(graph.event_id)[:60])
+    shapes = {}
     for name in REQUIRED_ARRAYS + OPTIONAL_ARRAYS:
         value = getattr(graph, name)
         if value is None:
-            if name in REQUIRED_ARRAYS:
-                raise _fail(source, name, "an array", "None")
             continue
         if not isinstance(value, np.ndarray):
             raise _fail(source, name, "a numpy array", type(value).__name__)
-        if value.dtype != ARRAY_DTYPES[name]:
-            raise _fail(source, name, f"of dtype {np.dtype(ARRAY_DTYPES[name]).name}", value.dtype.name)
-    n = graph.x.shape[0]
-    if graph.x.ndim != 2:
-        raise _fail(source, "x", "two-dimensional", f"{graph.x.ndim} dimensions")
-    if graph.pos.shape != (n, 3):
-        raise _fail(source, "pos", f"of shape ({n}, 3)", str(graph.pos.shape))
-    for name in ("hit_id", "layer", "particle_id", "particle_pt"):
+        shapes[name] = (value.shape, value.dtype)
+    n, e = check_structure(shapes, source)
+    for name in ("x", "pos", "edge_attr", "y", "particle_pt"):
         value = getattr(graph, name)
-        if value is not None and value.shape != (n,):
-            raise _fail(source, name, f"of shape ({n},)", str(value.shape))
-    if graph.edge_index.ndim != 2 or graph.edge_index.shape[0] != 2:
-        raise _fail(source, "edge_index", "of shape (2, E)", str(graph.edge_index.shape))
-    e = graph.edge_index.shape[1]
-    if graph.edge_attr.ndim != 2 or graph.edge_attr.shape[0] != e:
-        raise _fail(source, "edge_attr", f"of shape ({e}, F)", str(graph.edge_attr.shape))
-    if graph.y is not None and graph.y.shape != (e,):
-        raise _fail(source, "y", f"of shape ({e},)", str(graph.y.shape))
+        if value is not None and not np.isfinite(value).all():
+            index = np.unravel_index(int(np.flatnonzero(~np.isfinite(value))[0]), value.shape)
+            where = ", ".join(str(int(i)) for i in index)
+            raise _fail(source, name, "finite numbers", f"{value[index]} at [{where}]")
     if e and (graph.edge_index.min() < 0 or graph.edge_index.max() >= n):
         lo, hi = int(graph.edge_index.min()), int(graph.edge_index.max())
         raise _fail(source, "edge_index", f"within [0, {n})", f"values in [{lo}, {hi}]")
+    if graph.y is not None:
+        bad = np.flatnonzero((graph.y != 0) & (graph.y != 1))
+        if bad.size:
+            raise _fail(source, "y", "edge labels 0 or 1", f"{graph.y[bad[0]]} at [{bad[0]}]")
+    if graph.particle_pt is not None and (graph.particle_pt < 0).any():
+        bad = int(np.flatnonzero(graph.particle_pt < 0)[0])
+        raise _fail(source, "particle_pt", "non-negative GeV", f"{graph.particle_pt[bad]} at [{bad}]")
+    if n and graph.layer.min() < 0:
+        bad = int(np.flatnonzero(graph.layer < 0)[0])
+        raise _fail(source, "layer", "non-negative layer indices", f"{graph.layer[bad]} at [{bad}]")
+    ordered = np.sort(graph.hit_id)
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeated.size:
+        raise _fail(source, "hit_id", "unique hit ids", f"{ordered[repeated[0]]} more than once")
 
 
 def save_graph(graph: EventGraph, path: str | os.PathLike) -> Path:
@@ -150,40 +219,137 @@ def save_graph(graph: EventGraph, path: str | os.PathLike) -> Path:
     return path
 
 
-def load_graph(path: str | os.PathLike) -> EventGraph:
-    """Read and validate a graph written by :func:`save_graph`.
+@dataclass(frozen=True)
+class GraphHeader:
+    """What a graph file holds, read from its array headers (no array data decompressed)."""
 
-    Raises:
-        DomainparError: the file is missing, not a graph file, of another
-            format version, or its arrays are inconsistent.
+    path: Path
+    """The file."""
+    event_id: int
+    """TrackML event number."""
+    num_nodes: int
+    """N."""
+    num_edges: int
+    """E."""
+    node_features: int
+    """Columns of x."""
+    edge_features: int
+    """Columns of edge_attr."""
+    has_labels: bool
+    """Whether the file holds edge labels y."""
+
+
+def _not_a_graph(path: Path, reason: str) -> DomainparError:
+    return DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({reason})")
+
+
+def _read_headers(path: Path) -> tuple[dict[str, tuple[tuple[int, ...], np.dtype]], dict[str, int]]:
+    """``{name: (shape, dtype)}`` of every array of an npz file, and the values of its scalar entries.
+
+    The declared sizes are checked against the archive's member sizes, so a
+    header promising a terabyte array is refused before anything is allocated.
     """
-    path = Path(path)
+    if path.is_dir():
+        raise DomainparError(f"{path}: expected a graph file (found a directory)")
     if not path.is_file():
         raise DomainparError(f"{path}: graph file not found")
+    shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    scalars: dict[str, int] = {}
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
-    if "format_version" not in arrays:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                name = info.filename[:-4]
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+                    else:
+                        shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+                    if dtype.hasobject:
+                        raise DomainparError(f"{path}: entry {name} must be a numeric array (got an array of Python objects)")
+                    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                    if declared > info.file_size:
+                        raise _not_a_graph(path, f"entry {name} declares {declared:,} bytes but holds {info.file_size:,}")
+                    if name in SCALARS:
+                        if shape != () or dtype.kind not in "iu":
+                            found = f"a {dtype.name} array of shape {_shape_text(shape)}" if shape != () else f"a {dtype.name} scalar"
+                            raise DomainparError(f"{path}: entry {name} must be an integer scalar (got {found})")
+                        data = member.read(dtype.itemsize)
+                        if len(data) != dtype.itemsize:
+                            raise _not_a_graph(path, f"entry {name} is truncated")
+                        scalars[name] = int(np.frombuffer(data, dtype=dtype)[0])
+                    shapes[name] = (tuple(int(v) for v in shape), dtype)
+    except DomainparError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, IndexError, KeyError, OverflowError) as exc:
+        raise _not_a_graph(path, one_line(exc, limit=160)) from None
+    return shapes, scalars
+
+
+def _check_scalars(path: Path, scalars: dict[str, int]) -> int:
+    if "format_version" not in scalars:
         raise DomainparError(f"{path}: expected a domainpar graph file, found no format_version entry")
-    version = int(arrays.pop("format_version"))
+    version = scalars["format_version"]
     if version != GRAPH_FORMAT_VERSION:
         raise DomainparError(
             f"{path}: graph format version must be {GRAPH_FORMAT_VERSION} (got {version}); rebuild it with `domainpar build`"
         )
-    missing = [k for k in ("event_id",) + REQUIRED_ARRAYS if k not in arrays]
+    if "event_id" not in scalars:
+        raise DomainparError(f"{path}: graph file is missing entries ['event_id']")
+    if scalars["event_id"] < 0:
+        raise _fail(str(path), "event_id", "a non-negative integer", str(scalars["event_id"]))
+    return scalars["event_id"]
+
+
+def inspect_graph(path: str | os.PathLike) -> GraphHeader:
+    """Check a graph file's structure from its headers only (format version, event id, every array's dtype and
+    shape) — cheap enough to run on every file of a dataset before a run writes anything.
+
+    Content (finite features, index ranges, labels) is checked by :func:`load_graph`.
+
+    Raises:
+        DomainparError: not a graph file, another format version, or an entry of the wrong type, dtype or shape.
+    """
+    path = Path(path)
+    shapes, scalars = _read_headers(path)
+    event_id = _check_scalars(path, scalars)
+    missing = [k for k in REQUIRED_ARRAYS if k not in shapes]
     if missing:
         raise DomainparError(f"{path}: graph file is missing entries {missing}")
-    kwargs = {k: arrays.get(k) for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS}
-    for key, value in kwargs.items():
-        if value is not None and value.dtype != ARRAY_DTYPES[key]:
-            raise DomainparError(
-                f"{path}: entry {key} must be of dtype {np.dtype(ARRAY_DTYPES[key]).name} (got {value.dtype.name})"
-            )
+    n, e = check_structure({k: v for k, v in shapes.items() if k in ARRAY_DTYPES}, str(path))
+    return GraphHeader(
+        path=path,
+        event_id=event_id,
+        num_nodes=n,
+        num_edges=e,
+        node_features=shapes["x"][0][1],
+        edge_features=shapes["edge_attr"][0][1],
+        has_labels="y" in shapes,
+    )
+
+
+def load_graph(path: str | os.PathLike) -> EventGraph:
+    """Read and validate a graph written by :func:`save_graph` (structure first, then content).
+
+    Raises:
+        DomainparError: the file is missing, not a graph file, of another
+            format version, or its arrays are of the wrong type, shape or dtype, or hold
+            non-finite values, out-of-range indices or labels other than 0/1.
+    """
+    path = Path(path)
+    header = inspect_graph(path)
+    wanted = [k for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS]
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in wanted if k in npz.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise _not_a_graph(path, one_line(exc, limit=160)) from None
     graph = object.__new__(EventGraph)
-    for key, value in {"event_id": int(arrays["event_id"]), **kwargs}.items():
-        object.__setattr__(graph, key, value)
+    for key in wanted:
+        object.__setattr__(graph, key, arrays.get(key))
+    object.__setattr__(graph, "event_id", header.event_id)
     validate_graph(graph, source=str(path))
     return graph
 

@@ -157,23 +157,35 @@ def _integer_column(values: pd.Series, path: Path, column: str, dtype: str) -> n
                 f"(found {array[bad[0]]} in row {bad[0] + 1})"
             )
         return array.astype(dtype)
-    raw = _raw_column(path, column)
-    texts = raw.to_numpy(dtype=object)
-    literal = raw.str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool)
+    return integers_from_text(_raw_column(path, column), dtype, f"{path}: column {column!r}")
+
+
+def integers_from_text(texts: pd.Series, dtype: str, what: str) -> np.ndarray:
+    """Exact integers of ``dtype`` from text fields (never through float64, so ids above 2^53 keep every digit).
+
+    Args:
+        texts: one string per row.
+        dtype: the integer dtype the values must fit (int32, int64).
+        what: names the column in the message, e.g. ``"sub.csv: column 'track_id'"``.
+
+    Raises:
+        DomainparError: a field that is not an integer literal (float-formatted, empty, text) or out of range,
+            naming its row (1 = the first data row).
+    """
+    info = np.iinfo(dtype)
+    values = texts.to_numpy(dtype=object)
+    literal = texts.astype(str).str.fullmatch(_INTEGER_TEXT).to_numpy(dtype=bool)
     if not literal.all():
         row = int(np.flatnonzero(~literal)[0])
         raise DomainparError(
-            f"{path}: column {column!r} must be integers written as digits (found {_field(texts[row])} in row {row + 1}); "
+            f"{what} must be integers written as digits (found {_field(str(values[row]))} in row {row + 1}); "
             "a float-formatted id loses digits"
         )
     # More than 20 digits is beyond 64 bits: judged by length, as Python refuses to convert huge digit strings.
-    numbers = [int(text) if len(text) < 40 else (info.max + 1) for text in texts]
+    numbers = [int(text) if len(text) < 40 else (info.max + 1) for text in values]
     for row, number in enumerate(numbers):
         if not info.min <= number <= info.max:
-            raise DomainparError(
-                f"{path}: column {column!r} must be integers in [{info.min}, {info.max}] ({dtype}) "
-                f"(found {_field(texts[row])} in row {row + 1})"
-            )
+            raise DomainparError(f"{what} must be integers in [{info.min}, {info.max}] ({dtype}) (found {_field(values[row])} in row {row + 1})")
     return np.array(numbers, dtype=dtype)
 
 

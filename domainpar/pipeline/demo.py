@@ -50,12 +50,33 @@ class DemoConfig:
     """Seed of simulation, weights and sampling."""
 
     def validate(self) -> None:
-        """Raise one :class:`DomainparError` line for the first option out of range."""
-        for name, value, low in (("--events", self.events, 1), ("--val-events", self.val_events, 1),
-                                 ("--ranks", self.ranks, 1), ("--epochs", self.epochs, 1),
-                                 ("--particles", self.particles, 10)):  # fmt: skip
+        """Raise one :class:`DomainparError` line for the first option out of range (before anything is written)."""
+        import os
+
+        from domainpar.train.config import INT_LIMIT, MAX_HIDDEN, MAX_ITERATIONS
+
+        local = 4 * (os.cpu_count() or 1)
+        for name, value, low, high in (("--events", self.events, 1, 10**6), ("--val-events", self.val_events, 1, 10**6),
+                                       ("--ranks", self.ranks, 1, local), ("--epochs", self.epochs, 1, 10**6),
+                                       ("--particles", self.particles, 10, 10**6), ("--hidden", self.hidden, 1, MAX_HIDDEN),
+                                       ("--iterations", self.iterations, 1, MAX_ITERATIONS), ("--seed", self.seed, 0, INT_LIMIT)):  # fmt: skip
             if value < low:
                 raise DomainparError(f"{name} must be at least {low} (got {value})")
+            if value > high:
+                raise DomainparError(f"{name} must be at most {high} (got {value})")
+        if self.method not in ("metis", "geometric"):
+            raise DomainparError(f"--method must be metis or geometric (got {self.method!r})")
+        from domainpar.model.interaction_network import ModelConfig
+        from domainpar.train.config import check_model_size
+
+        check_model_size(ModelConfig(hidden=self.hidden, num_iterations=self.iterations), options="--hidden/--iterations")
+        real = Path(self.real)
+        if real.is_dir() and any(real.glob("event*-truth.csv*")):
+            from domainpar.data.trackml import event_prefixes, load_event
+
+            # The real events are evaluated last: a damaged one must fail now, not after the training.
+            for prefix in event_prefixes(real):
+                load_event(prefix, parts=("hits", "particles", "truth"))
 
 
 def _fmt(value) -> str:

@@ -78,31 +78,36 @@ class TrackTable:
 
 
 def _integer_column(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
-    """``frame[column]`` as int64, or a one-line error naming the first bad value."""
+    """``frame[column]`` as exact int64, or a one-line error naming the first bad value and its row.
+
+    Text columns (a submission read as text, as ``domainpar score`` does) are
+    parsed as integer literals, never through float64; integer columns are
+    taken as they are; float columns (a DataFrame built in Python) must hold
+    integral values of magnitude at most 2^53, where floats are still exact.
+    """
+    from domainpar.data.trackml import integers_from_text
+
     values = frame[column]
-    if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
-        numeric = pd.to_numeric(values, errors="coerce")
-        bad = values[numeric.isna()]
-        if len(bad):
-            raise DomainparError(
-                f"{source}: column {column} must be integer (got non-numeric value {str(bad.iloc[0])!r} "
-                f"in row {int(bad.index[0]) + 1})"
-            )
-        values = numeric
-    as_float = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    finite = np.isfinite(as_float)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        raise DomainparError(f"{source}: column {column} must be integer (got {as_float[row]} in row {row + 1})")
-    if pd.api.types.is_integer_dtype(values):
-        return values.to_numpy(dtype=np.int64)
-    integral = as_float == np.round(as_float)
-    if not integral.all():
-        row = int(np.flatnonzero(~integral)[0])
-        raise DomainparError(
-            f"{source}: column {column} must be integer (got non-integral value {as_float[row]} in row {row + 1})"
-        )
-    return as_float.astype(np.int64)
+    if pd.api.types.is_integer_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        array = values.to_numpy()
+        if array.dtype.kind == "u" and (array > np.iinfo(np.int64).max).any():
+            row = int(np.flatnonzero(array > np.iinfo(np.int64).max)[0])
+            raise DomainparError(f"{source}: column {column} must be integers that fit int64 (got {array[row]} in row {row + 1})")
+        return array.astype(np.int64)
+    if pd.api.types.is_float_dtype(values):
+        as_float = values.to_numpy(dtype=np.float64)
+        for bad, found in (
+            (~np.isfinite(as_float), "{}"),
+            (as_float != np.round(as_float), "non-integral value {}"),
+            (np.abs(as_float) > 2.0**53, "{}, beyond 2^53 where floats lose digits"),
+        ):
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise DomainparError(f"{source}: column {column} must be integer (got {found.format(as_float[row])} in row {row + 1})")
+        return as_float.astype(np.int64)
+    if pd.api.types.is_bool_dtype(values):
+        raise DomainparError(f"{source}: column {column} must be integer (got booleans)")
+    return integers_from_text(values.astype(str), "int64", f"{source}: column {column}")
 
 
 def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, source: str = "submission") -> pd.DataFrame:

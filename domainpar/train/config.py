@@ -14,6 +14,7 @@ one :class:`~domainpar.errors.DomainparError` line per mistake.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from domainpar.errors import DomainparError, FieldError
+from domainpar.errors import DomainparError, FieldError, one_line, shorten
 from domainpar.model.interaction_network import ModelConfig
 
 MODES = ("domain", "sectors", "single")
@@ -204,8 +205,23 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in fields(cls)}
 
 
+#: Integer fields are stored as signed 64-bit values (torch, numpy, checkpoints).
+INT_LIMIT = 2**63 - 1
+#: Largest model width accepted (a 65536-wide network has 6e10 parameters).
+MAX_HIDDEN = 65536
+#: Most message-passing iterations accepted.
+MAX_ITERATIONS = 1024
+#: Most linear layers per MLP accepted.
+MAX_MLP_LAYERS = 64
+
+
 def _coerce(value: Any, annotation: Any, name: str, source: str) -> Any:
-    """Convert a YAML/CLI value to the field's type, or raise one clear line."""
+    """Convert a YAML/CLI value to the field's type, or raise one clear line.
+
+    Numbers must be finite (``inf`` and ``nan`` are never a valid setting: a
+    timeout of ``inf`` is not "no timeout" to torch) and integers must fit 64
+    bits; echoed values are shortened (:func:`~domainpar.errors.shorten`).
+    """
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
@@ -219,35 +235,44 @@ def _coerce(value: Any, annotation: Any, name: str, source: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise DomainparError(f"{source}: {name} must be true or false (got {value!r})")
+        raise DomainparError(f"{source}: {name} must be true or false (got {shorten(value)})")
     if annotation is int:
-        if isinstance(value, bool):
-            raise DomainparError(f"{source}: {name} must be an integer (got {value!r})")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
+        number = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            number = int(value)
+        elif isinstance(value, str) and len(value) < 40:
             try:
-                return int(value)
+                number = int(value)
             except ValueError:
                 pass
-        raise DomainparError(f"{source}: {name} must be an integer (got {value!r})")
+        if number is None:
+            raise DomainparError(f"{source}: {name} must be an integer (got {shorten(value)})")
+        if not -INT_LIMIT <= number <= INT_LIMIT:
+            raise DomainparError(f"{source}: {name} must be an integer of at most 64 bits (got {shorten(number)})")
+        return number
     if annotation is float:
-        if isinstance(value, bool):
-            raise DomainparError(f"{source}: {name} must be a number (got {value!r})")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+        number = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+        elif isinstance(value, str) and len(value) < 400:
+            try:
+                number = float(value)
             except ValueError:
                 pass
-        raise DomainparError(f"{source}: {name} must be a number (got {value!r})")
+        if number is None:
+            raise DomainparError(f"{source}: {name} must be a number (got {shorten(value)})")
+        if not math.isfinite(number):
+            raise DomainparError(f"{source}: {name} must be a finite number (got {shorten(value)})")
+        return number
     if annotation is str:
         if isinstance(value, (str, os.PathLike)):
             return str(value)
-        raise DomainparError(f"{source}: {name} must be a string (got {value!r})")
+        raise DomainparError(f"{source}: {name} must be a string (got {shorten(value)})")
     raise TypeError(f"unsupported config field type {annotation!r} for {name}")
 
 
@@ -265,11 +290,11 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: s
         section, _, name = dotted.partition(".")
         if section not in SECTION_TYPES or not name:
             raise DomainparError(
-                f"{source}: unknown config key {dotted!r} (expected section.field with section one of {sorted(SECTION_TYPES)})"
+                f"{source}: unknown config key {shorten(dotted)} (expected section.field with section one of {sorted(SECTION_TYPES)})"
             )
         types_ = _field_types(SECTION_TYPES[section])
         if name not in types_:
-            raise DomainparError(f"{source}: unknown config key {dotted!r} (expected one of {sorted(types_)} in {section})")
+            raise DomainparError(f"{source}: unknown config key {shorten(dotted)} (expected one of {sorted(types_)} in {section})")
         if dotted in DERIVED_FIELDS:
             raise DomainparError(f"{source}: {dotted} cannot be set (it is taken from {DERIVED_FIELDS[dotted]})")
         changes[section][name] = _coerce(value, types_[name], _display_name(dotted, source), source)
@@ -289,7 +314,7 @@ def flatten(nested: Mapping[str, Any], source: str) -> dict[str, Any]:
         if values is None:
             continue
         if not isinstance(values, Mapping):
-            raise DomainparError(f"{source}: section {section!r} must be a mapping of fields (got {type(values).__name__})")
+            raise DomainparError(f"{source}: section {shorten(section)} must be a mapping of fields (got {type(values).__name__})")
         for name, value in values.items():
             flat[f"{section}.{name}"] = value
     return flat
@@ -311,13 +336,21 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
     config = TrainConfig()
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise DomainparError(f"{path}: expected a YAML config file (found a directory)")
         if not path.is_file():
             raise DomainparError(f"{path}: config file not found")
         try:
-            nested = yaml.safe_load(path.read_text())
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DomainparError(
+                f"{path}: expected a UTF-8 YAML config file (found byte 0x{exc.object[exc.start]:02x} at position {exc.start}, "
+                "not UTF-8 text)"
+            ) from None
+        try:
+            nested = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DomainparError(f"{path}: expected a YAML config file, could not parse it ({first})") from None
+            raise DomainparError(f"{path}: expected a YAML config file, could not parse it ({one_line(exc, limit=200)})") from None
         if nested is None:
             nested = {}
         if not isinstance(nested, Mapping):
@@ -343,6 +376,48 @@ def _require(ok: bool, message: str) -> None:
         raise DomainparError(message)
 
 
+def model_parameters(model: ModelConfig) -> int:
+    """Number of parameters of the Interaction Network of ``model``, counted without allocating it (meta device)."""
+    import torch
+
+    from domainpar.model.interaction_network import InteractionNetwork
+
+    with torch.device("meta"):
+        network = InteractionNetwork(model)
+    return sum(p.numel() for p in network.parameters())
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory, None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_model_size(model: ModelConfig, precision: str = "fp32", copies: int = 4, options: str = "--hidden/--iterations/--mlp-layers") -> None:
+    """Refuse a model whose parameters alone cannot fit this machine's memory.
+
+    Training holds ``copies`` tensors per parameter (weights, gradients and
+    AdamW's two moments); a model that cannot even hold those is a typo in
+    ``--hidden`` (or its friends), and would otherwise end in an allocation
+    failure or the kernel's out-of-memory killer.
+
+    Raises:
+        DomainparError: naming the options, the parameter count and the memory needed.
+    """
+    parameters = model_parameters(model)
+    needed = parameters * copies * (8 if precision == "fp64" else 4)
+    memory = physical_memory_bytes()
+    if memory is not None and needed > memory:
+        raise DomainparError(
+            f"{options}: a model of hidden size {model.hidden}, {model.num_iterations} iterations and {model.mlp_layers}-layer "
+            f"MLPs would have {parameters:.3g} "
+            f"parameters, {needed / 2**30:.3g} GiB with gradients and optimiser state, more than this machine's "
+            f"{memory / 2**30:.3g} GiB of memory"
+        )
+
+
 def validate_config(config: TrainConfig, world_size: int | None = None, cuda_available: bool | None = None) -> None:
     """Check everything that can be checked before training starts.
 
@@ -356,19 +431,27 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     """
     # Model fields are validated by ModelConfig itself when the config is built.
     d, o, p, r = config.data, config.optim, config.parallel, config.run
-    _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {p.mode!r})")
-    _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {r.precision!r})")
-    _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {d.method!r})")
-    _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {o.schedule!r})")
-    _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {o.lr_scaling!r})")
-    _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {p.device!r})")
+    _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {shorten(p.mode)})")
+    _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {shorten(r.precision)})")
+    _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {shorten(d.method)})")
+    _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {shorten(o.schedule)})")
+    _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {shorten(o.lr_scaling)})")
+    _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {shorten(p.device)})")
     _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
+    _require(p.domain_size is None or p.domain_size >= 1, f"--domain-size must be at least 1 (got {p.domain_size})")
     _require(
         not (p.mode == "single" and p.ranks > 1),
         f"--ranks must be 1 in single mode (got {p.ranks}); use --mode domain or sectors to train on several ranks",
     )
     _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
     _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
+    _require(0 <= r.seed <= INT_LIMIT, f"--seed must be in [0, 2^63) (got {shorten(r.seed)})")
+    m = config.model
+    # Bounds far beyond any useful model, checked first so that counting the parameters stays cheap.
+    for dotted, value, most in (("model.hidden", m.hidden, MAX_HIDDEN), ("model.num_iterations", m.num_iterations, MAX_ITERATIONS),
+                                ("model.mlp_layers", m.mlp_layers, MAX_MLP_LAYERS)):  # fmt: skip
+        _require(value <= most, f"{flag_name(dotted)} must be at most {most} (got {shorten(value)})")
+    check_model_size(m, "fp64" if r.precision == "fp64" else "fp32")
     _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
     _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
     _require(o.lr > 0, f"--lr must be positive (got {o.lr})")

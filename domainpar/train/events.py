@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import EventGraph, graph_files, load_graph
+from domainpar.data.event_graph import EventGraph, graph_files, inspect_graph, load_graph
 from domainpar.errors import DomainparError, one_line
 from domainpar.partition.plan import PartitionPlan, build_plan
 
@@ -46,10 +46,11 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
     path = Path(path)
     if path.is_file() or (path.is_dir() and any(path.glob("*.npz"))):
         files = graph_files(path)
-        # Read every header now (cheap) so a stray or corrupted file fails before the run writes anything.
+        # Check every file's structure now (headers only, cheap) so a stray or damaged file fails before the
+        # run writes anything; content (finite features, indices, labels) is checked when an event is loaded.
         for file in files:
-            graph_size(file)
-            _require_labels(file)
+            if not inspect_graph(file).has_labels:
+                _require_labels(file)
         return files
     if not _has_raw_events(path):
         raise DomainparError(
@@ -61,16 +62,22 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
     from domainpar.data.event_graph import save_graph
     from domainpar.data.trackml import event_prefixes
 
+    from domainpar.atomic import staged_outputs
+
     target_dir = Path(out_dir) / "graphs" / kind
     files = []
     prefixes = event_prefixes(path)
-    for prefix in tqdm(prefixes, desc=f"building {kind} graphs", unit="event", disable=not progress):
-        target = target_dir / f"{Path(prefix).name}.npz"
-        if not target.is_file():
-            built = build_event_graph(prefix, GraphConfig())
-            graph = built[0] if isinstance(built, tuple) else built
-            save_graph(graph, target)
-        files.append(target)
+    # Graphs appear in the run directory only when every event built: a bad event leaves nothing behind.
+    with staged_outputs() as outputs:
+        staging = None
+        for prefix in tqdm(prefixes, desc=f"building {kind} graphs", unit="event", disable=not progress):
+            target = target_dir / f"{Path(prefix).name}.npz"
+            if not target.is_file():
+                built = build_event_graph(prefix, GraphConfig())
+                graph = built[0] if isinstance(built, tuple) else built
+                staging = staging or outputs.directory(target_dir)
+                save_graph(graph, staging / target.name)
+            files.append(target)
     return files
 
 
@@ -99,8 +106,7 @@ def check_plans(plans_dir: str | os.PathLike, files: list[Path], num_parts: int)
 
     plans_dir = Path(plans_dir)
     for path in files:
-        with np.load(path, allow_pickle=False) as npz:
-            event_id = int(npz["event_id"])
+        event_id = inspect_graph(path).event_id
         plan_dir = plan_directory(plans_dir, event_id, path)
         manifest = plan_dir / "manifest.json"
         try:

@@ -21,7 +21,7 @@ import torch
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
 from domainpar.train.events import check_feature_widths
-from domainpar.train.config import TrainConfig, dump_config, validate_config
+from domainpar.train.config import TrainConfig, validate_config
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
 _SPAWN_JOB_LIMIT_S = 30 * 24 * 3600.0
@@ -51,6 +51,11 @@ def _check_inputs(config: TrainConfig, world_size: int, train_files: list[str], 
     from domainpar.train.events import check_plans
 
     files = [Path(f) for f in dict.fromkeys(train_files + val_files)]
+    if config.optim.batch_events > len(train_files):
+        raise DomainparError(
+            f"--batch-events {config.optim.batch_events} must be at most the number of training events "
+            f"({len(train_files)} in {config.data.train})"
+        )
     check_feature_widths(files)
     if config.parallel.mode == "domain" and config.data.plans is not None:
         check_plans(config.data.plans, files, domain_size_of(config, world_size))
@@ -105,7 +110,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
             check_output_dir(config.run.out, "--out")
             train_files, val_files = _prepare_files(config, progress=config.run.progress)
             _check_inputs(config, env.world_size, train_files, val_files)
-            dump_config(config, Path(config.run.out) / "config.yaml")
         if env.world_size > 1:
             dist.barrier()
         train_files, val_files = _prepare_files(config, progress=False)
@@ -113,10 +117,16 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
     validate_config(config, world_size=world_size)
+    local_limit = 4 * (os.cpu_count() or 1)
+    if world_size > local_limit:
+        raise DomainparError(
+            f"--ranks {world_size} starts that many local processes: at most {local_limit} on this machine "
+            "(4 per CPU core); use torchrun or srun to run on several nodes"
+        )
     check_output_dir(config.run.out, "--out")
     train_files, val_files = _prepare_files(config, progress=config.run.progress)
     _check_inputs(config, world_size, train_files, val_files)
-    dump_config(config, Path(config.run.out) / "config.yaml")
+    # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
     payload = _payload(config, train_files, val_files)
     if world_size == 1:
         return run_rank(0, 1, payload)

@@ -48,7 +48,7 @@ from domainpar.train.checkpoint import (
     set_rng_state,
     write_checkpoint,
 )
-from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of
+from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of, dump_config
 from domainpar.train.events import EventSource, array_shape
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 from domainpar.train.sampler import BucketSampler, assign_round_robin
@@ -193,6 +193,9 @@ class Trainer:
         self.step_losses: list[float] = []
         self._tensorboard = None
         self.resume_note: str | None = None
+        self._resume_path: Path | None = None
+        self._outputs_started = False
+        self._start_step = self._start_epoch = 0
 
     # ------------------------------------------------------------------ setup
 
@@ -426,19 +429,55 @@ class Trainer:
             "domain_size": self.layout.domain_size,
         }
 
+    def _preflight(self) -> None:
+        """Load (and so validate) this rank's first validation event now, not after an epoch of training;
+        with the event cache on, this is the load the first validation would do anyway."""
+        assignment = assign_round_robin(self.val_source.sizes, self.layout.num_replicas)[self.layout.replica]
+        if len(assignment):
+            self.val_source.get(int(assignment[0]))
+
+    def _start_outputs(self) -> None:
+        """Rank 0 starts the run directory: nothing is written to --out before the run has really started
+        (its first step done, or a finished run's model to write), so a run refused on its inputs leaves
+        no config.yaml, log or moved checkpoint behind."""
+        if self._outputs_started or not self.layout.is_main:
+            return
+        self._outputs_started = True
+        config, resume_path = self.config, self._resume_path
+        self.out.mkdir(parents=True, exist_ok=True)
+        dump_config(config, self.out / "config.yaml")
+        if resume_path is not None and config.run.resume_from is not None:
+            moved = retire_newer_checkpoints(checkpoint_dir(self.out), self._start_step, resume_path)
+            if moved:
+                print(
+                    f"domainpar: resuming step {self._start_step} from {resume_path}: moved {len(moved)} newer "
+                    f"checkpoint(s) aside to {moved[0].parent}",
+                    file=sys.stderr,
+                )
+        if resume_path is not None:
+            self._trim_logs()
+        else:
+            for name in ("metrics.jsonl", "steps.jsonl"):
+                (self.out / name).unlink(missing_ok=True)
+        if config.run.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.global_step or None)
+
     def save(self) -> Path | None:
         """Rank 0 writes a checkpoint (every rank holds the same state)."""
         if not self.layout.is_main:
             return None
+        self._start_outputs()
         return save_checkpoint(self.checkpoint_state(), checkpoint_dir(self.out), self.config.run.keep)
 
     def _trim_logs(self) -> None:
         """After a resume, drop log lines written after the checkpoint (they will be written again)."""
         metrics_path = self.out / "metrics.jsonl"
-        records = [r for r in _read_jsonl(metrics_path) if r.get("epoch", 0) <= self.epoch]
+        records = [r for r in _read_jsonl(metrics_path) if r.get("epoch", 0) <= self._start_epoch]
         _write_jsonl(metrics_path, records)
         steps_path = self.out / "steps.jsonl"
-        _write_jsonl(steps_path, [r for r in _read_jsonl(steps_path) if r.get("step", 0) <= self.global_step])
+        _write_jsonl(steps_path, [r for r in _read_jsonl(steps_path) if r.get("step", 0) <= self._start_step])
 
     def _log_step(self, loss: float, grad_norm: float, seconds: float) -> None:
         record = {
@@ -500,27 +539,12 @@ class Trainer:
             resume_path = latest_checkpoint(checkpoint_dir(self.out))
         if resume_path is not None:
             self.resume(resume_path)
-        if main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            if resume_path is not None and config.run.resume_from is not None:
-                moved = retire_newer_checkpoints(checkpoint_dir(self.out), self.global_step, resume_path)
-                if moved:
-                    print(
-                        f"domainpar: resuming step {self.global_step} from {resume_path}: moved {len(moved)} newer "
-                        f"checkpoint(s) aside to {moved[0].parent}",
-                        file=sys.stderr,
-                    )
-            if self.resume_note is not None:
-                print(f"domainpar: {self.resume_note}", file=sys.stderr)
-            if resume_path is not None:
-                self._trim_logs()
-            else:
-                for name in ("metrics.jsonl", "steps.jsonl"):
-                    (self.out / name).unlink(missing_ok=True)
-            if config.run.tensorboard:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tensorboard = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.global_step or None)
+        self._resume_path = resume_path
+        # Where the run (re)starts: logs beyond it are dropped and newer checkpoints retired once outputs start.
+        self._start_step, self._start_epoch = self.global_step, self.epoch
+        if main and self.resume_note is not None:
+            print(f"domainpar: {self.resume_note}", file=sys.stderr)
+        self._preflight()
         from tqdm import tqdm
 
         steps_per_epoch = self.sampler.steps_per_epoch
@@ -547,6 +571,7 @@ class Trainer:
                 self.epoch_state["seconds"] += seconds
                 steps_this_run += 1
                 if main:
+                    self._start_outputs()
                     self._log_step(loss, grad_norm, seconds)
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.4f}", events_per_s=f"{config.optim.batch_events / seconds:.2f}")
@@ -591,10 +616,13 @@ class Trainer:
                 self.step_in_epoch = 0
                 self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
             if main:
+                self._start_outputs()
                 self._log_epoch(record)
             finished = stop or self.epoch >= config.run.epochs
             if finished or (epoch_done and self.epoch % config.run.checkpoint_every_epochs == 0):
                 last_checkpoint = self.save() or last_checkpoint
+        if main:
+            self._start_outputs()
         if main and last_record is None and resume_path is not None:
             records = _read_jsonl(self.out / "metrics.jsonl")
             last_record = records[-1] if records else None

@@ -111,9 +111,13 @@ def test_output_paths_reject_wrong_kind_and_unwritable(tmp_path, a_file, monkeyp
 
 
 def test_simulate_bad_arguments(tmp_path, a_file, capsys):
-    assert "--events must be at least 1 (got 0)" in run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "0")
+    line = run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "0")
+    assert line == ("error: domainpar simulate: Invalid value for '--events': 0 is not in the range 1<=x<=999999999 "
+                    "(see 'domainpar simulate --help')")  # fmt: skip
     line = run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "1", "--first-event-id", "-5")
-    assert "--first-event-id must be non-negative (got -5)" in line
+    assert "Invalid value for '--first-event-id': -5 is not in the range 0<=x<=999999999" in line
+    line = run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "10", "--first-event-id", "999999995")
+    assert "--first-event-id 999999995 with --events 10 must end at event 999999999 at most (got 1000000004" in line
     line = run_cli(capsys, "simulate", "--out", a_file / "ev", "--events", "1", "--particles", "5")
     assert "--out" in line and "must be a directory" in line
     assert not (tmp_path / "ev").exists()
@@ -180,7 +184,7 @@ def test_train_refuses_bad_graphs_before_writing_anything(tmp_path, graph_file, 
     corrupted.mkdir()
     (corrupted / "event000000001.npz").write_bytes(graph_file.read_bytes()[:300])
     line = run_cli(capsys, "train", "--data", corrupted, "--out", tmp_path / "run1", *tiny)
-    assert "event000000001.npz: expected a domainpar graph file (.npz), could not read its edge_index array" in line
+    assert "event000000001.npz: expected a domainpar graph file (.npz), could not read it (File is not a zip file)" in line
     assert not (tmp_path / "run1").exists()  # used to leave a config.yaml behind
 
     unlabelled = tiny_graph(tmp_path / "unlabelled" / "event000000001.npz", labels=False)
@@ -250,8 +254,11 @@ def test_resume_from_unreadable_checkpoint(tmp_path, graph_file, capsys):
 
 def test_evaluate_bad_options_and_outputs(tmp_path, graph_file, a_file, capsys):
     checkpoint = tmp_path / "missing.pt"
-    assert "--timeout must be positive" in run_cli(
+    assert "Invalid value for '--timeout': 0.0 is not in the range x>0" in run_cli(
         capsys, "evaluate", "--checkpoint", checkpoint, "--data", graph_file.parent, "--timeout", "0"
+    )
+    assert "Invalid value for '--timeout': 'inf' is not a finite number" in run_cli(
+        capsys, "evaluate", "--checkpoint", checkpoint, "--data", graph_file.parent, "--timeout", "inf"
     )
     line = run_cli(capsys, "evaluate", "--checkpoint", checkpoint, "--data", graph_file.parent, "--plots", a_file)
     assert line == f"error: --plots {a_file}: expected a directory (found an existing file)"

@@ -236,7 +236,10 @@ def test_cli_simulate(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["simulate", "--out", str(tmp_path), "--events", "0"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip() == "error: --events must be at least 1 (got 0)"
+    assert capsys.readouterr().err.strip() == (
+        "error: domainpar simulate: Invalid value for '--events': 0 is not in the range 1<=x<=999999999 "
+        "(see 'domainpar simulate --help')"
+    )
 
 
 # --- agreement with the real full event 21000 -------------------------------------------------

@@ -175,7 +175,7 @@ def test_real_event_truth_submission_scores_one_and_random_scores_zero():
         ({"hit_id": [1, 2, 2, 3], "track_id": [0, 0, 0, 1]}, r"every hit_id must appear once .*hit_id 2 2 times"),
         ({"hit_id": [1, 2, 3, 99], "track_id": [0, 0, 0, 1]}, r"hit_ids must belong to the event .*e\.g\. 99"),
         ({"hit_id": [1, 2], "track_id": [0, 0]}, r"must assign every hit of the event a track \(missing 1 of 3 hits, e\.g\. hit_id 3"),
-        ({"hit_id": [1, 2, 3], "track_id": [0, "x", 1]}, r"column track_id must be integer \(got non-numeric value 'x' in row 2\)"),
+        ({"hit_id": [1, 2, 3], "track_id": [0, "x", 1]}, r"column track_id must be integers written as digits \(found 'x' in row 2\)"),
         ({"hit_id": [1, 2, 3], "track_id": [0, 1.5, 1]}, r"column track_id must be integer \(got non-integral value 1\.5 in row 2\)"),
         ({"hit_id": [1, 2, 3], "track_id": [0, None, 1]}, r"column track_id must be integer \(got nan in row 2\)"),
     ],

@@ -1,0 +1,80 @@
+"""Atomic writes and staged outputs: all of a command's outputs appear together, or none do."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from domainpar.atomic import atomic_path, is_temporary_name, remove_stale_temporaries, staged_outputs
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_staged_outputs_publish_merges_into_existing_directories(tmp_path):
+    out = tmp_path / "out"
+    (out / "event1").mkdir(parents=True)
+    (out / "event1" / "stale.npz").write_text("old plan file")
+    (out / "keep.txt").write_text("kept")
+    with staged_outputs() as outputs:
+        staging = outputs.directory(out)
+        (staging / "event1").mkdir()
+        (staging / "event1" / "part.npz").write_text("new")
+        (staging / "event2.npz").write_text("graph")
+        outputs.file(tmp_path / "deep" / "er" / "report.json").write_text("{}")
+        assert not (out / "event2.npz").exists() and not (tmp_path / "deep" / "er" / "report.json").exists()
+    # A directory entry is replaced as a whole (no stale part of an older plan), files beside it stay.
+    assert _tree(out) == ["event1", "event1/part.npz", "event2.npz", "keep.txt"]
+    assert (tmp_path / "deep" / "er" / "report.json").read_text() == "{}"
+    assert [p for p in tmp_path.rglob("*") if is_temporary_name(p.name)] == []
+
+
+def test_staged_outputs_discard_leaves_nothing_and_touches_nothing(tmp_path):
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "existing" / "a.txt").write_text("before")
+    before = _tree(tmp_path)
+    with pytest.raises(RuntimeError, match="event 2 failed"):
+        with staged_outputs() as outputs:
+            (outputs.directory(tmp_path / "existing") / "a.txt").write_text("after")
+            (outputs.directory(tmp_path / "new" / "sub") / "b.txt").write_text("x")
+            outputs.file(tmp_path / "other" / "c.json").write_text("{}")
+            raise RuntimeError("event 2 failed")
+    assert _tree(tmp_path) == before  # created parents ("new", "other") removed too
+    assert (tmp_path / "existing" / "a.txt").read_text() == "before"
+
+
+def test_replacement_swaps_a_whole_directory(tmp_path):
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "part_00003.npz").write_text("from a 4-part plan")
+    with staged_outputs() as outputs:
+        new = outputs.replacement(tmp_path / "plan")
+        new.mkdir()
+        (new / "part_00000.npz").write_text("2-part plan")
+    assert _tree(tmp_path) == ["plan", "plan/part_00000.npz"]
+
+
+def test_staged_files_get_the_umask_mode(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        with staged_outputs() as outputs:
+            outputs.file(tmp_path / "a.csv").write_text("x")
+            outputs.directory(tmp_path / "d")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a.csv").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+def test_atomic_path_leaves_nothing_on_failure_and_stale_files_are_recognised(tmp_path):
+    with pytest.raises(ValueError):
+        with atomic_path(tmp_path / "m.pt") as tmp:
+            tmp.write_text("half")
+            assert is_temporary_name(tmp.name)
+            raise ValueError("killed")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / ".m.pt.tmp-abc.pt").write_text("left by a kill")
+    (tmp_path / ".hidden").write_text("not ours")
+    assert [p.name for p in remove_stale_temporaries(tmp_path)] == [".m.pt.tmp-abc.pt"]
+    assert [p.name for p in tmp_path.iterdir()] == [".hidden"]
