@@ -101,7 +101,7 @@ def partition(
         for file in tqdm(files, desc="partition", unit="event", disable=single):
             graph = load_graph(file)
             try:
-                plan = partition_graph(graph, num_parts, method, seed=seed)
+                plan = partition_graph(graph, num_parts, method, seed=seed, option="--parts")
             except DomainparError as exc:
                 raise DomainparError(f"{file}: {exc}") from None
             plan_dir = out_dir if single else out_dir / f"event{graph.event_id:09d}"

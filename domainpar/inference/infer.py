@@ -86,9 +86,9 @@ def infer_partitioned(
         graph_paths, owner_paths = [], []
         for index, graph in enumerate(graphs):
             try:
-                plan = partition_graph(graph, num_parts, method=method, seed=seed)
+                plan = partition_graph(graph, num_parts, method=method, seed=seed, option="--parts")
             except DomainparError as exc:
-                raise DomainparError(f"--parts {num_parts}: event {graph.event_id}: {exc}") from None
+                raise DomainparError(f"event {graph.event_id}: {exc}") from None
             graph_path = Path(tmp) / f"graph{index}.npz"
             owner_path = Path(tmp) / f"owner{index}.npz"
             save_graph(graph, graph_path)

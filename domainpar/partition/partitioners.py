@@ -17,7 +17,8 @@ METHODS = ("metis", "geometric", "sectors")
 
 
 def partition_graph(
-    graph: EventGraph, num_parts: int, method: str = "metis", *, seed: int = 0, **method_options: object
+    graph: EventGraph, num_parts: int, method: str = "metis", *, seed: int = 0, option: str = "num_parts",
+    **method_options: object,
 ) -> PartitionPlan:
     """Partition ``graph`` into ``num_parts`` parts and build the halo plan.
 
@@ -38,6 +39,7 @@ def partition_graph(
         num_parts: P, 1 <= P <= number of nodes.
         method: one of :data:`METHODS`.
         seed: METIS seed (ignored by the geometric methods, which are deterministic).
+        option: how messages name ``num_parts`` (the caller's command-line option, e.g. ``"--parts"``).
         **method_options: passed to the partitioner.
 
     Returns:
@@ -45,7 +47,7 @@ def partition_graph(
     """
     if method not in METHODS:
         raise DomainparError(f"method must be one of {', '.join(METHODS)} (got {method!r})")
-    num_parts = check_num_parts(num_parts, graph.num_nodes)
+    num_parts = check_num_parts(num_parts, graph.num_nodes, source=option)
     partitioner = metis_owners if method == "metis" else geometric_owners
     allowed = [
         name

@@ -141,7 +141,7 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
 
     section(f"3/5 partition the first training event into {ranks} parts ({method})")
     first_graph = load_graph(sorted(graph_dirs["train"].glob("*.npz"))[0])
-    plan = partition_graph(first_graph, ranks, method, seed=seed)
+    plan = partition_graph(first_graph, ranks, method, seed=seed, option="--ranks")
     report = partition_report(plan, hidden=config.hidden)
     echo(format_report_table([(str(first_graph.event_id), report)]))
     echo(f"picture: {plot_partition(first_graph, plan, out_dir / 'partition.png')}")

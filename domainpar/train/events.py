@@ -172,6 +172,10 @@ def array_shape(path: Path, name: str) -> tuple[int, ...]:
         ) from None
 
 
+#: How a message names the parts per event of training: the ranks of a domain group.
+_PARTS_OPTION = "the domain size (--domain-size, default --ranks)"
+
+
 @dataclass(frozen=True)
 class PreparedEvent:
     """An event ready for a rank: its graph and the plan of the current mode."""
@@ -253,7 +257,7 @@ class EventSource:
         elif self.mode == "sectors":
             from domainpar.partition import partition_graph
 
-            plan = partition_graph(graph, self.num_parts, method="sectors", seed=self.seed)
+            plan = partition_graph(graph, self.num_parts, method="sectors", seed=self.seed, option=_PARTS_OPTION)
             kept = np.zeros(graph.num_edges, dtype=bool)
             for part in plan.parts:
                 kept[part.edge_ids] = True
@@ -266,5 +270,5 @@ class EventSource:
         else:
             from domainpar.partition import partition_graph
 
-            plan = partition_graph(graph, self.num_parts, method=self.method, seed=self.seed)
+            plan = partition_graph(graph, self.num_parts, method=self.method, seed=self.seed, option=_PARTS_OPTION)
         return PreparedEvent(graph=graph, plan=plan, dropped_labels=dropped, seconds_plan=time.perf_counter() - t0)

@@ -19,7 +19,7 @@ def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.
 
     if method not in ("metis", "geometric"):
         raise DomainparError(f"method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
-    return partition_graph(graph, num_parts, method, seed=seed).owner
+    return partition_graph(graph, num_parts, method, seed=seed, option="--parts").owner
 
 
 def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:

@@ -1502,3 +1502,25 @@ def test_corpus_is_large_and_covers_every_command():
     commands = {name.split("-")[0] for name in CASES}
     assert len(CASES) >= 150, len(CASES)
     assert {"cli", "simulate", "build", "partition", "verify", "train", "evaluate", "score", "demo"} <= commands
+
+
+#: A few cases again through the real entry point, where the interpreter itself prints warnings and tracebacks.
+SUBPROCESS_CASES = ["cli-option-without-value", "build-hits-x-overflows-float32", "evaluate-checkpoint-flipped-bytes",
+                    "score-track-id-beyond-int64", "train-option--lr=inf"]  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_hostile_inputs_through_the_real_entry_point(base, tmp_path):
+    import subprocess
+    import sys
+
+    for name in SUBPROCESS_CASES:
+        ws = Workspace(base, tmp_path / name)
+        ws.tmp.mkdir()
+        argv = [str(a) for a in CASES[name](ws)]
+        before = snapshot(ws.tmp)
+        result = subprocess.run([sys.executable, "-m", "domainpar", *argv], capture_output=True, text=True, timeout=240, cwd=ws.tmp)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2, (name, result.stderr[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, (name, result.stderr[-2000:])
+        assert snapshot(ws.tmp) == before, name

@@ -97,7 +97,7 @@ def test_cli_directory_writes_one_plan_per_event(graph_dir, tmp_path):
     ("args", "message"),
     [
         (["--parts", "0"], "error: --parts must be at least 1 (got 0)"),
-        (["--parts", "100000"], "num_parts must be at most the number of nodes"),
+        (["--parts", "100000"], "--parts must be at most the number of nodes"),
         (["--parts", "2", "--plot", "x.pdf"], "must end in .png"),
     ],
 )
