@@ -15,6 +15,8 @@ def read_submission(path: Path) -> pd.DataFrame:
     """Read a submission CSV (``hit_id, track_id`` and optionally ``event_id``) without judging its values."""
     if path.is_dir():
         raise DomainparError(f"{path}: expected a submission CSV file (found a directory)")
+    if path.exists() and not path.is_file():
+        raise DomainparError(f"{path}: expected a submission CSV file (found something that is not a regular file)")
     if not path.is_file():
         raise DomainparError(f"{path}: submission file not found")
     try:

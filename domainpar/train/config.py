@@ -444,6 +444,12 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         f"--ranks must be 1 in single mode (got {p.ranks}); use --mode domain or sectors to train on several ranks",
     )
     _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
+    # torch creates every thread asked for (100000 crashes the process): a few per core is the useful range.
+    most_threads = 4 * (os.cpu_count() or 1)
+    _require(
+        p.threads is None or p.threads <= most_threads,
+        f"--threads must be at most {most_threads} on this machine (4 per CPU core) (got {shorten(p.threads)})",
+    )
     _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
     _require(0 <= r.seed <= INT_LIMIT, f"--seed must be in [0, 2^63) (got {shorten(r.seed)})")
     m = config.model

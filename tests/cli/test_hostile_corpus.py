@@ -803,7 +803,7 @@ for _flag, _value in [
     ("--pos-weight", "inf"), ("--warmup", "-1"), ("--max-steps", "0"), ("--mode", "bogus"), ("--precision", "fp8"),
     ("--device", "tpu"), ("--method", "random"), ("--schedule", "linear"), ("--lr-scaling", "cubic"),
     ("--ranks", "0"), ("--domain-size", "0"), ("--cache-events", "-1"), ("--checkpoint-every", "-5"),
-    ("--seed", "-1"), ("--seed", str(2**70)), ("--activation", "softmax"), ("--weight-decay", "-1"),
+    ("--seed", "-1"), ("--seed", str(2**70)), ("--activation", "softmax"), ("--weight-decay", "-1"), ("--threads", "100000"),
     ("--mlp-layers", "0"), ("--batch-events", str(10**12)),
 ]:  # fmt: skip
 
