@@ -7,6 +7,7 @@ its help, :func:`~domainpar.train.config.flag_name` its flag.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import click
@@ -41,12 +42,33 @@ def train(config_path: Path | None, **options) -> None:
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
     """
+    from domainpar.train import launch
     from domainpar.train.config import load_config
+    from domainpar.train.lifeline import Terminated, terminate_on_signals
     from domainpar.train.run import train as run_training
 
-    overrides = given_fields(options)
-    config = load_config(config_path, overrides)
-    summary = run_training(config)
+    launched_rank = launch.running_under_launcher()
+    # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
+    # a rank of a torchrun/srun job names the failure that made its launcher stop it.
+    terminate_on_signals()
+    try:
+        config = load_config(config_path, given_fields(options))
+        summary = run_training(config)
+    except launch.SpawnError as exc:
+        # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
+        if exc.traceback_text:
+            click.echo(exc.traceback_text.rstrip("\n"), err=True)
+        click.echo(f"error: {exc.line}", err=True)
+        sys.exit(1)
+    except Terminated as exc:
+        if launched_rank:
+            launch.fail_rank(exc)
+        click.echo(f"error: domainpar train {exc}; its ranks were stopped", err=True)
+        sys.exit(exc.exit_code)
+    except BaseException as exc:
+        if launched_rank:
+            launch.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)
+        raise
     if summary.get("rank", 0) != 0:
         return
     final = summary.get("final") or {}

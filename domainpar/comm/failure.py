@@ -108,13 +108,13 @@ class FailureChannel:
             return None
         return Failure.from_json(self.store.get(_FIRST_KEY))
 
-    def acknowledge(self) -> int:
-        """Count this rank as having read the failure (the store's host waits for that before exiting)."""
-        return int(self.store.add(_SEEN_KEY, 1))
+    def acknowledge(self) -> None:
+        """Record that this rank has read the failure (the rank serving the store waits for that before exiting)."""
+        self.store.set(f"{_SEEN_KEY}/{self.rank}", "1")
 
-    def acknowledged(self) -> int:
-        """Ranks that have read the failure so far."""
-        return int(self.store.add(_SEEN_KEY, 0))
+    def acknowledged(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` that have read the failure so far."""
+        return [rank for rank in ranks if self.store.check([f"{_SEEN_KEY}/{rank}"])]
 
     def raise_if_peer_failed(self) -> None:
         """Raise :class:`PeerFailed` when another rank has published a failure."""

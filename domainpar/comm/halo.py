@@ -99,7 +99,7 @@ class HaloExchange:
         self.group = group
         if device is None:
             # NCCL collectives need CUDA tensors; gloo takes CPU ones.
-            nccl = dist.get_backend(group) == "nccl"
+            nccl = "nccl" in str(dist.get_backend(group))
             device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         self.device = torch.device(device)
         self.num_owned = part.num_owned

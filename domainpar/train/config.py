@@ -97,6 +97,8 @@ class ParallelConfig:
     """Ranks per domain group G (default: the whole world); world_size / G replicas train on different events."""
     timeout_s: float = 300.0
     """Process-group timeout: a dead or stuck rank makes the others fail after at most this long."""
+    heartbeat_s: float = 30.0
+    """A rank silent for this many seconds is declared dead (ranks on one host are also checked by pid every second)."""
     device: str = "auto"
     """auto (CUDA when available), cpu or cuda; CUDA uses NCCL with one GPU per local rank, CPU uses gloo."""
     threads: int | None = None
@@ -182,6 +184,7 @@ FLAG_NAMES = {
     "data.train": "--data",
     "model.num_iterations": "--iterations",
     "parallel.timeout_s": "--timeout",
+    "parallel.heartbeat_s": "--heartbeat",
 }
 #: Fields set from the data, never from a config file or flag.
 DERIVED_FIELDS = {
@@ -458,6 +461,10 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
                                 ("model.mlp_layers", m.mlp_layers, MAX_MLP_LAYERS)):  # fmt: skip
         _require(value <= most, f"{flag_name(dotted)} must be at most {most} (got {shorten(value)})")
     check_model_size(m, "fp64" if r.precision == "fp64" else "fp32")
+    _require(
+        2 <= p.heartbeat_s <= 86400,
+        f"--heartbeat must be between 2 and 86400 seconds (got {p.heartbeat_s}); ranks beat once a second",
+    )
     _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
     _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
     _require(o.lr > 0, f"--lr must be positive (got {o.lr})")

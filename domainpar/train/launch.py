@@ -1,28 +1,46 @@
-"""Starting the processes of a domain-parallel job.
+"""Starting the processes of a domain-parallel job, and ending all of them when one fails.
 
 Two ways in:
 
 * :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` freshly
   spawned local processes with the default process group initialised (a
   FileStore rendezvous in a private temp dir, so no port is ever fixed). It is
-  what the tests, ``domainpar verify`` and single-node training use. A child
-  that raises makes ``spawn`` terminate the others and raise
-  :class:`SpawnError` naming the rank, with the child's traceback text; a job
-  that outlives ``timeout_s`` is killed and the error names the ranks that had
-  not finished.
-* :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``.
+  what the tests, ``domainpar verify`` and single-node training use. When a
+  rank fails, ``spawn`` stops the others and raises :class:`SpawnError`
+  naming the job's *first* failure in one line (the rank that raised, with
+  its traceback, or the rank that died and the signal that killed it); a job
+  that outlives ``timeout_s`` is killed and the error names the ranks that
+  had not finished.
+* :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``;
+  :func:`fail_rank` ends such a rank after an exception, naming the job's
+  first failure once on stderr (and in torchrun's error file, so torchrun's
+  summary shows it).
 
-The backend follows the device: gloo on CPU, NCCL on CUDA with one GPU per
-local rank.
+Every rank of a job of two or more runs a watchdog
+(:mod:`domainpar.comm.watchdog`): heartbeats through the rendezvous store,
+the failure channel, liveness checks of its peers, and an abort of the
+process groups when a peer fails, so that no rank waits in a collective for a
+peer that is gone. Every rank also dies with its launcher
+(:mod:`domainpar.train.lifeline`).
+
+The backend follows the device: gloo on CPU; on CUDA, NCCL for CUDA tensors
+(plus gloo for the odd CPU tensor), the GPU being ``local_rank % device
+count`` (one GPU per rank, or the one GPU a task was given).
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
+import json
 import os
 import pickle
 import queue
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,21 +51,30 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from domainpar.comm.failure import Failure, raised
+from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
 from domainpar.errors import DomainparError
+from domainpar.train.lifeline import Terminated, die_with_parent, name_process
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
 
-
 class SpawnError(RuntimeError):
     """A spawned rank failed, died or hung; the message names the rank(s) and carries the traceback."""
 
-    def __init__(self, message: str, ranks: list[int], traceback_text: str = "") -> None:
+    def __init__(self, message: str, ranks: list[int], traceback_text: str = "", failure: Failure | None = None) -> None:
         super().__init__(message)
         self.ranks = ranks
-        """Ranks that failed (or had not finished at the timeout)."""
+        """Ranks that failed (or had not finished at the timeout); the first is the culprit."""
         self.traceback_text = traceback_text
-        """The first failing child's traceback, as text."""
+        """The failing rank's traceback, as text (empty when it died without one)."""
+        self.failure = failure
+        """The job's first failure, when a rank failed (None at a timeout)."""
+
+    @property
+    def line(self) -> str:
+        """The one-line summary (the message without the traceback)."""
+        return str(self).split("\n", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -66,26 +93,35 @@ class DistEnv:
     """Process group backend: "gloo" or "nccl"."""
 
 
-def device_for_local_rank(local_rank: int) -> torch.device:
-    """The device a local rank computes on: GPU ``local_rank`` when CUDA is available, else CPU.
+def device_for_local_rank(local_rank: int, kind: str = "auto") -> torch.device:
+    """The device a local rank computes on, made current (NCCL point-to-point requires it).
 
-    Also makes that GPU the current device, which NCCL point-to-point requires.
+    CUDA rank ``local_rank`` uses GPU ``local_rank % device_count``: on a node
+    where every rank sees all GPUs that is one GPU per rank, and where the
+    launcher gives each task only its own (``srun --gpus-per-task=1``,
+    ``CUDA_VISIBLE_DEVICES`` per rank) every rank sees one GPU, ``cuda:0``.
+
+    Args:
+        local_rank: rank on this node.
+        kind: "auto" (CUDA when available), "cuda" or "cpu".
     """
-    if torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise DomainparError(
-                f"local rank {local_rank} needs a GPU of its own (got {count} visible GPUs); "
-                "start at most one process per GPU"
-            )
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+    if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise DomainparError(f"--device cuda: this process sees no CUDA device (local rank {local_rank}); use --device cpu")
+    index = local_rank % count
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def backend_for(device: torch.device | str) -> str:
-    """The process group backend for ``device``: "nccl" for CUDA, "gloo" otherwise."""
-    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+    """The process group backend for ``device``: NCCL for CUDA tensors (plus gloo for CPU ones), gloo on CPU.
+
+    A CUDA run still moves a few CPU tensors between ranks (objects, small
+    bookkeeping), so its groups get both: ``cpu:gloo,cuda:nccl``.
+    """
+    return "cpu:gloo,cuda:nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
 def _env_int(names: tuple[str, ...]) -> int | None:
@@ -104,15 +140,103 @@ def running_under_launcher() -> bool:
     return _env_int(("RANK", "SLURM_PROCID")) is not None and _env_int(("WORLD_SIZE", "SLURM_NTASKS")) is not None
 
 
-def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> DistEnv:
-    """Initialise the default process group from torchrun or SLURM variables.
+
+# ------------------------------------------------------------------ the watchdog of a rank
+
+
+def _start_watchdog(
+    rank: int, world_size: int, config: WatchdogConfig, reporter: Callable[[Failure, str], None]
+) -> Watchdog:
+    """Start this rank's watchdog on the default group's store and make it the process's current one."""
+    store = dist.distributed_c10d._get_default_store()
+    base = store
+    while isinstance(base, dist.PrefixStore):
+        base = base.underlying_store
+    # Under torchrun the agent serves the store; under a plain env:// rendezvous (srun) rank 0 does.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    hosts_store = isinstance(base, dist.TCPStore) and rank == 0 and not agent_store
+    watchdog = Watchdog(store, rank, world_size, config, reporter, hosts_store=hosts_store).start()
+    set_current(watchdog)
+    return watchdog
+
+
+def _write_torchelastic_error_file(line: str) -> None:
+    """torchrun's summary shows a failed worker's error file: make it our one line rather than "<N/A>"."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    record = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as fh:
+            json.dump(record, fh)
+    except OSError:
+        pass
+
+
+def report_to_stderr(rank: int, failure: Failure, traceback_text: str = "") -> None:
+    """How torchrun/srun rank ``rank`` reports: its traceback (a bug of its own), then ``error: <one line>``.
+
+    A rank stopped by another's failure names that failure first and itself last.
+    """
+    line = failure.message if failure.rank == rank else f"{failure.message}; rank {rank} stopped"
+    if traceback_text:
+        sys.stderr.write(traceback_text if traceback_text.endswith("\n") else traceback_text + "\n")
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    _write_torchelastic_error_file(line)
+
+
+def fail_rank(exc: BaseException) -> None:
+    """End this rank of a torchrun/srun job after ``exc``; returns only when there is no watchdog (one process).
+
+    Names the job's first failure once (this rank's own, or the peer's that
+    caused ``exc``), gives the peers time to read it when this process serves
+    the store, aborts the process groups and exits: status 2 for this rank's
+    own user mistake, 1 otherwise.
+    """
+    watchdog = current()
+    if watchdog is None:
+        return
+    if isinstance(exc, Terminated):
+        # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name.
+        failure = watchdog.cause(timeout_s=2.0)
+        if failure is None:
+            failure = Failure(watchdog.rank, f"rank {watchdog.rank} {exc}", "raised", watchdog.rank)
+            watchdog.report(failure)
+            watchdog.finish_failed(failure, exc.exit_code, linger=False)
+        watchdog.report(failure)
+        watchdog.finish_failed(failure, exc.exit_code)
+    failure = watchdog.explain(exc)
+    own = failure.rank == watchdog.rank
+    text = "" if (not own or failure.user_error) else "".join(traceback.format_exception(exc))
+    watchdog.report(failure, text)
+    watchdog.finish_failed(failure, 2 if own and failure.user_error else 1)
+
+
+def _finish_watchdog() -> None:
+    watchdog = current()
+    if watchdog is not None:
+        watchdog.stop(done=True)
+        set_current(None)
+
+
+def init_from_env(
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    device: str = "auto",
+    watchdog: WatchdogConfig | None = WatchdogConfig(),
+) -> DistEnv:
+    """Join a torchrun or srun job: initialise the default process group from its variables.
 
     Reads RANK, WORLD_SIZE and LOCAL_RANK (falling back to SLURM_PROCID,
     SLURM_NTASKS and SLURM_LOCALID) and rendezvous at MASTER_ADDR:MASTER_PORT.
-    If the default group already exists it is reused.
+    If the default group already exists it is reused. This process dies with
+    its parent (the launcher) and, in a job of two or more, runs a watchdog
+    that reports on stderr; a normal exit marks the rank finished.
 
     Args:
         timeout_s: process group timeout in seconds.
+        device: "auto" (CUDA when available), "cuda" or "cpu"; the backend follows it.
+        watchdog: heartbeat and liveness settings (None: no watchdog).
 
     Returns:
         This process's :class:`DistEnv`.
@@ -127,8 +251,11 @@ def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> DistEnv:
         )
     if local_rank is None:
         local_rank = 0
-    device = device_for_local_rank(local_rank)
-    backend = backend_for(device)
+    if threading.current_thread() is threading.main_thread():
+        die_with_parent()
+        name_process(rank)
+    chosen = device_for_local_rank(local_rank, device)
+    backend = backend_for(chosen)
     if not dist.is_initialized():
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if not os.environ.get(name):
@@ -140,7 +267,13 @@ def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> DistEnv:
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-    return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=backend)
+    if world_size > 1 and watchdog is not None and current() is None:
+        _start_watchdog(rank, world_size, watchdog, functools.partial(report_to_stderr, rank))
+        atexit.register(_finish_watchdog)
+    return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=chosen, backend=backend)
+
+
+# ------------------------------------------------------------------ spawn
 
 
 def _child(
@@ -153,8 +286,22 @@ def _child(
     timeout_s: float,
     num_threads: int | None,
     results: Any,
+    parent_pid: int,
+    watchdog_config: WatchdogConfig | None,
 ) -> None:
-    """Body of one spawned rank: init the group, run ``fn``, report ("ok", value) or ("error", traceback)."""
+    """Body of one spawned rank: init the group, run ``fn``, report ("ok", value) or ("error", failure)."""
+    die_with_parent(parent_pid)
+    name_process(rank)
+    report_lock = threading.Lock()
+
+    def report(failure: Failure, traceback_text: str = "") -> None:
+        # Called by this thread or the watchdog's; flushed before returning, as the process may end right after.
+        with report_lock:
+            results.put((rank, "error", {"failure": failure.to_json(), "traceback": traceback_text}))
+            results.close()
+            results.join_thread()
+
+    watchdog = None
     try:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -168,14 +315,27 @@ def _child(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        try:
-            value = fn(rank, world_size, *args)
-        finally:
-            dist.destroy_process_group()
+        if world_size > 1 and watchdog_config is not None:
+            watchdog = _start_watchdog(rank, world_size, watchdog_config, report)
+        value = fn(rank, world_size, *args)
         # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
-        results.put((rank, "ok", pickle.dumps(value)))
-    except BaseException:  # report everything, including KeyboardInterrupt, to the parent
-        results.put((rank, "error", traceback.format_exc()))
+        payload = pickle.dumps(value)
+    except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
+        text = traceback.format_exc()
+        if watchdog is None:
+            report(raised(rank, exc), text)
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            return
+        failure = watchdog.explain(exc)
+        watchdog.report(failure, text if failure.rank == rank else "")
+        watchdog.finish_failed(failure, 1)
+        return
+    if watchdog is not None:
+        watchdog.stop(done=True)
+        set_current(None)
+    dist.destroy_process_group()
+    results.put((rank, "ok", payload))
 
 
 def _stop(processes: list) -> None:
@@ -190,6 +350,51 @@ def _stop(processes: list) -> None:
             process.join()
 
 
+def _signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _died(rank: int, nprocs: int, exitcode: int) -> str:
+    if exitcode < 0:
+        return f"rank {rank} of {nprocs} died (killed by {_signal_name(exitcode)})"
+    return f"rank {rank} of {nprocs} died (exit code {exitcode}) without reporting an error"
+
+
+def _in_world(message: str, rank: int, nprocs: int) -> str:
+    """"rank 1: ..." → "rank 1 of 2: ..." (the parent knows the world size)."""
+    prefix = f"rank {rank}"
+    if message.startswith(prefix) and not message.startswith(f"{prefix} of "):
+        return f"{prefix} of {nprocs}{message[len(prefix):]}"
+    return message
+
+
+def _verdict(
+    reports: dict[int, tuple[Failure, str]], order: list[int], dead: dict[int, float], exitcodes: list, nprocs: int
+) -> SpawnError:
+    """The error of a failed job: the first failure its ranks agreed on, else the first rank seen dead."""
+    if not order:
+        rank = min(dead, key=dead.__getitem__)
+        line = _died(rank, nprocs, exitcodes[rank])
+        return SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
+    failure = reports[order[0]][0]
+    root = failure.rank
+    traceback_text = reports[root][1] if root in reports else ""
+    code = exitcodes[root] if 0 <= root < nprocs else None
+    if root not in reports and code is not None and code < 0:
+        # The rank never spoke: the signal that killed it says more than its peers' view ("process is gone").
+        line = _died(root, nprocs, code)
+        failure = Failure(root, line, "died", failure.reporter)
+    else:
+        line = _in_world(failure.message, root, nprocs)
+    message = f"{line}\n{traceback_text}" if traceback_text else line
+    # The culprit alone: the others only stopped because of it.
+    ranks = [root] if root >= 0 else sorted(order)
+    return SpawnError(message, ranks, traceback_text, failure)
+
+
 def spawn(
     fn: Callable[..., Any],
     nprocs: int,
@@ -199,23 +404,33 @@ def spawn(
     backend: str | None = None,
     init_method: str | None = None,
     num_threads: int | None = None,
+    watchdog: WatchdogConfig | None = WatchdogConfig(),
+    settle_s: float = 5.0,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``nprocs`` spawned processes.
+
+    The children die with this process (even if it is SIGKILLed). When a rank
+    fails, the others are told through the failure channel and stop; this
+    process waits up to ``settle_s`` for their reports, stops what is left
+    and raises.
 
     Args:
         fn: a module-level (picklable) function; its return value must be picklable.
         nprocs: number of processes (world size).
         args: extra positional arguments, pickled to every child.
         timeout_s: wall-clock limit for the whole job and the process group timeout.
-        backend: "gloo" or "nccl"; default: nccl when CUDA is available, else gloo.
+        backend: "gloo", "nccl" or "cpu:gloo,cuda:nccl"; default: :func:`backend_for` the child's device.
         init_method: rendezvous URL; default a FileStore in a fresh temp dir.
         num_threads: torch intra-op threads per child (None leaves torch's default).
+        watchdog: heartbeat and liveness settings of the ranks (None: no watchdog).
+        settle_s: after the first failure, how long to wait for every rank's report.
 
     Returns:
         ``fn``'s return values in rank order.
 
     Raises:
-        SpawnError: a child raised (others are terminated), died, or the job timed out.
+        SpawnError: a rank raised, died or stopped answering (the first one is
+            named, with its traceback if it raised), or the job timed out.
     """
     if nprocs < 1:
         raise DomainparError(f"nprocs must be at least 1 (got {nprocs})")
@@ -228,45 +443,54 @@ def spawn(
     processes = [
         ctx.Process(
             target=_child,
-            args=(rank, nprocs, fn, args, init_method, backend, timeout_s, num_threads, results),
+            args=(rank, nprocs, fn, args, init_method, backend, timeout_s, num_threads, results, os.getpid(), watchdog),
             daemon=False,
         )
         for rank in range(nprocs)
     ]
     values: dict[int, Any] = {}
+    reports: dict[int, tuple[Failure, str]] = {}
+    order: list[int] = []
     try:
         for process in processes:
             process.start()
         deadline = time.monotonic() + timeout_s
-        dead_since: dict[int, float] = {}
+        exited_at: dict[int, float] = {}
+        trouble_since: float | None = None
         while len(values) < nprocs:
             try:
                 rank, status, payload = results.get(timeout=0.1)
             except queue.Empty:
-                now = time.monotonic()
-                for rank_, process in enumerate(processes):
-                    if rank_ in values or process.exitcode is None:
-                        continue
-                    # A finished child's message may still be in the pipe; give it a moment.
-                    first = dead_since.setdefault(rank_, now)
-                    if now - first > 2.0:
-                        _stop(processes)
-                        raise SpawnError(
-                            f"rank {rank_} of {nprocs} died with exit code {process.exitcode} without reporting",
-                            [rank_],
-                        )
-                if now > deadline:
-                    pending = [r for r in range(nprocs) if r not in values]
-                    _stop(processes)
-                    raise SpawnError(
-                        f"ranks {pending} of {nprocs} did not finish within {timeout_s:g} s; all ranks were killed",
-                        pending,
-                    )
+                pass
+            else:
+                if status == "ok":
+                    values[rank] = pickle.loads(payload)
+                else:
+                    reports[rank] = (Failure.from_json(payload["failure"]), payload["traceback"])
+                    order.append(rank)
+                    trouble_since = trouble_since or time.monotonic()
                 continue
-            if status == "error":
+            now = time.monotonic()
+            for rank_, process in enumerate(processes):
+                if process.exitcode is not None:
+                    exited_at.setdefault(rank_, now)
+            # A finished child's message may still be in the pipe: a second passes before it counts as dead.
+            dead = {r: t for r, t in exited_at.items() if r not in values and r not in reports and now - t > 1.0}
+            if dead and trouble_since is None:
+                trouble_since = now
+            if trouble_since is not None:
+                settled = all(r in values or r in reports or r in dead for r in range(nprocs))
+                if settled or now - trouble_since > settle_s:
+                    error = _verdict(reports, order, dead, [p.exitcode for p in processes], nprocs)
+                    _stop(processes)
+                    raise error
+            if now > deadline:
+                pending = [r for r in range(nprocs) if r not in values]
                 _stop(processes)
-                raise SpawnError(f"rank {rank} of {nprocs} failed:\n{payload}", [rank], payload)
-            values[rank] = pickle.loads(payload)
+                raise SpawnError(
+                    f"ranks {pending} of {nprocs} did not finish within {timeout_s:g} s; all ranks were killed",
+                    pending,
+                )
         for process in processes:
             process.join(10.0)
     finally:

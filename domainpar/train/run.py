@@ -75,17 +75,51 @@ def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False
 
 def _rank_error(exc: Exception) -> Exception:
     """A spawned rank's failure as a one-line DomainparError when it was a user mistake, else unchanged."""
-    text = getattr(exc, "traceback_text", "") or ""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    ranks = getattr(exc, "ranks", [])
-    if lines and lines[-1].startswith("domainpar.errors.DomainparError:") and ranks:
-        message = lines[-1].split(":", 1)[1].strip()
-        return DomainparError(f"rank {ranks[0]}: {message}")
+    failure = getattr(exc, "failure", None)
+    if failure is not None and failure.user_error:
+        return DomainparError(failure.message)
     return exc
+
+
+def _watchdog_config(config: TrainConfig):
+    from domainpar.comm.watchdog import WatchdogConfig
+
+    return WatchdogConfig(dead_after_s=config.parallel.heartbeat_s)
+
+
+def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
+    """This process is one rank of a torchrun/srun job: join it, let rank 0 prepare the run, train."""
+    from domainpar.train import launch, runlock
+    from domainpar.train.trainer import run_rank
+
+    env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
+    validate_config(config, world_size=env.world_size)
+    import torch.distributed as dist
+
+    lock = None
+    try:
+        # Rank 0 holds the --out lock and builds graphs from raw events (if any) while the others wait,
+        # then everyone lists them.
+        if env.rank == 0:
+            check_output_dir(config.run.out, "--out")
+            lock = runlock.acquire(config.run.out)
+            train_files, val_files = _prepare_files(config, progress=config.run.progress)
+            _check_inputs(config, env.world_size, train_files, val_files)
+        if env.world_size > 1:
+            dist.barrier()
+        train_files, val_files = _prepare_files(config, progress=False)
+        payload = _payload(config, train_files, val_files)
+        payload["device"] = env.device.type
+        return run_rank(env.rank, env.world_size, payload)
+    finally:
+        if lock is not None:
+            runlock.release(lock)
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Validate ``config``, start the ranks, train, and return rank 0's summary.
+
+    One run at a time writes ``config.run.out`` (:mod:`domainpar.train.runlock`).
 
     Returns:
         A dict with ``out``, ``mode``, ``world_size``, ``domain_size``,
@@ -94,26 +128,16 @@ def train(config: TrainConfig) -> dict[str, Any]:
         (path of ``model.pt``), ``seconds`` and ``steps_per_second``.
 
     Raises:
-        DomainparError: invalid configuration or data, or a rank failed on a user mistake (named).
-        SpawnError: a spawned rank crashed or died (the message names it).
+        DomainparError: invalid configuration or data, another run holds ``--out``, or a rank failed on a
+            user mistake (named).
+        SpawnError: a spawned rank crashed, died or stopped answering (the message names the first one).
+        PeerFailed: under torchrun/srun, another rank failed first (named).
     """
-    from domainpar.train import launch
+    from domainpar.train import launch, runlock
     from domainpar.train.trainer import run_rank
 
     if launch.running_under_launcher():
-        env = launch.init_from_env(config.parallel.timeout_s)
-        validate_config(config, world_size=env.world_size)
-        import torch.distributed as dist
-
-        # Rank 0 builds graphs from raw events (if any) while the others wait, then everyone lists them.
-        if env.rank == 0:
-            check_output_dir(config.run.out, "--out")
-            train_files, val_files = _prepare_files(config, progress=config.run.progress)
-            _check_inputs(config, env.world_size, train_files, val_files)
-        if env.world_size > 1:
-            dist.barrier()
-        train_files, val_files = _prepare_files(config, progress=False)
-        return run_rank(env.rank, env.world_size, _payload(config, train_files, val_files))
+        return _train_as_launched_rank(config)
 
     world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
     validate_config(config, world_size=world_size)
@@ -124,28 +148,30 @@ def train(config: TrainConfig) -> dict[str, Any]:
             "(4 per CPU core); use torchrun or srun to run on several nodes"
         )
     check_output_dir(config.run.out, "--out")
-    train_files, val_files = _prepare_files(config, progress=config.run.progress)
-    _check_inputs(config, world_size, train_files, val_files)
-    # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
-    payload = _payload(config, train_files, val_files)
-    if world_size == 1:
-        return run_rank(0, 1, payload)
-    backend = "nccl" if payload["device"] == "cuda" else "gloo"
-    threads = config.parallel.threads
-    if threads is None and backend == "gloo":
-        threads = max(1, (os.cpu_count() or 1) // world_size)
-    try:
-        results = launch.spawn(
-            run_rank,
-            world_size,
-            args=(payload,),
-            timeout_s=_SPAWN_JOB_LIMIT_S,
-            backend=backend,
-            num_threads=threads,
-        )
-    except launch.SpawnError as exc:
-        converted = _rank_error(exc)
-        if converted is exc:
-            raise
-        raise converted from None
+    with runlock.run_lock(config.run.out):
+        train_files, val_files = _prepare_files(config, progress=config.run.progress)
+        _check_inputs(config, world_size, train_files, val_files)
+        # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
+        payload = _payload(config, train_files, val_files)
+        if world_size == 1:
+            return run_rank(0, 1, payload)
+        backend = launch.backend_for(payload["device"])
+        threads = config.parallel.threads
+        if threads is None and backend == "gloo":
+            threads = max(1, (os.cpu_count() or 1) // world_size)
+        try:
+            results = launch.spawn(
+                run_rank,
+                world_size,
+                args=(payload,),
+                timeout_s=_SPAWN_JOB_LIMIT_S,
+                backend=backend,
+                num_threads=threads,
+                watchdog=_watchdog_config(config),
+            )
+        except launch.SpawnError as exc:
+            converted = _rank_error(exc)
+            if converted is exc:
+                raise
+            raise converted from None
     return results[0]

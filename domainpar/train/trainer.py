@@ -23,6 +23,7 @@ import os
 import random
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from domainpar.atomic import atomic_path
 from domainpar.comm.collectives import broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
+from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
@@ -547,6 +549,9 @@ class Trainer:
         self._preflight()
         from tqdm import tqdm
 
+        # tqdm's default lock is a multiprocessing semaphore; a rank that is killed cannot release it and the
+        # launcher's resource tracker then warns about leaked semaphores. One bar per process needs a thread lock.
+        tqdm.set_lock(threading.RLock())
         steps_per_epoch = self.sampler.steps_per_epoch
         last_record: dict | None = None
         last_checkpoint: Path | None = resume_path
@@ -669,7 +674,7 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
             from domainpar.train.launch import device_for_local_rank
 
             local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
-            device = device_for_local_rank(local_rank)
+            device = device_for_local_rank(local_rank, "cuda")
         else:
             device = torch.device("cpu")
         trainer = Trainer(
@@ -682,9 +687,12 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         )
         return trainer.run()
     except BaseException as exc:
-        # The first failure of the job wins; a rank that only saw its consequence names it.
-        first = publish_failure(exc) if world_size > 1 else None
-        if first is None or first.rank == rank or isinstance(exc, PeerFailed):
+        # The first failure of the job wins; a rank that only saw its consequence (a broken collective) names it.
+        if world_size == 1 or isinstance(exc, PeerFailed):
+            raise
+        watchdog = current_watchdog()
+        first = watchdog.explain(exc) if watchdog is not None else publish_failure(exc)
+        if first is None or first.rank == rank:
             raise
         raise PeerFailed(first, rank) from exc
     finally:

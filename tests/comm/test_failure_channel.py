@@ -35,9 +35,11 @@ def test_failure_lines_are_one_line_and_round_trip():
     assert Failure.from_json(died.to_json()) == died
 
 
-def test_acknowledgements_count_readers():
+def test_acknowledgements_name_the_readers():
     store = dist.HashStore()
-    channels = [FailureChannel(store, r) for r in range(3)]
-    assert channels[0].acknowledged() == 0
-    assert [c.acknowledge() for c in channels[1:]] == [1, 2]
-    assert channels[0].acknowledged() == 2
+    channels = [FailureChannel(store, r) for r in range(4)]
+    assert channels[0].acknowledged([1, 2, 3]) == []
+    channels[3].acknowledge()
+    channels[1].acknowledge()
+    channels[1].acknowledge()  # idempotent: a rank is one reader
+    assert channels[0].acknowledged([1, 2, 3]) == [1, 3]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from domainpar.errors import DomainparError
@@ -50,8 +51,32 @@ def test_hung_child_is_killed_at_timeout():
 
 
 def test_backend_and_device_helpers():
-    assert backend_for("cpu") == "gloo" and backend_for("cuda:0") == "nccl"
+    assert backend_for("cpu") == "gloo" and backend_for("cuda:0") == "cpu:gloo,cuda:nccl"
     assert device_for_local_rank(0).type in ("cpu", "cuda")
+    assert device_for_local_rank(3, "cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("visible", "local_rank", "expected"),
+    [(4, 0, 0), (4, 3, 3), (4, 5, 1), (1, 0, 0), (1, 3, 0), (2, 7, 1)],  # 1 visible: srun --gpus-per-task=1
+)
+def test_gpu_of_a_local_rank_is_local_rank_modulo_visible_gpus(monkeypatch, visible, local_rank, expected):
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert device_for_local_rank(local_rank) == torch.device("cuda", expected)
+    assert device_for_local_rank(local_rank, "cuda") == torch.device("cuda", expected)
+    assert chosen == [expected, expected]
+    # --device cpu on a GPU node: CPU tensors, and so gloo, whatever the node has.
+    assert device_for_local_rank(local_rank, "cpu") == torch.device("cpu")
+    assert backend_for(device_for_local_rank(local_rank, "cpu")) == "gloo"
+
+
+def test_cuda_requested_without_a_visible_gpu_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DomainparError, match="--device cuda: this process sees no CUDA device"):
+        device_for_local_rank(0, "cuda")
 
 
 def test_init_from_env_needs_rank_variables(monkeypatch):

@@ -1,0 +1,151 @@
+"""One writer per output directory: ``<out>/train.lock`` names the run that holds it.
+
+Two trainings writing one ``--out`` interleave checkpoints, logs and
+``model.pt``, and a ``--resume`` started beside a live run resumes from a
+moving target. The lock is a file created with ``O_CREAT | O_EXCL`` (atomic
+on local and NFS file systems) holding the holder's host, pid, start time
+and command line:
+
+* a second run on the same ``--out`` is refused with one line naming the
+  holder;
+* a lock whose holder is gone (same host, pid no longer running, or running
+  but started later: a reused pid) is stale: it is named on stderr and taken
+  over;
+* a lock held from another host cannot be checked from here: the run is
+  refused and the line says how to clear it if that run is dead.
+
+The lock is removed when the run ends (also on errors); a SIGKILLed holder
+leaves it behind, which the next run detects as stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from domainpar.comm.watchdog import process_gone, process_identity, same_machine
+from domainpar.errors import DomainparError
+
+#: Name of the lock file inside ``--out``.
+LOCK_NAME = "train.lock"
+
+
+def _describe(holder: dict) -> str:
+    since = holder.get("since")
+    when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else ""
+    command = holder.get("command")
+    started = f", started as {command!r}" if command else ""
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}{when}{started}"
+
+
+def _read_holder(path: Path) -> dict | None:
+    """The lock's content, {} when it is unreadable or torn, None when it is gone."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return {}
+    try:
+        holder = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _holder_is_gone(holder: dict, me: dict) -> bool:
+    required = ("host", "pid", "boot", "pidns")
+    if not all(key in holder for key in required) or not same_machine(holder, me):
+        return False
+    try:
+        return process_gone(holder)
+    except (TypeError, ValueError):
+        return False
+
+
+def _create(path: Path, me: dict) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(me, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
+
+
+def acquire(out: str | os.PathLike, option: str = "--out") -> Path:
+    """Take the lock of ``out`` (created if needed) or raise; returns the lock file.
+
+    Raises:
+        DomainparError: another live run holds it, or it is held from another host.
+    """
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_NAME
+    me = {**process_identity(), "since": time.time(), "command": " ".join(sys.argv)[:300]}
+    for _ in range(5):
+        if _create(path, me):
+            return path
+        holder = _read_holder(path)
+        if holder is None:
+            continue  # released between our attempt and the read
+        if holder and not _holder_is_gone(holder, me):
+            if holder.get("host") != me["host"]:
+                raise DomainparError(
+                    f"{option} {directory}: another training run holds {path} ({_describe(holder)}); "
+                    f"it cannot be checked from host {me['host']}: if that run is dead, delete the lock file"
+                )
+            raise DomainparError(
+                f"{option} {directory}: another training run is writing there ({_describe(holder)}); "
+                "wait for it, stop it, or choose another --out"
+            )
+        if not holder:
+            # Unreadable or torn (its writer died mid-write): only stale if it stays so for a moment.
+            time.sleep(0.2)
+            if _read_holder(path) != {}:
+                continue
+        # Stale: move it aside under a name of our own (only one contender's rename succeeds), then create.
+        aside = path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}")
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            continue
+        taken = _read_holder(aside)
+        if taken != holder:
+            # We moved a lock newer than the one we judged stale: put it back (unless yet another run took the
+            # name meanwhile) and judge again.
+            with contextlib.suppress(OSError):
+                os.link(aside, path)
+            aside.unlink(missing_ok=True)
+            continue
+        aside.unlink(missing_ok=True)
+        described = _describe(holder) if holder else "an unreadable lock"
+        print(f"domainpar: {path}: taking over the stale lock of {described} (that process is gone)", file=sys.stderr)
+    raise DomainparError(f"{option} {directory}: could not take {path}: other runs keep taking it; try again")
+
+
+def release(path: Path) -> None:
+    """Remove the lock if it is still this process's."""
+    holder = _read_holder(path)
+    if holder and holder.get("pid") == os.getpid() and holder.get("host") == process_identity()["host"]:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def run_lock(out: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
+    """Hold the lock of ``out`` for the duration of the block."""
+    path = acquire(out, option)
+    try:
+        yield path
+    finally:
+        release(path)
+
+
+__all__ = ["LOCK_NAME", "acquire", "release", "run_lock"]
