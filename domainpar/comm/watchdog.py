@@ -200,9 +200,11 @@ class Watchdog:
         self.config = config
         self.reporter = reporter
         self.hosts_store = hosts_store
-        # One connection per thread: the watchdog's, and the main thread's (explain, stop, sweep).
-        self._store = dist.PrefixStore(STORE_PREFIX, store.clone())
-        self._thread_channel = FailureChannel(store.clone(), rank)
+        # One connection per thread, the watchdog's and the main thread's (explain, stop, cause): a thread
+        # never waits behind the other's store calls.
+        thread_store = store.clone()
+        self._store = dist.PrefixStore(STORE_PREFIX, thread_store)
+        self._thread_channel = FailureChannel(thread_store, rank)
         self.channel = FailureChannel(store.clone(), rank)
         base = _base_store(store)
         self._store_address = f"{base.host}:{base.port}" if hasattr(base, "host") and hasattr(base, "port") else ""

@@ -30,16 +30,16 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from domainpar.atomic import atomic_path
-from domainpar.comm.collectives import broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
+from domainpar.comm.collectives import broadcast_object, broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
+    DIGEST_KEY,
     checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
@@ -218,6 +218,11 @@ class Trainer:
             The loaded state (``state["sha256"]`` is its verified digest).
         """
         state = load_checkpoint(path, expected_digest)
+        self._restore(path, state)
+        return state
+
+    def _restore(self, path: Path, state: dict[str, Any]) -> None:
+        """Apply a loaded, verified checkpoint ``state`` (read from ``path``) to this trainer."""
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
@@ -246,7 +251,35 @@ class Trainer:
         if "rng" in state:
             set_rng_state(state["rng"], source=path)
         self._resume_learning_rate(state)
-        return state
+
+    def _resume_agreed(self) -> Path | None:
+        """Resume from the checkpoint rank 0 chose (if the run resumes); returns its path.
+
+        Only rank 0 lists ``checkpoints/`` (or takes ``--resume-from``): a file
+        system that shows a new file to some ranks later than to others would
+        otherwise let them resume from different steps. It sends the path and
+        the content digest of what it loaded; every other rank loads that path
+        and refuses a file whose digest differs.
+        """
+        config = self.config
+        if config.run.resume_from is None and not config.run.resume:
+            return None
+        choice: tuple[str | None, str | None] = (None, None)
+        state = None
+        if self.layout.is_main:
+            path = Path(config.run.resume_from) if config.run.resume_from is not None else latest_checkpoint(checkpoint_dir(self.out))
+            if path is not None:
+                state = load_checkpoint(path)
+                choice = (str(path), state[DIGEST_KEY])
+        path_text, digest = broadcast_object(choice, self.layout.world_group)
+        if path_text is None:
+            return None
+        path = Path(path_text)
+        if state is not None:
+            self._restore(path, state)
+        else:
+            self.resume(path, expected_digest=digest)
+        return path
 
     def _resume_learning_rate(self, state: dict[str, Any]) -> None:
         """Keep the checkpoint's replica scaling of the learning rate unless the user asked to rescale; say which."""
@@ -535,12 +568,7 @@ class Trainer:
         if main:
             # One writer per --out: what a writer killed mid-write left behind is garbage now.
             remove_stale_checkpoint_temporaries(self.out)
-        if config.run.resume_from is not None:
-            resume_path = Path(config.run.resume_from)
-        elif config.run.resume:
-            resume_path = latest_checkpoint(checkpoint_dir(self.out))
-        if resume_path is not None:
-            self.resume(resume_path)
+        resume_path = self._resume_agreed()
         self._resume_path = resume_path
         # Where the run (re)starts: logs beyond it are dropped and newer checkpoints retired once outputs start.
         self._start_step, self._start_epoch = self.global_step, self.epoch

@@ -1,0 +1,71 @@
+"""Ranks never outlive `domainpar train`, and one run at a time writes an --out.
+
+Before this was built, SIGTERM or SIGKILL of the launcher left its ranks
+training and writing checkpoints into --out, and a second run on the same
+--out was accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fault_helpers import running, start, train_args
+from train_helpers import write_graphs
+
+pytestmark = pytest.mark.distributed
+
+
+def _second_run(data, out) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "domainpar", "train", *train_args(data, out, "--mode", "single", "--max-steps", "1")]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_ranks_die_with_their_launcher_and_the_lock_names_it(tmp_path, signum):
+    data, out = tmp_path / "graphs", tmp_path / "out"
+    write_graphs(data, 4)
+    job = start("spawn", 2, data, out)
+    launcher = job.processes[0]
+    try:
+        ranks = job.wait_for_ranks(2)
+        job.wait_for_steps(2)
+        # While it runs, a second run on the same --out is refused, naming the holder.
+        second = _second_run(data, out)
+        assert second.returncode == 2, second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(f"error: --out {out}: another training run is writing there (pid {launcher.pid} on host ")
+        assert line.endswith("wait for it, stop it, or choose another --out"), line
+        os.kill(launcher.pid, signum)
+        (output,) = job.finish(30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(running(pid) for pid in ranks.values()):
+            time.sleep(0.05)
+        orphans = [rank for rank, pid in ranks.items() if running(pid)]
+    finally:
+        job.kill_all()
+        for pid in ranks.values():
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert orphans == [], f"ranks {orphans} outlived their launcher"
+    logged = job.steps_logged()
+    time.sleep(1.0)
+    assert job.steps_logged() == logged  # nobody is training into --out any more
+    if signum == signal.SIGTERM:
+        assert launcher.returncode == 128 + signal.SIGTERM
+        assert output.strip().splitlines() == ["error: domainpar train stopped by SIGTERM; its ranks were stopped"], output
+        assert not (out / "train.lock").exists()
+    else:
+        # A SIGKILLed launcher leaves its lock: the next run names it as stale and takes it over.
+        assert (out / "train.lock").exists()
+        third = _second_run(data, out)
+        assert third.returncode == 0, third.stderr
+        assert f"taking over the stale lock of pid {launcher.pid} on host" in third.stderr
+        assert not (out / "train.lock").exists()

@@ -1,0 +1,85 @@
+"""One writer per --out: a live holder is named and refused, a dead one's lock is named and taken over."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from domainpar.comm.watchdog import process_identity
+from domainpar.errors import DomainparError
+from domainpar.train.runlock import LOCK_NAME, acquire, release, run_lock
+
+
+def _write_lock(out, **fields) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / LOCK_NAME).write_text(json.dumps(fields))
+
+
+def _dead_pid_identity() -> dict:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return {**process_identity(), "pid": child.pid, "start": "", "since": 0, "command": "domainpar train --out x"}
+
+
+def test_second_writer_is_refused_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    with run_lock(out) as path:
+        holder = json.loads(path.read_text())
+        assert holder["pid"] == os.getpid() and holder["host"] == process_identity()["host"]
+        with pytest.raises(DomainparError) as info:
+            acquire(out)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(f"--out {out}: another training run is writing there (pid {os.getpid()} on host ")
+        assert message.endswith("wait for it, stop it, or choose another --out")
+    assert not (out / LOCK_NAME).exists()  # released
+    release(acquire(out))  # and free again
+
+
+def test_stale_lock_of_a_dead_process_is_named_and_taken_over(tmp_path, capsys):
+    out = tmp_path / "run"
+    dead = _dead_pid_identity()
+    _write_lock(out, **dead)
+    path = acquire(out)
+    try:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    finally:
+        release(path)
+    err = capsys.readouterr().err
+    assert f"taking over the stale lock of pid {dead['pid']} on host {dead['host']}" in err
+    assert "(that process is gone)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_lock_with_a_reused_pid_is_stale(tmp_path):
+    out = tmp_path / "run"
+    # This very process's pid, but recorded with another start time: the recorded process is gone.
+    _write_lock(out, **{**process_identity(), "start": "1", "since": 0})
+    release(acquire(out))
+
+
+def test_lock_from_another_host_is_refused_with_a_way_out(tmp_path):
+    out = tmp_path / "run"
+    _write_lock(out, **{**process_identity(), "host": "node-b", "boot": "other", "pid": 4242, "since": 0})
+    with pytest.raises(DomainparError, match=r"another training run holds .*train\.lock \(pid 4242 on host node-b.*"
+                                             r"cannot be checked from host .*if that run is dead, delete the lock file"):
+        acquire(out)
+    assert json.loads((out / LOCK_NAME).read_text())["pid"] == 4242  # untouched
+
+
+def test_torn_lock_is_stale(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text('{"host": "vm", "pi')  # its writer died mid-write
+    release(acquire(out))
+
+
+def test_release_leaves_another_runs_lock(tmp_path):
+    out = tmp_path / "run"
+    path = acquire(out)
+    path.write_text(json.dumps({**process_identity(), "pid": 1}))  # someone else's now
+    release(path)
+    assert path.exists()
