@@ -22,7 +22,9 @@ pytestmark = pytest.mark.distributed
 
 
 def _second_run(data, out) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "domainpar", "train", *train_args(data, out, "--mode", "single", "--max-steps", "1")]
+    # --resume: the first run's checkpoints are not in the way, only its lock is.
+    argv = [sys.executable, "-m", "domainpar", "train",
+            *train_args(data, out, "--mode", "single", "--max-steps", "1", "--resume")]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
