@@ -75,6 +75,8 @@ class Job:
     port: int | None = None
     """The rendezvous port of an srun-like job (rank 0 serves the store there)."""
     outputs: list[str] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    """Every rank pid ever found (killed at the end even if it was orphaned, so pipes close)."""
 
     def ranks(self) -> dict[int, int]:
         """rank -> pid of every living rank of this job."""
@@ -84,6 +86,7 @@ class Job:
                 rank = rank_of(pid)
                 if rank is not None and running(pid):
                     found[rank] = pid
+        self.seen.update(found.values())
         return found
 
     def all_pids(self) -> list[int]:
@@ -138,7 +141,7 @@ class Job:
         return outputs
 
     def kill_all(self) -> None:
-        for pid in self.all_pids():
+        for pid in set(self.all_pids()) | {pid for pid in self.seen if running(pid)}:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

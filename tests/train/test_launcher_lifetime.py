@@ -46,11 +46,13 @@ def test_ranks_die_with_their_launcher_and_the_lock_names_it(tmp_path, signum):
         assert line.startswith(f"error: --out {out}: another training run is writing there (pid {launcher.pid} on host ")
         assert line.endswith("wait for it, stop it, or choose another --out"), line
         os.kill(launcher.pid, signum)
-        (output,) = job.finish(30)
+        launcher.wait(timeout=30)
+        # Judged before anything of the test's own kills them: the ranks must be gone by themselves.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(running(pid) for pid in ranks.values()):
             time.sleep(0.05)
         orphans = [rank for rank, pid in ranks.items() if running(pid)]
+        (output,) = job.finish(30)
     finally:
         job.kill_all()
         for pid in ranks.values():
