@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -80,19 +81,51 @@ def _create(path: Path, me: dict) -> bool:
     return True
 
 
-def acquire(out: str | os.PathLike, option: str = "--out") -> Path:
-    """Take the lock of ``out`` (created if needed) or raise; returns the lock file.
+@dataclass(frozen=True)
+class RunLock:
+    """A held lock."""
+
+    path: Path
+    """The lock file."""
+    created: tuple[Path, ...]
+    """Directories created to hold it, deepest first (removed on release if the run left them empty)."""
+
+
+def acquire(out: str | os.PathLike, option: str = "--out") -> RunLock:
+    """Take the lock of ``out`` (created if needed) or raise.
 
     Raises:
         DomainparError: another live run holds it, or it is held from another host.
     """
     directory = Path(out)
+    created = []
+    missing = directory
+    while not missing.exists() and missing != missing.parent:
+        created.append(missing)
+        missing = missing.parent
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
     me = {**process_identity(), "since": time.time(), "command": " ".join(sys.argv)[:300]}
+    try:
+        _take(path, me, directory, option)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    return RunLock(path, tuple(created))
+
+
+def _remove_empty(directories: tuple[Path, ...] | list[Path]) -> None:
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
+def _take(path: Path, me: dict, directory: Path, option: str) -> None:
     for _ in range(5):
         if _create(path, me):
-            return path
+            return
         holder = _read_holder(path)
         if holder is None:
             continue  # released between our attempt and the read
@@ -131,21 +164,25 @@ def acquire(out: str | os.PathLike, option: str = "--out") -> Path:
     raise DomainparError(f"{option} {directory}: could not take {path}: other runs keep taking it; try again")
 
 
-def release(path: Path) -> None:
-    """Remove the lock if it is still this process's."""
-    holder = _read_holder(path)
+def release(lock: RunLock) -> None:
+    """Remove the lock if it is still this process's, and the directories it created if the run left them empty.
+
+    A run refused on its inputs so leaves no ``--out`` behind.
+    """
+    holder = _read_holder(lock.path)
     if holder and holder.get("pid") == os.getpid() and holder.get("host") == process_identity()["host"]:
-        path.unlink(missing_ok=True)
+        lock.path.unlink(missing_ok=True)
+    _remove_empty(lock.created)
 
 
 @contextlib.contextmanager
-def run_lock(out: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
+def run_lock(out: str | os.PathLike, option: str = "--out") -> Iterator[RunLock]:
     """Hold the lock of ``out`` for the duration of the block."""
-    path = acquire(out, option)
+    lock = acquire(out, option)
     try:
-        yield path
+        yield lock
     finally:
-        release(path)
+        release(lock)
 
 
-__all__ = ["LOCK_NAME", "acquire", "release", "run_lock"]
+__all__ = ["LOCK_NAME", "RunLock", "acquire", "release", "run_lock"]

@@ -27,8 +27,8 @@ def _dead_pid_identity() -> dict:
 
 def test_second_writer_is_refused_naming_the_holder(tmp_path):
     out = tmp_path / "run"
-    with run_lock(out) as path:
-        holder = json.loads(path.read_text())
+    with run_lock(out) as lock:
+        holder = json.loads(lock.path.read_text())
         assert holder["pid"] == os.getpid() and holder["host"] == process_identity()["host"]
         with pytest.raises(DomainparError) as info:
             acquire(out)
@@ -36,19 +36,29 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path):
         assert "\n" not in message
         assert message.startswith(f"--out {out}: another training run is writing there (pid {os.getpid()} on host ")
         assert message.endswith("wait for it, stop it, or choose another --out")
-    assert not (out / LOCK_NAME).exists()  # released
+    assert not out.exists()  # released, and the directory it made for itself removed (the run wrote nothing)
     release(acquire(out))  # and free again
+
+
+def test_release_keeps_a_directory_the_run_wrote_into(tmp_path):
+    out = tmp_path / "new" / "run"
+    with run_lock(out):
+        (out / "config.yaml").write_text("run: {}\n")
+    assert (out / "config.yaml").exists() and not (out / LOCK_NAME).exists()
+    with run_lock(tmp_path / "other" / "run"):
+        pass
+    assert not (tmp_path / "other").exists()
 
 
 def test_stale_lock_of_a_dead_process_is_named_and_taken_over(tmp_path, capsys):
     out = tmp_path / "run"
     dead = _dead_pid_identity()
     _write_lock(out, **dead)
-    path = acquire(out)
+    lock = acquire(out)
     try:
-        assert json.loads(path.read_text())["pid"] == os.getpid()
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
     finally:
-        release(path)
+        release(lock)
     err = capsys.readouterr().err
     assert f"taking over the stale lock of pid {dead['pid']} on host {dead['host']}" in err
     assert "(that process is gone)" in err and len(err.strip().splitlines()) == 1
@@ -79,7 +89,7 @@ def test_torn_lock_is_stale(tmp_path):
 
 def test_release_leaves_another_runs_lock(tmp_path):
     out = tmp_path / "run"
-    path = acquire(out)
-    path.write_text(json.dumps({**process_identity(), "pid": 1}))  # someone else's now
-    release(path)
-    assert path.exists()
+    lock = acquire(out)
+    lock.path.write_text(json.dumps({**process_identity(), "pid": 1}))  # someone else's now
+    release(lock)
+    assert lock.path.exists()
