@@ -35,6 +35,7 @@ ORDER = (
     "preprocessing",
     "inference",
     "training",
+    "faults",
     "scaling_inputs",
 )
 

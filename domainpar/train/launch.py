@@ -339,6 +339,8 @@ def _child(
 
 
 def _stop(processes: list) -> None:
+    # A process whose start failed (fork refused: EAGAIN) has nothing to stop.
+    processes = [p for p in processes if p._popen is not None]
     for process in processes:
         if process.is_alive():
             process.terminate()

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from fault_helpers import error_lines, running, start
+from bench.common.jobs import error_lines, running, start
 from train_helpers import write_graphs
 
 pytestmark = pytest.mark.distributed

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from domainpar.train.checkpoint import checkpoint_files
-from fault_helpers import error_lines, start, train_args
+from bench.common.jobs import error_lines, start, train_args
 from train_helpers import write_graphs
 
 pytestmark = pytest.mark.distributed

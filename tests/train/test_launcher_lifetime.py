@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from fault_helpers import running, start, train_args
+from bench.common.jobs import running, start, train_args
 from train_helpers import write_graphs
 
 pytestmark = pytest.mark.distributed

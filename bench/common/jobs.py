@@ -1,9 +1,10 @@
 """Start `domainpar train` jobs the way users do (spawn, torchrun, srun-like) and find, kill and watch their ranks.
 
-Ranks name themselves ``domainpar r<k>`` (Linux ``comm``), so a test finds rank
-k among the descendants of the process it started; no fixed ports (a free
-port is asked of the kernel for the env:// rendezvous), no global process
-names.
+Used by the fault tests (``tests/train/test_dead_rank.py`` ...) and the
+``faults`` bench section. Ranks name themselves ``domainpar r<k>`` (Linux
+``comm``), so rank k is found among the descendants of the process started
+here; no fixed ports (a free port is asked of the kernel for the env://
+rendezvous), no global process names.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 LAUNCHERS = ("spawn", "torchrun", "srun")
 
