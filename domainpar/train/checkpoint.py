@@ -69,6 +69,8 @@ DIGEST_KEY = "sha256"
 REQUIRED_KEYS = ("format_version", "step", "epoch", "step_in_epoch", "model", "model_config", "optimizer", "config")
 #: Entries every checkpoint (also a final ``model.pt``) has.
 MODEL_KEYS = ("format_version", "model", "model_config")
+#: Running sums of the epoch in progress that a resumable checkpoint records.
+EPOCH_STATE_KEYS = ("loss_sum", "steps", "seconds", "halo_bytes", "events")
 #: Sub-directory of ``checkpoints/`` where ``--resume-from`` an older checkpoint moves the newer ones.
 SUPERSEDED_DIR = "superseded"
 
@@ -389,7 +391,11 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     _check(path, state, "config", lambda v: isinstance(v, dict), "a dict of the run's config sections", required=resumable)
     _check(path, state, "schedule", lambda v: isinstance(v, dict), "a dict", required=False)
     _check(path, state, "rng", _rng_state, "the RNG states of torch, numpy and python", required=False)
-    _check(path, state, "epoch_state", _finite_number_dict, "a dict of finite running sums", required=False)
+    _check(
+        path, state, "epoch_state",
+        lambda v: _finite_number_dict(v) and set(EPOCH_STATE_KEYS) <= set(v),
+        f"a dict of finite running sums {list(EPOCH_STATE_KEYS)}", required=False,
+    )  # fmt: skip
     _check(
         path, state, "step_losses", lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers", required=False
     )
@@ -551,7 +557,7 @@ def set_rng_state(state: dict[str, Any], source: str | os.PathLike = "checkpoint
         )
         python_state = state["python"]
         random.setstate((python_state["version"], tuple(python_state["internal"]), python_state["gauss_next"]))
+        if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise DomainparError(f"{source}: checkpoint entry 'rng' is not a valid RNG state ({one_line(exc, limit=160)})") from None
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])

@@ -237,6 +237,14 @@ class Trainer:
             raise DomainparError(
                 f"{path}: checkpoint entry 'optimizer' does not fit this model's AdamW ({type(exc).__name__}: {str(exc)[:160]})"
             ) from None
+        # load_state_dict does not compare shapes; a moment of the wrong shape would fail in the first step.
+        for param, moments in self.optimizer.state.items():
+            for name, value in moments.items():
+                if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
+                    raise DomainparError(
+                        f"{path}: checkpoint entry 'optimizer' holds a {name} of shape {tuple(value.shape)} for a parameter "
+                        f"of shape {tuple(param.shape)}"
+                    )
         saved = config_from_dict(state["config"], source=f"{path}: config")
         if saved.optim.batch_events != self.config.optim.batch_events:
             raise DomainparError(

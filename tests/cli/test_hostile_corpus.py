@@ -1053,6 +1053,37 @@ def _(ws):
     return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
 
 
+@case("train-resume-from-epoch-state-empty")
+def _(ws):
+    return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("epoch_state", {}), source=ws.base.checkpoints[-1]))
+
+
+@case("train-resume-from-optimizer-moment-wrong-shape")
+def _(ws):
+    import torch
+
+    def edit(state):
+        moments = next(iter(state["optimizer"]["state"].values()))
+        moments["exp_avg"] = torch.zeros(3, 3, 3)
+
+    return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
+
+
+@case("train-resume-from-rng-torch-state-short")
+def _(ws):
+    import torch
+
+    def edit(state):
+        state["rng"]["torch"] = torch.zeros(10, dtype=torch.uint8)
+
+    return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
+
+
+@case("train-resume-from-model-pt")
+def _(ws):
+    return _resume_from(ws, ws.base.model)
+
+
 @case("train-resume-from-a-list")
 def _(ws):
     import torch
