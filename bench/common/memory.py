@@ -220,7 +220,28 @@ def check_meta_accounting(graph: Any, part: Any) -> None:
 
 # ----------------------------------------------------------------------------- traced
 
-def traced_peak(part: Any, config: Any, model_factory: Callable[[Any], torch.nn.Module] | None = None) -> dict[str, int]:
+class _HostStash:
+    """``save_on_cpu`` for traced runs: every saved tensor moves to the ``meta`` device, which stands for host memory.
+
+    Under fake tensors the compute device is the fake CPU; what autograd keeps
+    for backward is copied to a second device, so the tracker's per-device
+    peaks separate device-resident memory from what offloading keeps on the host.
+    """
+
+    def __enter__(self):
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(
+            lambda t: (t.device, t.to("meta")), lambda packed: packed[1].to(packed[0])
+        )
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+
+
+def traced_peak(
+    part: Any, config: Any, model_factory: Callable[[Any], torch.nn.Module] | None = None, offload: bool = False
+) -> dict[str, int]:
     """Trace one forward+backward of ``part`` on fake tensors: its peak memory by category and its matmul FLOPs.
 
     Args:
@@ -228,6 +249,8 @@ def traced_peak(part: Any, config: Any, model_factory: Callable[[Any], torch.nn.
         config: model hyper-parameters (``checkpointing`` is honoured).
         model_factory: builds the model from ``config`` (default: our ``InteractionNetwork``); it is
             called as ``model(graph, exchange)``.
+        offload: keep what autograd saves in "host" memory during the forward (as ``--offload`` does);
+            the figures are then the compute device's, and ``"host"`` is the host's peak.
 
     Returns:
         ``{"total", "activations", "temporaries", "parameters", "gradients"}``
@@ -255,8 +278,11 @@ def traced_peak(part: Any, config: Any, model_factory: Callable[[Any], torch.nn.
         weights = torch.linspace(-1.0, 1.0, part.num_edges)
     tracker = MemTracker()
     tracker.track_external(model)
+    import contextlib
+
     with mode, tracker:
-        logits = model(fake_part, exchange)
+        with _HostStash() if offload else contextlib.nullcontext():
+            logits = model(fake_part, exchange)
         (logits * weights).sum().backward()
     # A second pass for the FLOPs: nesting the two modes skews the memory tracker's attribution.
     for parameter in model.parameters():
@@ -266,9 +292,13 @@ def traced_peak(part: Any, config: Any, model_factory: Callable[[Any], torch.nn.
         logits = model(fake_part, exchange)
         (logits * weights).sum().backward()
     snapshot = tracker.get_tracker_snapshot("peak")
-    (per_device,) = snapshot.values()
-    by_name = {getattr(k, "value", k): int(v) for k, v in per_device.items()}
+    per_device = {str(device): values for device, values in snapshot.items()}
+    compute = next(v for d, v in per_device.items() if not d.startswith("meta"))
+    host = next((v for d, v in per_device.items() if d.startswith("meta")), {})
+    by_name = {getattr(k, "value", k): int(v) for k, v in compute.items()}
+    host_total = sum(int(v) for k, v in host.items() if getattr(k, "value", k) == "Total")
     return {
+        "host": host_total,
         "total": by_name["Total"],
         "activations": by_name.get("Activation", 0),
         "temporaries": by_name.get("Temp", 0),

@@ -57,22 +57,19 @@ def run_probe(args: argparse.Namespace) -> dict:
         hidden=args.hidden,
         num_iterations=args.iterations,
         mlp_layers=args.mlp_layers,
+        activation=args.activation,
         checkpointing=args.checkpointing,
     )
     torch.manual_seed(0)
     model = InteractionNetwork(config)
-    if args.model == "reference":
-        from bench.common.reference_models import ReferenceInteractionNetwork
+    if args.model == "field":
+        from bench.common.field_reference import FieldInteractionGNN
 
         if part.num_halo:
-            raise SystemExit("the reference model runs whole graphs only (--parts 1)")
-        reference = ReferenceInteractionNetwork(config)
-        reference.load_state_dict(model.state_dict())
-        model = reference
-        step_model = lambda: model(part.x, part.edge_index, part.edge_attr)  # noqa: E731
-    else:
-        exchange = StandInExchange(part.num_halo, args.hidden)
-        step_model = lambda: model(part, exchange)  # noqa: E731
+            raise SystemExit("the field reference runs whole graphs only (--parts 1)")
+        model = FieldInteractionGNN.from_config(config)
+    exchange = StandInExchange(part.num_halo, args.hidden)
+    step_model = lambda: model(part, exchange)  # noqa: E731
     # A label-free loss of the same shape as training's: the work is the same, labels are not needed.
     weights = torch.linspace(-1.0, 1.0, part.num_edges)
 
@@ -95,12 +92,11 @@ def run_probe(args: argparse.Namespace) -> dict:
         seconds.append(time.perf_counter() - t0)
         peaks.append(peak_rss_bytes() - baseline if reset_ok else None)
         clear()
-    saved = None
-    if not args.checkpointing:
-        with SavedTensors() as counter:
-            logits = step_model()
-        saved = counter.total
-        del logits
+    # What autograd holds when the forward returns (with checkpointing: the regions' inputs only).
+    with SavedTensors(exclude=[*model.parameters(), part.x, part.edge_attr]) as counter:
+        logits = step_model()
+    saved = counter.total
+    del logits
     valid_peaks = [p for p in peaks if p is not None]
     return {
         "model": args.model,
@@ -129,11 +125,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", type=int, default=1, help="number of parts of the plan")
     parser.add_argument("--method", default="metis", choices=["metis", "geometric"], help="partitioner")
     parser.add_argument("--part", type=int, default=-1, help="part to run (default: the one with most local edges)")
-    parser.add_argument("--model", default="ours", choices=["ours", "reference"], help="our model or the conventional reference")
+    parser.add_argument("--model", default="ours", choices=["ours", "field"], help="our model or the field's (bench/common/field_reference.py)")
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing per iteration")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--mlp-layers", type=int, default=2)
+    parser.add_argument("--activation", default="silu", help="hidden activation of our model")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="measured steps (after one warm-up)")
     return parser.parse_args(argv)
@@ -152,7 +149,7 @@ def probe_subprocess(graph: str | Path, *, timeout_s: float = 1800.0, **options)
         graph: graph file.
         timeout_s: kill the probe after this long.
         **options: command-line options by their Python name (``parts=4``,
-            ``checkpointing=True``, ``model="reference"``).
+            ``checkpointing=True``, ``model="field"``).
     """
     import os
     import subprocess

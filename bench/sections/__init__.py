@@ -37,6 +37,7 @@ ORDER = (
     "training",
     "faults",
     "scaling_inputs",
+    "gpu",
 )
 
 T = TypeVar("T")

@@ -18,31 +18,44 @@ it is an ordinary single-graph model: same weights, same code path.
 Efficiency: the first linear layer of every [x_src, x_dst, e] MLP is split
 into W_src x_src + W_dst x_dst + W_e e, and the node terms are computed on node
 rows before gathering to edges (project-then-gather: n_local × H work instead
-of E × 2H). Sums over incident edges use ``index_add``; there is no dense
-adjacency and no Python loop over edges.
+of E × 2H). Gathers and sums over incident edges are the deterministic
+segment kernels of :mod:`domainpar.kernels.segment_reduce` (edges grouped by
+node once per graph, each node summed in edge order: no atomics, bitwise
+reproducible on every device; the gather's backward is such a sum too).
+There is no dense adjacency and no Python loop over edges.
 
-Each iteration is computed in two segments: (A) projections of owned rows and
-the interior edges (both ends owned), which need no halo; (B) halo
-projections, boundary edges and the node update. With ``overlap`` the halo
-exchange is in flight during (A). With ``checkpointing`` the local compute is
-recomputed in backward (``torch.utils.checkpoint``): one region per iteration
-without overlap (only x, x_halo and e are kept: one E×H tensor per
-iteration), one per segment with overlap (A's interior edge update is kept
-too). The exchange itself is always outside the checkpointed regions, so
-recomputation never repeats or skips a message and stays exact.
+Without ``overlap`` an iteration is one pass over all local edges (owned and
+halo rows projected together). With ``overlap`` it is computed in two
+segments: (A) projections of owned rows and the interior edges (both ends
+owned), which need no halo, while the halo exchange is in flight; (B) halo
+projections, boundary edges and the node update.
+
+With ``checkpointing`` every region (each encoder, each iteration — each
+segment with overlap — and the head) runs once without autograd and keeps
+only its inputs (x, x_halo, e: one E×H tensor per iteration); backward
+recomputes it (:mod:`domainpar.model.recompute`), and inside the recomputed
+region the MLPs keep only their pre-normalisation rows
+(:mod:`domainpar.model.lean`). The exchange itself is always outside the
+regions, so recomputation never repeats or skips a message and stays exact.
+Under ``torch.autograd.graph.save_on_cpu`` (``--offload``) the kept inputs
+live in host memory.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from domainpar.errors import DomainparError, FieldError
+from domainpar.kernels.segment_reduce import Segments, build_segments, gather_rows_add2, scatter_sum
 from domainpar.model.exchange import Exchange, IdentityExchange
+from domainpar.model.lean import mlp_tail
+from domainpar.model.recompute import recompute
 from domainpar.partition.local_graph import LocalGraph
 
 #: Activation names accepted by :class:`ModelConfig`.
@@ -166,6 +179,28 @@ class PairMLP(nn.Module):
         return self.mlp.tail(pre)
 
 
+@dataclass(frozen=True, eq=False)
+class _Structure:
+    """A local graph's edges grouped by node, for the segment kernels (built once per graph)."""
+
+    src_local: Segments | None
+    """Edges by source among all local rows (no-overlap gathers)."""
+    dst_local: Segments | None
+    """Edges by destination among all local rows (no-overlap gathers)."""
+    src_interior: Segments | None
+    """Interior edges by source among owned rows (overlap segment A)."""
+    dst_interior: Segments | None
+    """Interior edges by destination among owned rows (overlap segment A)."""
+    src_boundary: Segments | None
+    """Boundary edges by source among all local rows (overlap segment B)."""
+    dst_boundary: Segments | None
+    """Boundary edges by destination among all local rows (overlap segment B)."""
+    dst_owned: Segments
+    """All local edges by destination, owned rows only (the sum over incoming edges)."""
+    src_owned: Segments
+    """All local edges by source, owned rows only (the sum over outgoing edges)."""
+
+
 class InteractionNetwork(nn.Module):
     """Edge classifier: one logit per local edge of a (local) event graph.
 
@@ -188,93 +223,129 @@ class InteractionNetwork(nn.Module):
         )
         self.head = PairMLP(c.hidden, c.mlp_layers, c.activation, c.layer_norm)
         self.head_output = nn.Linear(c.hidden, 1)
+        # id(edge_index) → (weak reference to it, its _Structure): a graph's grouping lives as long as the graph
+        # (tensors compare elementwise, so they cannot be WeakKeyDictionary keys).
+        self._structures: dict[int, tuple[weakref.ref, _Structure]] = {}
+
+    def __getstate__(self) -> dict:
+        # Copies and pickles start with an empty grouping cache (weak references do not copy).
+        state = self.__dict__.copy()
+        state["_structures"] = {}
+        return state
 
     @property
     def exchanges_per_forward(self) -> int:
         """Halo exchanges in one forward pass (each iteration, plus the head)."""
         return self.config.num_iterations + 1
 
-    # ---- segments (each may be checkpointed; none of them communicates) ----
+    # ---- graph structure (once per graph) ----
 
-    def _interior(
-        self, network: PairMLP, x: torch.Tensor, e_interior: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Segment A: owned projections and the interior edges' MLP output (no halo needed)."""
+    def _structure(self, graph: LocalGraph) -> _Structure:
+        key = graph.edge_index
+        found = self._structures.get(id(key))
+        if found is not None and found[0]() is key:
+            return found[1]
+        src, dst = graph.edge_index[0], graph.edge_index[1]
+        n_owned, n_local, n_int = graph.num_owned, graph.num_local_nodes, graph.num_interior_edges
+        overlap = self.config.overlap
+        # Local ids are < n_local and interior edges join owned rows, so those groupings are complete;
+        # the owned-row sums leave out the edges of halo rows.
+        whole = graph.num_halo == 0
+        structure = _Structure(
+            src_local=None if overlap else build_segments(src, n_local, complete=True),
+            dst_local=None if overlap else build_segments(dst, n_local, complete=True),
+            src_interior=build_segments(src[:n_int], n_owned, complete=True) if overlap else None,
+            dst_interior=build_segments(dst[:n_int], n_owned, complete=True) if overlap else None,
+            src_boundary=build_segments(src[n_int:], n_local, complete=True) if overlap else None,
+            dst_boundary=build_segments(dst[n_int:], n_local, complete=True) if overlap else None,
+            dst_owned=build_segments(dst, n_owned, complete=whole),
+            src_owned=build_segments(src, n_owned, complete=whole),
+        )
+        self._structures[id(key)] = (weakref.ref(key), structure)
+        weakref.finalize(key, self._structures.pop, id(key), None)
+        return structure
+
+    # ---- the pieces (pure functions of tensors; none of them communicates) ----
+
+    def _networks(self, iteration: int) -> tuple["PairMLP", "MLP"]:
+        index = min(iteration, len(self.edge_networks) - 1)
+        return self.edge_networks[index], self.node_networks[index]
+
+    def _tail(self, mlp: "MLP", z: torch.Tensor) -> torch.Tensor:
+        # Checkpointed regions keep only the pre-normalisation rows of their MLPs (recomputed once more in backward).
+        return mlp_tail(mlp, z, lean=self.config.checkpointing)
+
+    def _mlp(self, mlp: "MLP", h: torch.Tensor) -> torch.Tensor:
+        return self._tail(mlp, mlp.first(h))
+
+    def _edges(self, network: "PairMLP", proj_src, seg_src: Segments, proj_dst, seg_dst: Segments, e: torch.Tensor) -> torch.Tensor:
+        """MLP output (E', H) of edges with features e (E', H), their ends' projections gathered by segments."""
+        first = network.mlp.first
+        base = F.linear(e, first.weight[:, 2 * network.hidden :], first.bias)
+        return self._tail(network.mlp, gather_rows_add2(base, proj_src, seg_src, proj_dst, seg_dst))
+
+    def _update_nodes(self, iteration: int, s: _Structure, x: torch.Tensor, e_new: torch.Tensor) -> torch.Tensor:
+        """x + phi_n([x, sum_in e', sum_out e']) of the owned rows (every edge of an owned node is local)."""
+        _, node_network = self._networks(iteration)
+        sum_in = scatter_sum(e_new, s.dst_owned)
+        sum_out = scatter_sum(e_new, s.src_owned)
+        return x + self._mlp(node_network, torch.cat([x, sum_in, sum_out], dim=1))
+
+    def _encode_nodes(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mlp(self.node_encoder, x)
+
+    def _encode_edges(self, edge_attr: torch.Tensor) -> torch.Tensor:
+        return self._mlp(self.edge_encoder, edge_attr)
+
+    # -- without overlap: one pass over all local edges
+
+    def _iteration(self, iteration: int, s: _Structure, x, x_halo, e):
+        network, _ = self._networks(iteration)
+        proj_src, proj_dst = network.project(torch.cat([x, x_halo]) if x_halo.shape[0] else x)
+        e_new = e + self._edges(network, proj_src, s.src_local, proj_dst, s.dst_local, e)
+        return self._update_nodes(iteration, s, x, e_new), e_new
+
+    def _head_all(self, s: _Structure, x, x_halo, e):
+        proj_src, proj_dst = self.head.project(torch.cat([x, x_halo]) if x_halo.shape[0] else x)
+        hidden = self._edges(self.head, proj_src, s.src_local, proj_dst, s.dst_local, e)
+        return self.head_output(hidden).squeeze(-1)
+
+    # -- with overlap: segment A (interior edges, no halo needed), then segment B
+
+    def _interior(self, network: "PairMLP", s: _Structure, num_interior: int, x, e):
         proj_src, proj_dst = network.project(x)
-        return proj_src, proj_dst, network.edges(proj_src, proj_dst, e_interior, src, dst)
+        update = self._edges(network, proj_src, s.src_interior, proj_dst, s.dst_interior, e[:num_interior])
+        return proj_src, proj_dst, update
 
-    def _boundary(
-        self,
-        network: PairMLP,
-        x_halo: torch.Tensor,
-        proj_src_owned: torch.Tensor,
-        proj_dst_owned: torch.Tensor,
-        e_boundary: torch.Tensor,
-        src: torch.Tensor,
-        dst: torch.Tensor,
-    ) -> torch.Tensor:
-        """Boundary edges' MLP output, once the halo rows are in."""
+    def _boundary(self, network: "PairMLP", s: _Structure, num_interior: int, x_halo, proj_src_owned, proj_dst_owned, e):
         halo_src, halo_dst = network.project(x_halo)
         proj_src = torch.cat([proj_src_owned, halo_src])
         proj_dst = torch.cat([proj_dst_owned, halo_dst])
-        return network.edges(proj_src, proj_dst, e_boundary, src, dst)
+        return self._edges(network, proj_src, s.src_boundary, proj_dst, s.dst_boundary, e[num_interior:])
 
-    def _finish_iteration(
-        self,
-        iteration: int,
-        x: torch.Tensor,
-        x_halo: torch.Tensor,
-        proj_src_owned: torch.Tensor,
-        proj_dst_owned: torch.Tensor,
-        e: torch.Tensor,
-        update_interior: torch.Tensor,
-        edge_index: torch.Tensor,
-        num_interior: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Segment B: boundary edges, residual edge update, node update of owned rows."""
-        network = self.edge_networks[min(iteration, len(self.edge_networks) - 1)]
-        node_network = self.node_networks[min(iteration, len(self.node_networks) - 1)]
-        src, dst = edge_index[0], edge_index[1]
-        update_boundary = self._boundary(
-            network, x_halo, proj_src_owned, proj_dst_owned, e[num_interior:], src[num_interior:], dst[num_interior:]
-        )
+    def _iteration_a(self, iteration: int, s: _Structure, num_interior: int, x, e):
+        network, _ = self._networks(iteration)
+        return self._interior(network, s, num_interior, x, e)
+
+    def _iteration_b(self, iteration: int, s: _Structure, num_interior: int, x, x_halo, proj_src, proj_dst, e, update_interior):
+        network, _ = self._networks(iteration)
+        update_boundary = self._boundary(network, s, num_interior, x_halo, proj_src, proj_dst, e)
         e_new = e + torch.cat([update_interior, update_boundary])
-        num_owned = x.shape[0]
-        num_local = num_owned + x_halo.shape[0]
-        # Every edge incident to an owned node is local, so these sums are complete for owned rows.
-        zeros = e_new.new_zeros(num_local, e_new.shape[1])
-        sum_in = zeros.index_add(0, dst, e_new)[:num_owned]
-        sum_out = zeros.index_add(0, src, e_new)[:num_owned]
-        x_new = x + node_network(torch.cat([x, sum_in, sum_out], dim=1))
-        return x_new, e_new
+        return self._update_nodes(iteration, s, x, e_new), e_new
+
+    def _head_a(self, s: _Structure, num_interior: int, x, e):
+        proj_src, proj_dst, hidden = self._interior(self.head, s, num_interior, x, e)
+        return proj_src, proj_dst, self.head_output(hidden).squeeze(-1)
+
+    def _head_b(self, s: _Structure, num_interior: int, x_halo, proj_src, proj_dst, e, logits_interior):
+        hidden = self._boundary(self.head, s, num_interior, x_halo, proj_src, proj_dst, e)
+        return torch.cat([logits_interior, self.head_output(hidden).squeeze(-1)])
 
     def _run(self, fn, *args):
+        """One region: recomputed in backward with checkpointing (while autograd records), else run as is."""
         if self.config.checkpointing and torch.is_grad_enabled():
-            return checkpoint(fn, *args, use_reentrant=False)
+            return recompute(fn, args, list(self.parameters()))
         return fn(*args)
-
-    def _whole_iteration(self, iteration: int, x, x_halo, e, edge_index, num_interior: int):
-        """Segments A and B back to back (no overlap): one checkpointed region per iteration."""
-        network = self.edge_networks[min(iteration, len(self.edge_networks) - 1)]
-        src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
-        proj_src, proj_dst, update_interior = self._interior(network, x, e[:num_interior], src, dst)
-        return self._finish_iteration(
-            iteration, x, x_halo, proj_src, proj_dst, e, update_interior, edge_index, num_interior
-        )
-
-    def _whole_head(self, x, x_halo, e, edge_index, num_interior: int):
-        src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
-        proj_src, proj_dst, logits_interior = self._head_interior(x, e[:num_interior], src, dst)
-        return self._head(x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior)
-
-    def _head(self, x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior: int):
-        src, dst = edge_index[0, num_interior:], edge_index[1, num_interior:]
-        hidden_boundary = self._boundary(self.head, x_halo, proj_src, proj_dst, e[num_interior:], src, dst)
-        return torch.cat([logits_interior, self.head_output(hidden_boundary).squeeze(-1)])
-
-    def _head_interior(self, x, e_interior, src, dst):
-        proj_src, proj_dst, hidden = self._interior(self.head, x, e_interior, src, dst)
-        return proj_src, proj_dst, self.head_output(hidden).squeeze(-1)
 
     # ---- forward ----
 
@@ -289,11 +360,10 @@ class InteractionNetwork(nn.Module):
             (E_local,) logits in local edge order (replicated cut edges get identical values on both ranks).
         """
         self._check_inputs(graph, exchange)
-        edge_index, num_interior = graph.edge_index, graph.num_interior_edges
-        num_owned = graph.num_owned
-        src, dst = edge_index[0, :num_interior], edge_index[1, :num_interior]
-        x = self._run(self.node_encoder, graph.x)
-        e = self._run(self.edge_encoder, graph.edge_attr)  # the encoder's E×H activations are large too
+        s = self._structure(graph)
+        num_owned, num_interior = graph.num_owned, graph.num_interior_edges
+        x = self._run(self._encode_nodes, graph.x)
+        e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
         # The head reads [x_src, x_dst, e] too: iterations 0..T-1, then the head, each after one exchange.
         for step in range(self.config.num_iterations + 1):
             is_head = step == self.config.num_iterations
@@ -302,19 +372,21 @@ class InteractionNetwork(nn.Module):
                 # One region per step: checkpointing keeps only (x, x_halo, e) per iteration.
                 x_halo = pending.wait()[num_owned:]
                 if is_head:
-                    return self._run(self._whole_head, x, x_halo, e, edge_index, num_interior)
-                x, e = self._run(self._whole_iteration, step, x, x_halo, e, edge_index, num_interior)
+                    return self._run(functools.partial(self._head_all, s), x, x_halo, e)
+                x, e = self._run(functools.partial(self._iteration, step, s), x, x_halo, e)
                 continue
             # Overlap: segment A (interior edges) while the halo rows are in flight, then segment B.
             if is_head:
-                proj_src, proj_dst, logits_interior = self._run(self._head_interior, x, e[:num_interior], src, dst)
+                proj_src, proj_dst, logits_interior = self._run(functools.partial(self._head_a, s, num_interior), x, e)
                 x_halo = pending.wait()[num_owned:]
-                return self._run(self._head, x_halo, proj_src, proj_dst, e, logits_interior, edge_index, num_interior)
-            network = self.edge_networks[min(step, len(self.edge_networks) - 1)]
-            proj_src, proj_dst, update_interior = self._run(self._interior, network, x, e[:num_interior], src, dst)
+                return self._run(
+                    functools.partial(self._head_b, s, num_interior), x_halo, proj_src, proj_dst, e, logits_interior
+                )
+            proj_src, proj_dst, update_interior = self._run(functools.partial(self._iteration_a, step, s, num_interior), x, e)
             x_halo = pending.wait()[num_owned:]
             x, e = self._run(
-                self._finish_iteration, step, x, x_halo, proj_src, proj_dst, e, update_interior, edge_index, num_interior
+                functools.partial(self._iteration_b, step, s, num_interior),
+                x, x_halo, proj_src, proj_dst, e, update_interior,
             )
         raise AssertionError("unreachable: the loop returns at the head step")
 

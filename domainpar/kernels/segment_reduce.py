@@ -1,0 +1,205 @@
+"""Deterministic segment reductions between edges and nodes: sums over incident edges, and the gathers back.
+
+A message-passing step moves data two ways between an (E, H) edge tensor and
+an (N, H) node tensor:
+
+* gather: ``rows[index]`` — every edge reads its node's row;
+* segment sum: ``out[n] = Σ_{e : index[e] = n} values[e]`` — every node sums its edges.
+
+Each is the other's adjoint, so the backward of one is the forward of the
+other. ``index_add`` / ``index_put(accumulate=True)`` compute the sum with
+atomics on GPUs, so their result depends on thread scheduling. Here the
+edges are grouped once per graph by node (:class:`Segments`: a stable
+argsort and CSR offsets) and every node's sum runs over its edges in
+ascending edge order, one thread per node: the result is bitwise
+reproducible on every device and thread count, and on CPU bitwise equal to
+``index_add`` (which adds in edge order too).
+
+Kernels: numba on CPU (parallel over nodes, no (E, H) temporaries); on other
+devices ``torch.segment_reduce`` over the edges in segment order (one
+sequential reduction per node and column, deterministic).
+
+This module knows nothing about graphs or models: index tensors in, tensors out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from domainpar.kernels.segments import _ensure_writable_numba_cache
+
+_ensure_writable_numba_cache()
+
+import numba  # noqa: E402  (the cache directory must be settled before numba loads)
+from numba import njit, prange  # noqa: E402
+
+
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """Edges grouped by the node (segment) their ``index`` names: the CSR form of an (E,) index vector.
+
+    Edges whose index is ≥ ``num_segments`` belong to no segment (a part's halo
+    rows when only owned rows are summed): sums skip them and their gradient is zero.
+    """
+
+    index: torch.Tensor
+    """(E,) int64 segment of every edge (values ≥ num_segments: none)."""
+    perm: torch.Tensor
+    """(E,) int64 edge ids sorted by segment, ascending edge id within one; edges of no segment last."""
+    offsets: torch.Tensor
+    """(num_segments + 1,) int64: segment s holds ``perm[offsets[s]:offsets[s + 1]]``."""
+    gather_index: torch.Tensor
+    """(E,) int64 ``index`` with edges outside every segment sent to ``num_segments`` (a zero row)."""
+    num_segments: int
+    """Segments S (rows of a sum)."""
+    complete: bool
+    """Every edge belongs to a segment (False: some may not; always correct, only slower)."""
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.index.shape[0])
+
+
+def _is_concrete(tensor: torch.Tensor) -> bool:
+    # Plain tensors with data: not meta, not the fake tensors of memory tracing.
+    return type(tensor) is torch.Tensor and not tensor.is_meta
+
+
+def build_segments(index: torch.Tensor, num_segments: int, complete: bool | None = None) -> Segments:
+    """Group the edges of ``index`` by segment (once per graph; a stable sort, O(E log E)).
+
+    Args:
+        index: (E,) int64 non-negative segment ids.
+        num_segments: S; edges with ``index >= S`` are left out of every segment.
+        complete: whether every index is < S, when the caller knows (None: computed, which reads the data).
+    """
+    if index.ndim != 1:
+        raise ValueError(f"segment index must be one-dimensional (got shape {tuple(index.shape)})")
+    index = index.to(torch.int64).contiguous()
+    keys = torch.clamp(index, max=num_segments)
+    perm = torch.argsort(keys, stable=True)
+    # Shapes never depend on the data (searchsorted, not bincount), so meta and fake tensors work too.
+    offsets = torch.searchsorted(keys.index_select(0, perm), torch.arange(num_segments + 1, device=index.device))
+    if complete is None:
+        complete = bool(index.numel() == 0 or int(index.max()) < num_segments) if _is_concrete(index) else False
+    return Segments(index=index, perm=perm, offsets=offsets, gather_index=keys, num_segments=num_segments, complete=complete)
+
+
+# ----------------------------------------------------------------------------- CPU kernels (numba)
+
+@njit(parallel=True, cache=True)
+def _segment_sum_cpu(values, perm, offsets, out):  # pragma: no cover - compiled
+    width = values.shape[1]
+    for s in prange(out.shape[0]):
+        for k in range(offsets[s], offsets[s + 1]):
+            row = perm[k]
+            for j in range(width):
+                out[s, j] += values[row, j]
+
+
+@njit(parallel=True, cache=True)
+def _gather_add2_cpu(base, rows_a, index_a, rows_b, index_b, out):  # pragma: no cover - compiled
+    width = base.shape[1]
+    for e in prange(base.shape[0]):
+        ia = index_a[e]
+        ib = index_b[e]
+        for j in range(width):
+            out[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
+
+
+def _numba_threads() -> None:
+    # Follow torch's intra-op setting (one thread per spawned rank), within numba's pool.
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+
+
+#: Use the numba kernels for CPU tensors (tests switch it off to check the torch path on CPU).
+USE_NUMBA = True
+
+
+def _numba_ok(*tensors: torch.Tensor) -> bool:
+    return USE_NUMBA and all(
+        _is_concrete(t) and t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors
+    )
+
+
+def segment_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
+    """(E, H) values → (S, H) sums of each segment's edges, in ascending edge order (no autograd).
+
+    Args:
+        values: (E, H) one row per edge of ``segments``.
+        segments: the grouping (:func:`build_segments`).
+    """
+    if values.ndim != 2 or values.shape[0] != segments.num_edges:
+        raise ValueError(f"segment_sum expects ({segments.num_edges}, H) values (got {tuple(values.shape)})")
+    if _numba_ok(values):
+        out = torch.zeros(segments.num_segments, values.shape[1], dtype=values.dtype)
+        _numba_threads()
+        _segment_sum_cpu(values.detach().contiguous().numpy(), segments.perm.numpy(), segments.offsets.numpy(), out.numpy())
+        return out
+    ordered = values.index_select(0, segments.perm)
+    return torch.segment_reduce(ordered, "sum", offsets=segments.offsets, axis=0, unsafe=True)
+
+
+def gather_add2(base: torch.Tensor, rows_a: torch.Tensor, index_a: torch.Tensor, rows_b: torch.Tensor, index_b: torch.Tensor) -> torch.Tensor:
+    """``base + rows_a[index_a] + rows_b[index_b]`` in one pass (no autograd; a new tensor)."""
+    if _numba_ok(base, rows_a, rows_b) and base.dtype == rows_a.dtype == rows_b.dtype:
+        out = torch.empty_like(base, memory_format=torch.contiguous_format)
+        _numba_threads()
+        _gather_add2_cpu(
+            base.detach().contiguous().numpy(), rows_a.detach().contiguous().numpy(), index_a.numpy(),
+            rows_b.detach().contiguous().numpy(), index_b.numpy(), out.numpy(),
+        )
+        return out
+    return (base + rows_a.index_select(0, index_a)).add_(rows_b.index_select(0, index_b))
+
+
+# ----------------------------------------------------------------------------- autograd
+
+class _SegmentSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, values: torch.Tensor, segments: Segments) -> torch.Tensor:  # type: ignore[override]
+        ctx.segments = segments
+        return segment_sum(values, segments)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        segments = ctx.segments
+        if segments.complete:
+            return grad.index_select(0, segments.index), None
+        padded = torch.cat([grad, grad.new_zeros(1, grad.shape[1])])
+        return padded.index_select(0, segments.gather_index), None
+
+
+class _GatherAdd2(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, base, rows_a, segments_a: Segments, rows_b, segments_b: Segments):  # type: ignore[override]
+        ctx.segments = (segments_a, segments_b)
+        return gather_add2(base, rows_a, segments_a.index, rows_b, segments_b.index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        segments_a, segments_b = ctx.segments
+        grad = grad.contiguous()
+        grad_a = segment_sum(grad, segments_a) if ctx.needs_input_grad[1] else None
+        grad_b = segment_sum(grad, segments_b) if ctx.needs_input_grad[3] else None
+        return grad if ctx.needs_input_grad[0] else None, grad_a, None, grad_b, None
+
+
+def scatter_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
+    """Differentiable :func:`segment_sum`: (E, H) → (S, H); its backward gathers the gradient rows."""
+    return _SegmentSum.apply(values, segments)
+
+
+def gather_rows_add2(base: torch.Tensor, rows_a: torch.Tensor, segments_a: Segments, rows_b: torch.Tensor, segments_b: Segments) -> torch.Tensor:
+    """Differentiable ``base + rows_a[a.index] + rows_b[b.index]``: (E, H), (S_a, H), (S_b, H) → (E, H).
+
+    The backward sums the gradient rows of each row's edges with :func:`segment_sum`
+    (deterministic, no atomics). Both segment groupings must be complete
+    (every index < its number of rows).
+    """
+    if not (segments_a.complete and segments_b.complete):
+        raise ValueError("gather_rows_add2 needs every edge index inside its rows (complete segments)")
+    return _GatherAdd2.apply(base, rows_a, segments_a, rows_b, segments_b)

@@ -1,0 +1,243 @@
+"""The MLP tail as one autograd node: fused row kernels on CPU, and a memory-lean mode.
+
+The rest of an MLP after its first Linear,
+
+    a_1 = act(LN_1(z_1)),  z_i = W_i a_{i-1} + b_i,  a_i = act(LN_i(z_i)),  i = 2..L,
+
+saved the usual way keeps, per layer, the LayerNorm input z_i and the
+activation output a_i (which is also the next Linear's input): 2 rows of H
+per edge per layer. :func:`lean_tail` keeps z_1 … z_L only and recomputes
+LN_i and the activation from z_i in backward (a row-wise pass, no matrix
+product), halving the activation memory of every edge MLP. The forward runs
+without autograd, in place where it can.
+
+On CPU (float32/float64 tensors) :func:`mlp_tail` runs every ``act(LN(z))``
+and its backward as single-pass row kernels (:mod:`domainpar.kernels.rownorm`),
+the Linear bias gradients falling out of the norm's backward pass; ``lean``
+chooses whether a_i is kept (faster backward) or recomputed from z_i
+(half the memory). Elsewhere (CUDA, bf16 autocast) the lean mode is
+:func:`lean_tail` on PyTorch's own kernels and the plain mode is ordinary
+autograd.
+
+Gradients are those of the plain formulation (``tests`` compare both in
+float64, parameters and inputs); the recomputed a_i are bitwise the ones of
+the forward, because the same kernels run on the same z_i.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from domainpar.kernels import rownorm
+
+
+def activate_(module: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """``module(y)``, in place on ``y`` where the activation has an in-place kernel (no autograd use)."""
+    if isinstance(module, nn.ReLU):
+        return torch.relu_(y)
+    if isinstance(module, nn.SiLU):
+        return F.silu(y, inplace=True)
+    if isinstance(module, nn.Tanh):
+        return torch.tanh_(y)
+    if isinstance(module, nn.ELU):
+        return F.elu(y, module.alpha, inplace=True)
+    if isinstance(module, nn.LeakyReLU):
+        return F.leaky_relu(y, module.negative_slope, inplace=True)
+    return module(y)
+
+
+def _normalise(norm: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    if isinstance(norm, nn.LayerNorm):
+        return F.layer_norm(z, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return z.clone() if isinstance(norm, nn.Identity) else norm(z)
+
+
+def _layer_params(mlp: nn.Module) -> list[torch.Tensor]:
+    """Parameters of the tail in a fixed order: per layer i, the norm's (weight, bias) then, for i ≥ 2, Linear_i's."""
+    params: list[torch.Tensor] = []
+    for i, norm in enumerate(mlp.norms):
+        params += list(norm.parameters())
+        if i > 0:
+            params += [mlp.linears[i].weight, mlp.linears[i].bias]
+    return params
+
+
+class _LeanTail(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, z1: torch.Tensor, mlp: nn.Module, *params: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        zs = [z1]
+        a = activate_(mlp.activation, _normalise(mlp.norms[0], z1))
+        for linear, norm in zip(mlp.linears[1:], mlp.norms[1:]):
+            z = torch.addmm(linear.bias, a, linear.weight.t()) if a.ndim == 2 else F.linear(a, linear.weight, linear.bias)
+            del a
+            zs.append(z)
+            a = activate_(mlp.activation, _normalise(norm, z))
+        ctx.mlp = mlp
+        ctx.num_params = len(params)
+        ctx.save_for_backward(*zs)
+        return a
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        mlp = ctx.mlp
+        zs = ctx.saved_tensors
+        depth = len(zs)
+        layer_grads: list[list[torch.Tensor | None]] = [[] for _ in range(depth)]
+
+        def rebuild(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            # a_i = act(LN_i(z_i)) again, with a graph back to z_i and the norm's parameters.
+            with torch.enable_grad():
+                z = zs[i].detach().requires_grad_(True)
+                return z, mlp.activation(_normalise(mlp.norms[i], z))
+
+        grad_a = grad
+        z, a = rebuild(depth - 1)
+        for i in range(depth - 1, -1, -1):
+            norm_params = list(mlp.norms[i].parameters())
+            grads = torch.autograd.grad(a, [z, *norm_params], grad_a)
+            grad_z, norm_grads = grads[0], list(grads[1:])
+            del z, a, grads
+            if i == 0:
+                layer_grads[0] = norm_grads
+                grad_a = grad_z
+                break
+            linear = mlp.linears[i]
+            z, a = rebuild(i - 1)  # the next layer down needs this graph anyway: build it once
+            with torch.no_grad():
+                grad_weight = grad_z.t().mm(a.detach())
+                grad_bias = grad_z.sum(0)
+                grad_a = grad_z.mm(linear.weight)
+            del grad_z
+            layer_grads[i] = norm_grads + [grad_weight, grad_bias]
+        flat = [g for layer in layer_grads for g in layer]
+        assert len(flat) == ctx.num_params, "lean tail: parameter gradients out of step with _layer_params"
+        return (grad_a, None, *flat)
+
+
+def lean_tail(mlp: nn.Module, z1: torch.Tensor) -> torch.Tensor:
+    """The MLP after its first Linear, from that Linear's output ``z1`` (rows, H), saving only the z_i.
+
+    Args:
+        mlp: a :class:`~domainpar.model.interaction_network.MLP` (``linears``, ``norms``, ``activation``).
+        z1: (rows, H) output of ``mlp.linears[0]`` (computed by the caller, e.g. project-then-gather).
+
+    Returns:
+        (rows, H), equal to ``mlp.tail(z1)``.
+    """
+    return _LeanTail.apply(z1, mlp, *_layer_params(mlp))
+
+
+# ----------------------------------------------------------------------------- fused CPU tail
+
+def _code(mlp: nn.Module) -> tuple[int, float] | None:
+    """The row kernel's activation code and parameter, or None where PyTorch's own kernels are faster.
+
+    Only the piecewise-linear activations: numba has no vectorised exp/erf here, so for SiLU, GELU, ELU
+    and tanh PyTorch's vectorised kernels beat a fused scalar loop.
+    """
+    act = mlp.activation
+    if type(act) is nn.ReLU:
+        return rownorm.ACTIVATION_CODES["relu"], 0.0
+    if type(act) is nn.LeakyReLU:
+        return rownorm.ACTIVATION_CODES["leaky_relu"], float(act.negative_slope)
+    return None
+
+
+def _norm_arrays(norm: nn.Module) -> tuple:
+    if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine and norm.bias is not None:
+        return norm.weight.detach().numpy(), norm.bias.detach().numpy(), float(norm.eps)
+    return None, None, 0.0
+
+
+def _fusable(mlp: nn.Module, z: torch.Tensor) -> bool:
+    if type(z) is not torch.Tensor or z.device.type != "cpu" or z.dtype not in (torch.float32, torch.float64) or z.ndim != 2:
+        return False
+    if _code(mlp) is None or torch.is_autocast_enabled("cpu"):
+        return False
+    for norm in mlp.norms:
+        if isinstance(norm, nn.LayerNorm):
+            if not (norm.elementwise_affine and norm.bias is not None and norm.weight.dtype == z.dtype and len(norm.normalized_shape) == 1):
+                return False
+        elif not isinstance(norm, nn.Identity):
+            return False
+    return all(linear.weight.dtype == z.dtype for linear in mlp.linears)
+
+
+def _row_forward(mlp: nn.Module, i: int, z: torch.Tensor) -> torch.Tensor:
+    code, param = _code(mlp)
+    gamma, beta, eps = _norm_arrays(mlp.norms[i])
+    out = torch.empty_like(z)
+    rownorm.ln_act_forward(z.detach().numpy(), gamma, beta, eps, code, param, out.numpy())
+    return out
+
+
+class _FusedTail(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z1: torch.Tensor, mlp: nn.Module, lean: bool, *params: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        z1 = z1.contiguous()
+        zs, kept = [z1], []
+        a = _row_forward(mlp, 0, z1)
+        for i in range(1, len(mlp.linears)):
+            linear = mlp.linears[i]
+            z = torch.addmm(linear.bias, a, linear.weight.t())
+            if lean:
+                del a
+            else:
+                kept.append(a)
+            zs.append(z)
+            a = _row_forward(mlp, i, z)
+        ctx.mlp, ctx.lean, ctx.depth, ctx.num_params = mlp, lean, len(zs), len(params)
+        ctx.save_for_backward(*zs, *kept)
+        return a
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        mlp, depth = ctx.mlp, ctx.depth
+        saved = ctx.saved_tensors
+        zs, kept = saved[:depth], saved[depth:]
+        code, param = _code(mlp)
+        grad_a = grad.contiguous()
+        layer_grads: list[list[torch.Tensor | None]] = [[] for _ in range(depth)]
+        for i in range(depth - 1, -1, -1):
+            norm = mlp.norms[i]
+            gamma, beta, eps = _norm_arrays(norm)
+            z = zs[i]
+            grad_z = torch.empty_like(z)
+            g_gamma, g_beta, g_bias = rownorm.ln_act_backward(
+                z.numpy(), gamma, beta, eps, code, param, grad_a.numpy(), grad_z.numpy()
+            )
+            norm_grads = [] if gamma is None else [torch.from_numpy(g_gamma), torch.from_numpy(g_beta)]
+            if i == 0:
+                layer_grads[0] = norm_grads
+                grad_a = grad_z
+                break
+            linear = mlp.linears[i]
+            a_prev = _row_forward(mlp, i - 1, zs[i - 1]) if ctx.lean else kept[i - 1]
+            grad_weight = grad_z.t().mm(a_prev)
+            del a_prev
+            grad_a = grad_z.mm(linear.weight)
+            del grad_z
+            layer_grads[i] = norm_grads + [grad_weight, torch.from_numpy(g_bias)]
+        flat = [g for layer in layer_grads for g in layer]
+        assert len(flat) == ctx.num_params, "fused tail: parameter gradients out of step with _layer_params"
+        return (grad_a, None, None, *flat)
+
+
+def mlp_tail(mlp: nn.Module, z1: torch.Tensor, lean: bool) -> torch.Tensor:
+    """The MLP after its first Linear, from that Linear's output ``z1`` (rows, H), as one autograd node.
+
+    Args:
+        mlp: a :class:`~domainpar.model.interaction_network.MLP`.
+        z1: (rows, H) output of ``mlp.linears[0]``.
+        lean: keep only the z_i for backward (recompute LN and activation there) instead of z_i and a_i.
+
+    Returns:
+        (rows, H), equal to ``mlp.tail(z1)`` (bitwise between the two modes; to rounding against PyTorch's kernels).
+    """
+    if _fusable(mlp, z1):
+        return _FusedTail.apply(z1, mlp, lean, *_layer_params(mlp))
+    return lean_tail(mlp, z1) if lean else mlp.tail(z1)
