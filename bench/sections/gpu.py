@@ -181,10 +181,10 @@ def run(workload: Workload, *, repeats: int = 10, trace: bool = True, profile: b
     )
     traced_cache: dict = {}
 
-    def traced_for(config) -> dict | None:
-        key = (config.mlp_layers, config.activation, config.checkpointing)
+    def traced_for(config, offload: bool) -> dict | None:
+        key = (config.mlp_layers, config.activation, config.checkpointing, offload)
         if trace and key not in traced_cache:
-            traced_cache[key] = traced_peak(host_part, config)
+            traced_cache[key] = traced_peak(host_part, config, offload=offload)
         return traced_cache.get(key)
 
     # Our default model: precision × checkpointing × offload.
@@ -193,7 +193,7 @@ def run(workload: Workload, *, repeats: int = 10, trace: bool = True, profile: b
             model, config = _model("ours", part, ckpt)
             model = model.to(device)
             record = _measure(_Step(model, part, weights, dtype, offload), repeats, device)
-            tr = traced_for(config) if dtype == torch.float32 and not offload else None
+            tr = traced_for(config, offload) if dtype == torch.float32 else None
             if tr is not None:
                 record["traced_bytes"] = tr["total"]
                 record["flops"] = tr["flops"]

@@ -28,7 +28,7 @@ def traced_rows(workload: Workload, parts: tuple[int, ...], method: str, hidden:
     """Traced peak of the largest part for every part count, without and with checkpointing."""
     graph = graph_at(workload.path)
     rows = []
-    for checkpointing in (False, True):
+    for checkpointing, offload in ((False, False), (True, False), (True, True)):
         single = None
         for num_parts in parts:
             plan = plan_for(workload.path, num_parts, method)
@@ -40,7 +40,7 @@ def traced_rows(workload: Workload, parts: tuple[int, ...], method: str, hidden:
                 num_iterations=iterations,
                 checkpointing=checkpointing,
             )
-            peak = traced_peak(part, config)
+            peak = traced_peak(part, config, offload=offload)
             if num_parts == 1:
                 single = peak["total"]
             rows.append(
@@ -48,7 +48,9 @@ def traced_rows(workload: Workload, parts: tuple[int, ...], method: str, hidden:
                     "graph": workload.name,
                     "num_parts": num_parts,
                     "method": method if num_parts > 1 else "–",
-                    "checkpointing": checkpointing,
+                    "checkpointing": "yes + offload" if offload else checkpointing,
+                    "offload": offload,
+                    "traced_host_mib": peak["host"] / MIB,
                     "local_edges": part.num_edges,
                     "local_nodes": part.num_local_nodes,
                     "traced_peak_mib": peak["total"] / MIB,
@@ -138,6 +140,7 @@ def run(
             Column("traced_peak_mib", "peak MiB (traced)", "{:,.0f}"),
             Column("traced_activations_mib", "activations MiB (traced)", "{:,.0f}"),
             Column("saved_meta_mib", "saved MiB (meta)", "{:,.0f}"),
+            Column("traced_host_mib", "host MiB (offload)", "{:,.0f}"),
             Column("ratio_to_single", "ratio to 1 part", "{:.3f}"),
             Column("measured_peak_mib", "peak MiB (measured RSS)", "{:,.0f}"),
         ],
@@ -155,6 +158,9 @@ def run(
         "measured: RSS high-water mark of a real step in a fresh process (median of "
         f"{repeats}), on a graph small enough for this machine — the two agree to within a few per cent there.",
         "Ratio to 1 part: the largest part's peak over the whole graph's peak on one process, same checkpointing setting.",
+        "yes + offload: what autograd keeps is moved to host memory during the forward (--offload, save_on_cpu); "
+        "the peak is then the compute device's alone (traced with the host as a second device), the host column what "
+        "offloading holds there.",
     ]
     if full is None:
         section.notes.append("The real full event was not found, so only the smaller graph was measured.")
