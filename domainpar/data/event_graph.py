@@ -8,6 +8,7 @@ point inner → outer (src → dst), see docs/design.md.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import zipfile
 from dataclasses import dataclass, fields
@@ -205,10 +206,23 @@ def validate_graph(graph: EventGraph, source: str) -> None:
         raise _fail(source, "hit_id", "unique hit ids", f"{ordered[repeated[0]]} more than once")
 
 
-def save_graph(graph: EventGraph, path: str | os.PathLike) -> Path:
-    """Write ``graph`` to ``path`` (``.npz``, no pickle) atomically."""
+#: Entry of a graph file holding the JSON description of its inputs (:mod:`domainpar.data.features`).
+DESCRIPTION_ENTRY = "description_json"
+
+
+def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | None = None) -> Path:
+    """Write ``graph`` to ``path`` (``.npz``, no pickle) atomically.
+
+    Args:
+        graph: the event graph.
+        path: the file to write.
+        description: what its feature columns are and how it was built
+            (:func:`domainpar.data.features.graph_description`), stored as JSON text.
+    """
     path = Path(path)
     arrays = {"format_version": np.int64(GRAPH_FORMAT_VERSION), "event_id": np.int64(graph.event_id)}
+    if description is not None:
+        arrays[DESCRIPTION_ENTRY] = np.array(json.dumps(description, sort_keys=True))
     for f in fields(EventGraph):
         value = getattr(graph, f.name)
         if isinstance(value, np.ndarray):
@@ -352,6 +366,32 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
     object.__setattr__(graph, "event_id", header.event_id)
     validate_graph(graph, source=str(path))
     return graph
+
+
+def read_graph_description(path: str | os.PathLike) -> dict | None:
+    """The description stored with a graph file (None for a file written without one).
+
+    Reads that one entry of the archive, not the arrays.
+
+    Raises:
+        DomainparError: not a readable graph file, or a description that is not a JSON object.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if f"{DESCRIPTION_ENTRY}.npy" not in archive.namelist():
+                return None
+        with np.load(path, allow_pickle=False) as npz:
+            text = npz[DESCRIPTION_ENTRY]
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
+    try:
+        description = json.loads(str(text))
+    except ValueError:
+        description = None
+    if not isinstance(description, dict):
+        raise DomainparError(f"{path}: entry {DESCRIPTION_ENTRY} must hold a JSON object (got {str(text)[:60]!r})")
+    return description
 
 
 def graph_files(path: str | os.PathLike) -> list[Path]:

@@ -495,9 +495,12 @@ def build_dataset(
     if out_dir.exists() and not out_dir.is_dir():
         raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
     # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
+    from domainpar.data.features import build_description
+
+    description = build_description(config)
     all_stats = []
     for prefix in tqdm(prefixes, desc="build", unit="event", disable=not progress):
         graph, stats = build_event_graph(prefix, config)
-        save_graph(graph, out_dir / graph_file_name(graph.event_id))
+        save_graph(graph, out_dir / graph_file_name(graph.event_id), description)
         all_stats.append(stats)
     return all_stats

@@ -76,7 +76,7 @@ class ModelConfig:
     node_features: int = 3
     """Input features per node (EventGraph.x columns: r, phi, z)."""
     edge_features: int = 4
-    """Input features per edge (EventGraph.edge_attr columns: dr, dphi, dz, dR)."""
+    """Input features per edge (EventGraph.edge_attr columns: dr, dphi, dz, dR); 0 for graphs without edge features."""
     hidden: int = 64
     """Width H of node and edge latent vectors and of every hidden layer."""
     mlp_layers: int = 2
@@ -93,19 +93,29 @@ class ModelConfig:
     """Compute interior edges while the halo exchange is in flight (exact)."""
     recurrent: bool = True
     """True: one edge and one node network shared by all iterations; False: separate networks per iteration."""
+    use_edge_features: bool = True
+    """Feed the graphs' edge features to the model; False: its inputs are x and edge_index, edges start from one learned vector."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise FieldError(name, f"must be a positive integer (got {value!r})")
+            least = 0 if name == "edge_features" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise FieldError(name, f"must be a {'non-negative' if least == 0 else 'positive'} integer (got {value!r})")
         if not isinstance(self.num_iterations, int) or isinstance(self.num_iterations, bool) or self.num_iterations < 0:
             raise FieldError("num_iterations", f"must be a non-negative integer (got {self.num_iterations!r})")
         if self.activation not in ACTIVATIONS:
             raise FieldError("activation", f"must be one of {', '.join(sorted(ACTIVATIONS))} (got {self.activation!r})")
-        for name in ("layer_norm", "checkpointing", "overlap", "recurrent"):
+        for name in ("layer_norm", "checkpointing", "overlap", "recurrent", "use_edge_features"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"must be true or false (got {getattr(self, name)!r})")
+        if self.use_edge_features and self.edge_features == 0:
+            raise FieldError("use_edge_features", "must be false for graphs without edge features (edge_features is 0)")
+
+    @property
+    def edge_inputs(self) -> int:
+        """Edge feature columns the model reads (0: none, its inputs are x and edge_index)."""
+        return self.edge_features if self.use_edge_features else 0
 
     def to_dict(self) -> dict:
         """Plain dict (for checkpoints and YAML)."""
@@ -213,7 +223,12 @@ class InteractionNetwork(nn.Module):
         c = config
         self.config = config
         self.node_encoder = MLP(c.node_features, c.hidden, c.mlp_layers, c.activation, c.layer_norm)
-        self.edge_encoder = MLP(c.edge_features, c.hidden, c.mlp_layers, c.activation, c.layer_norm)
+        if c.edge_inputs:
+            self.edge_encoder = MLP(c.edge_inputs, c.hidden, c.mlp_layers, c.activation, c.layer_norm)
+        else:
+            # No edge inputs: every edge starts from one learned vector; the first
+            # iteration's phi_e([x_src, x_dst, e]) makes it edge-specific.
+            self.edge_init = nn.Parameter(torch.zeros(c.hidden))
         num_networks = min(1, c.num_iterations) if c.recurrent else c.num_iterations
         self.edge_networks = nn.ModuleList(
             [PairMLP(c.hidden, c.mlp_layers, c.activation, c.layer_norm) for _ in range(num_networks)]
@@ -363,7 +378,10 @@ class InteractionNetwork(nn.Module):
         s = self._structure(graph)
         num_owned, num_interior = graph.num_owned, graph.num_interior_edges
         x = self._run(self._encode_nodes, graph.x)
-        e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
+        if self.config.edge_inputs:
+            e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
+        else:
+            e = self.edge_init.expand(graph.num_edges, -1).contiguous()  # the fused kernels read rows by stride
         # The head reads [x_src, x_dst, e] too: iterations 0..T-1, then the head, each after one exchange.
         for step in range(self.config.num_iterations + 1):
             is_head = step == self.config.num_iterations
@@ -396,7 +414,7 @@ class InteractionNetwork(nn.Module):
             raise DomainparError(
                 f"graph.x must have shape (n_owned, {c.node_features}) for this model (got {tuple(graph.x.shape)})"
             )
-        if graph.edge_attr.ndim != 2 or graph.edge_attr.shape[1] != c.edge_features:
+        if c.edge_inputs and (graph.edge_attr.ndim != 2 or graph.edge_attr.shape[1] != c.edge_features):
             raise DomainparError(
                 f"graph.edge_attr must have shape (E, {c.edge_features}) for this model (got {tuple(graph.edge_attr.shape)})"
             )

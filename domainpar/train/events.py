@@ -58,8 +58,9 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
         )
     from tqdm import tqdm
 
-    from domainpar.data.graph import GraphConfig, build_event_graph
     from domainpar.data.event_graph import save_graph
+    from domainpar.data.features import build_description
+    from domainpar.data.graph import GraphConfig, build_event_graph
     from domainpar.data.trackml import event_prefixes
 
     from domainpar.atomic import staged_outputs
@@ -76,7 +77,7 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
                 built = build_event_graph(prefix, GraphConfig())
                 graph = built[0] if isinstance(built, tuple) else built
                 staging = staging or outputs.directory(target_dir)
-                save_graph(graph, staging / target.name)
+                save_graph(graph, staging / target.name, build_description(GraphConfig()))
             files.append(target)
     return files
 

@@ -36,6 +36,7 @@ from domainpar.comm.collectives import broadcast_object, broadcast_tensors, max_
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
+from domainpar.data.event_graph import read_graph_description
 from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
@@ -175,6 +176,8 @@ class Trainer:
         node_features = array_shape(train_files[0], "x")[1]
         edge_features = array_shape(train_files[0], "edge_attr")[1]
         self.model_config = model_config_for(config, node_features, edge_features)
+        # What the input columns are and how the graphs were built: exported with the model.
+        self.data_description = read_graph_description(train_files[0])
         self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
         # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
         broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
@@ -468,6 +471,7 @@ class Trainer:
             "epoch_state": dict(self.epoch_state),
             "step_losses": list(self.step_losses),
             "config": self.config.to_dict(),
+            "data": self.data_description,
             "world_size": self.layout.world_size,
             "domain_size": self.layout.domain_size,
         }
@@ -560,6 +564,7 @@ class Trainer:
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             "model_config": self.model_config.to_dict(),
             "config": self.config.to_dict(),
+            "data": self.data_description,
             "metrics": record or {},
         }
         path = self.out / "model.pt"

@@ -1,0 +1,157 @@
+"""Running an exported model file, as the deployment side does.
+
+:class:`ExportedModel` loads a TorchScript file with ``torch.jit.load`` or an
+ONNX file with ONNX Runtime on CPU (the settings ACTS's
+``OnnxEdgeClassifier`` uses: one intra-op thread, extended graph
+optimisations), and returns the logits of every edge of a graph.
+``domainpar evaluate --model`` scores events with it, and ``domainpar
+export`` checks every file it writes with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domainpar.errors import DomainparError, one_line
+
+
+def _require_onnxruntime(what: str):
+    try:
+        import onnxruntime
+    except ImportError:
+        raise DomainparError(f"{what}: needs onnxruntime (pip install 'domainpar[export]')") from None
+    return onnxruntime
+
+
+class _TorchScriptRunner:
+    def __init__(self, path: Path) -> None:
+        import warnings
+
+        import torch
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.module = torch.jit.load(str(path), map_location="cpu").eval()
+        except Exception as exc:  # noqa: BLE001 - any reader failure means "not a TorchScript model file"
+            raise DomainparError(f"{path}: expected a TorchScript model file, could not load it ({one_line(exc, 160)})") from None
+
+    def __call__(self, inputs: list[np.ndarray]) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            out = self.module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in inputs])
+        return out.detach().cpu().numpy()
+
+
+class _OnnxRunner:
+    def __init__(self, path: Path, threads: int = 1) -> None:
+        ort = _require_onnxruntime(str(path))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - any reader failure means "not an ONNX model file"
+            raise DomainparError(f"{path}: expected an ONNX model file, could not load it ({one_line(exc, 160)})") from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.input_shapes = [i.shape for i in self.session.get_inputs()]
+
+    def __call__(self, inputs: list[np.ndarray]) -> np.ndarray:
+        feeds = {name: np.ascontiguousarray(a) for name, a in zip(self.input_names, inputs)}
+        return self.session.run(None, feeds)[0]
+
+
+def open_model_file(path: str | os.PathLike, fmt: str):
+    """A callable ``runner(list of input arrays) -> logits array`` for a model file of format ``fmt``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DomainparError(f"{path}: model file not found")
+    return _TorchScriptRunner(path) if fmt == "torchscript" else _OnnxRunner(path)
+
+
+@dataclass
+class ExportedModel:
+    """An exported model file with its sidecar, ready to score graphs."""
+
+    path: Path
+    """The model file."""
+    sidecar: dict[str, Any]
+    """Its sidecar (see :mod:`domainpar.export.sidecar`)."""
+    runner: Any
+    """Callable on the list of input arrays."""
+
+    @property
+    def format(self) -> str:
+        return self.sidecar["model"]["format"]
+
+    @property
+    def threshold(self) -> float:
+        """The score cut the model was tuned for."""
+        return float(self.sidecar["threshold"])
+
+    @property
+    def num_node_features(self) -> int:
+        return len(self.sidecar["node_features"])
+
+    @property
+    def num_edge_features(self) -> int:
+        """0 for a model without edge inputs."""
+        return len(self.sidecar["edge_features"])
+
+    def check_widths(self, source: str, node_features: int, edge_features: int) -> None:
+        """Refuse a graph whose feature widths do not match the model's inputs (one line naming ``source``)."""
+        from domainpar.export.sidecar import feature_names
+
+        if node_features != self.num_node_features:
+            names = ", ".join(feature_names(self.sidecar["node_features"]))
+            raise DomainparError(
+                f"{source}: graph has {node_features} node features but model {self.path.name} expects "
+                f"{self.num_node_features} ({names})"
+            )
+        if self.num_edge_features and edge_features != self.num_edge_features:
+            names = ", ".join(feature_names(self.sidecar["edge_features"]))
+            raise DomainparError(
+                f"{source}: graph has {edge_features} edge features but model {self.path.name} expects "
+                f"{self.num_edge_features} ({names})"
+            )
+
+    def logits(self, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray | None = None) -> np.ndarray:
+        """(E,) float64 logits of every edge of one graph.
+
+        Args:
+            x: (N, F) node features (cast to float32).
+            edge_index: (2, E) edges (cast to int64).
+            edge_attr: (E, F_e) edge features; ignored by a model without edge inputs.
+        """
+        inputs = [np.asarray(x, dtype=np.float32), np.asarray(edge_index, dtype=np.int64)]
+        if self.num_edge_features:
+            if edge_attr is None:
+                raise DomainparError(f"{self.path}: the model needs edge features (edge_attr), none were given")
+            inputs.append(np.asarray(edge_attr, dtype=np.float32))
+        out = np.asarray(self.runner(inputs)).reshape(-1)
+        if out.shape[0] != inputs[1].shape[1]:
+            raise DomainparError(f"{self.path}: model returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
+        return out.astype(np.float64)
+
+
+def load_exported(path: str | os.PathLike) -> ExportedModel:
+    """Load an exported model file (``.pt`` TorchScript or ``.onnx``) and its sidecar.
+
+    Raises:
+        DomainparError: missing/unreadable file or sidecar, a sidecar written for another file,
+            or onnxruntime missing for an ONNX file.
+    """
+    from domainpar.export.sidecar import read_sidecar
+
+    path = Path(path)
+    if not path.is_file():
+        raise DomainparError(f"--model {path}: model file not found")
+    sidecar = read_sidecar(path)
+    return ExportedModel(path=path, sidecar=sidecar, runner=open_model_file(path, sidecar["model"]["format"]))

@@ -1,0 +1,172 @@
+"""The sidecar JSON of an exported model: everything a user needs to build its inputs.
+
+``domainpar export --out model.onnx`` writes ``model.onnx`` and
+``model.onnx.json``. The JSON (``format: "domainpar-edge-classifier"``)
+records:
+
+- ``model``: file name, format (``torchscript`` or ``onnx``), ONNX opset,
+  SHA-256 of the model file;
+- ``inputs``: name, dtype and shape of every input in calling order
+  (``x`` (N, F) float32, ``edge_index`` (2, E) int64, ``edge_attr`` (E, F_e)
+  float32 when the model uses edge features); ``output``: ``logits`` (E,)
+  float32, score = sigmoid(logit);
+- ``node_features`` / ``edge_features``: per column its name, the raw
+  quantity and unit, and the scale (column = raw / scale);
+  ``edge_direction``: which end of an edge is row 0;
+- ``threshold``: the score cut the model was tuned for; ``graph``: how the
+  training graphs were built (builder and cuts);
+- ``acts``: the matching settings of ACTS's ExaTrkX edge-classifier stage;
+- ``source``: the checkpoint (path, SHA-256, step) and ``model_config``;
+- ``verification``: the largest difference between the exported file's
+  logits and the training model's on a check graph, measured at export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from domainpar.errors import DomainparError
+
+#: Identifies a sidecar file.
+SIDECAR_FORMAT = "domainpar-edge-classifier"
+#: Bumped when the sidecar layout changes incompatibly.
+SIDECAR_VERSION = 1
+#: Model file formats.
+FORMATS = ("torchscript", "onnx")
+#: ONNX opset of exported models (>= 16 is needed for ScatterND with reduction="add").
+ONNX_OPSET = 18
+
+
+def sidecar_path(model_path: str | os.PathLike) -> Path:
+    """Where the sidecar of a model file lives: ``<model file>.json``."""
+    model_path = Path(model_path)
+    return model_path.with_name(model_path.name + ".json")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_sidecar(
+    *,
+    model_name: str,
+    model_sha256: str,
+    fmt: str,
+    model_config: Any,
+    description: dict,
+    threshold: float,
+    threshold_source: str,
+    source: dict[str, Any],
+    verification: dict[str, Any],
+) -> dict[str, Any]:
+    """The sidecar dict of a freshly written model file (see the module docstring)."""
+    import torch
+
+    from domainpar import __version__
+
+    node_features = list(description["node_features"])
+    edge_features = list(description["edge_features"]) if model_config.edge_inputs else []
+    if len(node_features) != model_config.node_features:
+        raise DomainparError(
+            f"the description of the training graphs lists {len(node_features)} node features but the model "
+            f"takes {model_config.node_features}"
+        )
+    if len(edge_features) != model_config.edge_inputs:
+        raise DomainparError(
+            f"the description of the training graphs lists {len(edge_features)} edge features but the model "
+            f"takes {model_config.edge_inputs}"
+        )
+    inputs = [
+        {"name": "x", "dtype": "float32", "shape": ["N", model_config.node_features], "meaning": "node features, columns as in node_features"},
+        {"name": "edge_index", "dtype": "int64", "shape": [2, "E"], "meaning": "row 0: source node, row 1: destination node (see edge_direction)"},
+    ]
+    if model_config.edge_inputs:
+        inputs.append(
+            {"name": "edge_attr", "dtype": "float32", "shape": ["E", model_config.edge_inputs], "meaning": "edge features, columns as in edge_features"}
+        )
+    return {
+        "format": SIDECAR_FORMAT,
+        "version": SIDECAR_VERSION,
+        "model": {
+            "file": model_name,
+            "format": fmt,
+            "onnx_opset": ONNX_OPSET if fmt == "onnx" else None,
+            "sha256": model_sha256,
+        },
+        "inputs": inputs,
+        "output": {"name": "logits", "dtype": "float32", "shape": ["E"], "meaning": "one logit per edge; score = sigmoid(logit)"},
+        "node_features": node_features,
+        "edge_features": edge_features,
+        "edge_direction": description.get("edge_direction"),
+        "threshold": threshold,
+        "threshold_source": threshold_source,
+        "graph": {"builder": description.get("builder"), "cuts": description.get("cuts")},
+        "acts": {
+            "stage": "TorchEdgeClassifier" if fmt == "torchscript" else "OnnxEdgeClassifier",
+            "cut": threshold,
+            "useEdgeFeatures": bool(model_config.edge_inputs),
+            "undirected": False,
+            "nChunks": 1,
+            "note": "inputs are passed positionally in the order of 'inputs'; ACTS applies the sigmoid and the cut",
+        },
+        "model_config": model_config.to_dict(),
+        "source": source,
+        "verification": verification,
+        "exported_by": {"domainpar": __version__, "torch": torch.__version__},
+    }
+
+
+def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
+    """The sidecar of a model file, checked against the file.
+
+    Raises:
+        DomainparError: no sidecar, not a sidecar of this format/version, or
+            written for another file (its SHA-256 differs).
+    """
+    model_path = Path(model_path)
+    path = sidecar_path(model_path)
+    if not path.is_file():
+        raise DomainparError(
+            f"{model_path}: expected its sidecar {path.name} beside it (written by `domainpar export`; it names the input features and threshold), found none"
+        )
+    try:
+        sidecar = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DomainparError(f"{path}: expected the JSON sidecar of an exported model, could not read it ({exc})") from None
+    if not isinstance(sidecar, dict) or sidecar.get("format") != SIDECAR_FORMAT:
+        raise DomainparError(f"{path}: expected a sidecar with format {SIDECAR_FORMAT!r}")
+    if sidecar.get("version") != SIDECAR_VERSION:
+        raise DomainparError(f"{path}: sidecar version must be {SIDECAR_VERSION} (got {sidecar.get('version')!r})")
+    try:
+        model = sidecar["model"]
+        fmt, digest = model["format"], model["sha256"]
+        node_features, edge_features = sidecar["node_features"], sidecar["edge_features"]
+        threshold = float(sidecar["threshold"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DomainparError(f"{path}: sidecar is missing or has a malformed entry ({exc})") from None
+    if fmt not in FORMATS:
+        raise DomainparError(f"{path}: model format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+    if not isinstance(node_features, list) or not isinstance(edge_features, list):
+        raise DomainparError(f"{path}: node_features and edge_features must be lists")
+    if not 0.0 < threshold < 1.0:
+        raise DomainparError(f"{path}: threshold must be in (0, 1) (got {threshold})")
+    found = file_sha256(model_path)
+    if found != digest:
+        raise DomainparError(
+            f"{model_path}: the model file does not match its sidecar {path.name} (SHA-256 {found[:12]}…, sidecar says {str(digest)[:12]}…); re-export both"
+        )
+    return sidecar
+
+
+def feature_names(features: list[dict[str, Any]]) -> list[str]:
+    """The column names of a sidecar's ``node_features`` / ``edge_features``."""
+    return [str(f.get("name")) if isinstance(f, dict) else str(f) for f in features]
