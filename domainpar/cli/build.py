@@ -1,4 +1,4 @@
-"""``domainpar build``: hit graphs (one ``.npz`` per event) from TrackML events."""
+"""``domainpar build``: hit graphs (one ``.npz``, or PyG ``.pyg``, per event) from TrackML events."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ _DEFAULTS = GraphConfig()
 @click.option("--crossing-margin", type=float, default=_DEFAULTS.crossing_margin, show_default=True, help="A segment crosses a layer between its hits only this far inside the layer's extent, mm.")
 @click.option("--min-pt", type=float, default=_DEFAULTS.min_pt, show_default=True, help="Keep only hits of particles with truth pT >= this, GeV (0: all hits; needs truth).")
 @click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
+@click.option("--format", "fmt", type=click.Choice(["npz", "pyg"]), default="npz", show_default=True, help="npz: domainpar graph files; pyg: PyTorch Geometric Data files (event<id>.pyg) in the Exa.TrkX/acorn layout.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one JSON record per event (event_id, num_nodes, num_edges, efficiency, efficiency_pt1, purity, seconds).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no per-event summary.")
 def build(
@@ -46,6 +47,7 @@ def build(
     crossing_margin: float,
     min_pt: float,
     cell_features: bool,
+    fmt: str,
     json_path: str | None,
     quiet: bool,
 ) -> None:
@@ -81,7 +83,7 @@ def build(
     # All graphs (and the report) appear together when every event is built: a failed run leaves none.
     with staged_outputs() as outputs:
         try:
-            all_stats = build_dataset(input_path, outputs.directory(out_dir), config, progress=not quiet)
+            all_stats = build_dataset(input_path, outputs.directory(out_dir), config, progress=not quiet, fmt=fmt)
         except DomainparError as exc:
             raise DomainparError(_option_names(str(exc), options)) from None
         records = [stats.as_record() for stats in all_stats]

@@ -37,8 +37,11 @@ def format_table(summary: dict) -> str:
 
 
 @click.command("evaluate", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--checkpoint", required=True, type=click.Path(path_type=Path),
+@click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
               help="A training checkpoint (checkpoints/step-*.pt) or the final model.pt of `domainpar train`.")
+@click.option("--model", type=click.Path(path_type=Path), default=None,
+              help="Instead of --checkpoint: a model written by `domainpar export` (.onnx, or TorchScript .pt), "
+                   "with its sidecar JSON beside it; scored as deployed (ONNX Runtime / torch.jit), one process.")
 @click.option("--data", required=True, type=click.Path(path_type=Path),
               help="Raw TrackML events with truth (graphs are built with the default cuts), "
                    "or labelled graph files (.npz) / a directory of them.")
@@ -65,7 +68,8 @@ def format_table(summary: dict) -> str:
               help="Seconds before a partitioned run is declared hung.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
-    checkpoint: Path,
+    checkpoint: Path | None,
+    model: Path | None,
     data: Path,
     num_parts: int | None,
     ranks: int | None,
@@ -80,14 +84,16 @@ def evaluate(
     timeout_s: float,
     quiet: bool,
 ) -> None:
-    """Evaluate a checkpoint on whole events: edge efficiency, purity and ROC AUC,
+    """Evaluate a checkpoint, or an exported model (--model), on whole events: edge efficiency, purity and ROC AUC,
     tracks built from the edge scores, the TrackML score, tracking efficiency
     (pT > 1 GeV, >= 3 layers), fake and duplicate rates — per event and overall.
 
     With --parts N every event is split into N parts scored by N local
     processes exchanging halo rows, exactly as in domain-parallel training, so
     events too large for one device can be evaluated; the figures equal the
-    single-process ones.
+    single-process ones. --model re-validates a deployed model: its file is
+    run as ACTS runs it (ONNX Runtime on CPU, or torch.jit.load) with the
+    threshold and features its sidecar records.
     """
     from domainpar.atomic import staged_outputs
     from domainpar.inference.config import EvaluateConfig
@@ -98,6 +104,7 @@ def evaluate(
     parts = num_parts if num_parts is not None else (ranks if ranks is not None else 1)
     config = EvaluateConfig(
         checkpoint=checkpoint,
+        model=model,
         data=data,
         num_parts=parts,
         method=method,

@@ -327,6 +327,13 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
         DomainparError: not a graph file, another format version, or an entry of the wrong type, dtype or shape.
     """
     path = Path(path)
+    if _is_pyg(path) and path.is_file():
+        # A PyG file has no array headers to read apart: it is read whole (training converts such files once).
+        graph = load_graph(path)
+        return GraphHeader(
+            path=path, event_id=graph.event_id, num_nodes=graph.num_nodes, num_edges=graph.num_edges,
+            node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), has_labels=graph.y is not None,
+        )  # fmt: skip
     shapes, scalars = _read_headers(path)
     event_id = _check_scalars(path, scalars)
     missing = [k for k in REQUIRED_ARRAYS if k not in shapes]
@@ -345,7 +352,11 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
 
 
 def load_graph(path: str | os.PathLike) -> EventGraph:
-    """Read and validate a graph written by :func:`save_graph` (structure first, then content).
+    """Read and validate a graph written by :func:`save_graph` (structure first, then content),
+    or a PyG graph file of the field's tools.
+
+    PyG files (``*.pyg``, ``*.pt``; :mod:`domainpar.data.pyg_files`) are read
+    with ``torch.load(weights_only=True)`` and mapped onto an EventGraph.
 
     Raises:
         DomainparError: the file is missing, not a graph file, of another
@@ -353,6 +364,10 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
             non-finite values, out-of-range indices or labels other than 0/1.
     """
     path = Path(path)
+    if _is_pyg(path) and path.is_file():
+        from domainpar.data.pyg_files import load_pyg_graph
+
+        return load_pyg_graph(path)
     header = inspect_graph(path)
     wanted = [k for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS]
     try:
@@ -377,6 +392,10 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
         DomainparError: not a readable graph file, or a description that is not a JSON object.
     """
     path = Path(path)
+    if _is_pyg(path) and path.is_file():
+        from domainpar.data.pyg_files import load_pyg_file
+
+        return load_pyg_file(path).description
     try:
         with zipfile.ZipFile(path) as archive:
             if f"{DESCRIPTION_ENTRY}.npy" not in archive.namelist():
@@ -394,14 +413,43 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
     return description
 
 
+def _is_pyg(path: Path) -> bool:
+    from domainpar.data.pyg_files import is_pyg_file
+
+    return is_pyg_file(path)
+
+
+def is_pyg_dataset(path: str | os.PathLike) -> bool:
+    """Whether ``graph_files(path)`` gives PyG graph files (of the field's tools) rather than ``*.npz``."""
+    files = graph_files(path)
+    return bool(files) and _is_pyg(files[0])
+
+
+def has_graph_files(path: str | os.PathLike) -> bool:
+    """``path`` is a graph file or a directory holding ``*.npz`` or PyG graph files."""
+    path = Path(path)
+    if path.is_file():
+        return True
+    if not path.is_dir():
+        return False
+    from domainpar.data.pyg_files import pyg_files_in
+
+    return any(path.glob("*.npz")) or bool(pyg_files_in(path))
+
+
 def graph_files(path: str | os.PathLike) -> list[Path]:
-    """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted."""
+    """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
+    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
         files = sorted(path.glob("*.npz"))
         if not files:
-            raise DomainparError(f"{path}: expected graph files (*.npz) in this directory, found none")
+            from domainpar.data.pyg_files import pyg_files_in
+
+            files = pyg_files_in(path)
+        if not files:
+            raise DomainparError(f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) in this directory, found none")
         return files
     raise DomainparError(f"{path}: no such graph file or directory")

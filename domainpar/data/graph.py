@@ -456,9 +456,13 @@ def build_event_graph(prefix: str | os.PathLike, config: GraphConfig = GraphConf
     )
 
 
-def graph_file_name(event_id: int) -> str:
+#: Graph file formats of ``domainpar build``: domainpar's own, or PyG ``Data`` files for the Exa.TrkX/acorn tools.
+GRAPH_FORMATS = ("npz", "pyg")
+
+
+def graph_file_name(event_id: int, fmt: str = "npz") -> str:
     """File name of an event's graph inside a ``domainpar build`` output directory."""
-    return f"event{event_id:09d}.npz"
+    return f"event{event_id:09d}.{fmt}"
 
 
 def build_dataset(
@@ -466,13 +470,15 @@ def build_dataset(
     out_dir: str | os.PathLike,
     config: GraphConfig = GraphConfig(),
     progress: bool = True,
+    fmt: str = "npz",
 ) -> list[GraphStats]:
     """Build and save the graph of every event under ``input_path``.
 
     Args:
         input_path: a directory of TrackML events, or one event prefix.
-        out_dir: where ``event{id:09d}.npz`` graph files are written.
+        out_dir: where ``event{id:09d}.npz`` (or ``.pyg``) graph files are written.
         config: the cuts.
+        fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
         progress: show a tqdm progress bar.
 
     Returns:
@@ -497,10 +503,17 @@ def build_dataset(
     # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
     from domainpar.data.features import build_description
 
+    if fmt not in GRAPH_FORMATS:
+        raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
     description = build_description(config)
     all_stats = []
     for prefix in tqdm(prefixes, desc="build", unit="event", disable=not progress):
         graph, stats = build_event_graph(prefix, config)
-        save_graph(graph, out_dir / graph_file_name(graph.event_id), description)
+        if fmt == "pyg":
+            from domainpar.data.pyg_files import save_event_pyg
+
+            save_event_pyg(graph, prefix, out_dir / graph_file_name(graph.event_id, fmt), description)
+        else:
+            save_graph(graph, out_dir / graph_file_name(graph.event_id), description)
         all_stats.append(stats)
     return all_stats

@@ -16,10 +16,12 @@ PARTITION_METHODS = ("metis", "geometric")
 class EvaluateConfig:
     """What ``domainpar evaluate`` does."""
 
-    checkpoint: Path
-    """A checkpoint (``checkpoints/step-*.pt``) or final ``model.pt`` of ``domainpar train``."""
+    checkpoint: Path | None
+    """A checkpoint (``checkpoints/step-*.pt``) or final ``model.pt`` of ``domainpar train``; None with ``model``."""
     data: Path
-    """A directory of raw TrackML events with truth, a graph file, or a directory of graph files with labels."""
+    """A directory of raw TrackML events with truth, a graph file, or a directory of graph files (.npz or PyG) with labels."""
+    model: Path | None = None
+    """An exported model (``domainpar export``: .onnx, or TorchScript .pt, with its sidecar JSON) to score instead of a checkpoint."""
     num_parts: int = 1
     """Parts per event; > 1 runs that many local processes with halo exchange."""
     method: str = "metis"
@@ -44,6 +46,15 @@ class EvaluateConfig:
     """Show progress bars."""
 
     def __post_init__(self) -> None:
+        if (self.checkpoint is None) == (self.model is None):
+            raise DomainparError(
+                "give exactly one of --checkpoint (a training checkpoint) and --model (an exported .onnx/.pt model)"
+            )
+        if self.model is not None and self.num_parts != 1:
+            raise DomainparError(
+                f"--parts must be 1 with --model (got {self.num_parts}): an exported model scores whole graphs in one "
+                "process; partitioned inference needs the training checkpoint"
+            )
         if not isinstance(self.num_parts, int) or self.num_parts < 1:
             raise DomainparError(f"--parts must be a positive integer (got {self.num_parts!r})")
         if self.method not in PARTITION_METHODS:

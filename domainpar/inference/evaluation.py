@@ -36,7 +36,7 @@ import numpy as np
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import load_events
-from domainpar.inference.infer import infer_partitioned, infer_single
+from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
 from domainpar.inference.scoring import EventEvaluation, summarise, score_event_graph
 
@@ -62,15 +62,30 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
     """
     from tqdm import tqdm
 
-    loaded = load_model(config.checkpoint)
-    threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
-    events = load_events(config, loaded.model.config.node_features)
+    if config.model is not None:
+        from domainpar.export.runtime import load_exported
+
+        exported = load_exported(config.model)
+        loaded = None
+        threshold = config.threshold if config.threshold is not None else exported.threshold
+        node_features, step = exported.num_node_features, exported.sidecar.get("source", {}).get("step")
+    else:
+        exported = None
+        loaded = load_model(config.checkpoint)
+        threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
+        node_features, step = loaded.model.config.node_features, loaded.step
+    events = load_events(config, node_features)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")
     graphs = [e.graph for e in events]
     start = time.perf_counter()
     partition_records: list[dict] = [{} for _ in graphs]
-    if config.num_parts == 1:
+    if exported is not None:
+        for event in events:
+            exported.check_widths(event.source, event.graph.x.shape[1], event.graph.edge_attr.shape[1])
+        bar = tqdm(graphs, desc="inference", unit="event", disable=not config.progress)
+        logits = [infer_exported(exported, g) for g in bar]
+    elif config.num_parts == 1:
         logits = [infer_single(loaded, g) for g in tqdm(graphs, desc="inference", unit="event", disable=not config.progress)]
     else:
         logits, partition_records = infer_partitioned(
@@ -86,8 +101,10 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         evaluations.append(evaluation)
     summary = summarise(evaluations, [g.y for g in graphs])
     summary = {
-        "checkpoint": str(config.checkpoint),
-        "checkpoint_step": loaded.step,
+        "checkpoint": None if config.checkpoint is None else str(config.checkpoint),
+        "model": None if exported is None else str(config.model),
+        "model_format": None if exported is None else exported.format,
+        "checkpoint_step": step,
         "data": str(config.data),
         "num_parts": config.num_parts,
         "method": config.method if config.num_parts > 1 else None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from domainpar.data.event_graph import EventGraph, graph_files, load_graph
+from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
 from domainpar.tracks.efficiency import ParticleTable
@@ -74,9 +74,9 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
             _attach_truth(event, hits, particles, truth)
             events.append(event)
         return events
-    if not (data.is_file() or (data.is_dir() and any(data.glob("*.npz")))):
+    if not has_graph_files(data):
         raise DomainparError(
-            f"{data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz), found neither"
+            f"{data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz, or PyG *.pyg / *.pt), found neither"
         )
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
@@ -92,7 +92,7 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
         first_source[graph.event_id] = path
         if graph.x.shape[1] != node_features:
             raise DomainparError(
-                f"{path}: graph has {graph.x.shape[1]} node features but the checkpoint's model expects {node_features} "
+                f"{path}: graph has {graph.x.shape[1]} node features but the model expects {node_features} "
                 "(build the graphs with the same --cell-features setting as the training graphs)"
             )
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:

@@ -34,6 +34,12 @@ def infer_single(loaded: LoadedModel, graph: EventGraph) -> np.ndarray:
     return result
 
 
+def infer_exported(exported, graph: EventGraph) -> np.ndarray:
+    """(E,) float64 logits of every edge of ``graph`` from an exported model file
+    (:class:`~domainpar.export.runtime.ExportedModel`), run as the deployment side runs it."""
+    return exported.logits(graph.x, graph.edge_index, graph.edge_attr)
+
+
 def _partitioned_worker(
     rank: int, world_size: int, checkpoint: str, graph_paths: list[str], owner_paths: list[str]
 ) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -38,7 +38,7 @@ class DataConfig:
     """Where events come from and how they are split."""
 
     train: str = ""
-    """Directory (or file) of training graphs (*.npz), or of raw TrackML events (graphs are built once into <out>/graphs)."""
+    """Directory (or file) of training graphs (*.npz, or PyG *.pyg/*.pt of Exa.TrkX/acorn), or of raw TrackML events (built or converted once into <out>/graphs)."""
     val: str | None = None
     """Validation graphs or raw events; None validates on the training events."""
     plans: str | None = None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import EventGraph, graph_files, inspect_graph, load_graph
+from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, inspect_graph, is_pyg_dataset, load_graph
 from domainpar.errors import DomainparError, one_line
 from domainpar.partition.plan import PartitionPlan, build_plan
 
@@ -29,10 +29,11 @@ def _has_raw_events(path: Path) -> bool:
 
 
 def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kind: str, progress: bool = True) -> list[Path]:
-    """Graph files of ``path``: its ``*.npz`` files, or graphs built from its raw TrackML events.
+    """Graph files of ``path``: its ``*.npz`` files, or graphs built from its raw TrackML events or PyG files.
 
     Raw events are built with the default :class:`~domainpar.data.graph.GraphConfig`
-    into ``<out_dir>/graphs/<kind>/event<id>.npz``; graphs already there are reused.
+    into ``<out_dir>/graphs/<kind>/event<id>.npz``, PyG graph files of the field's
+    tools converted into ``<out_dir>/graphs/<kind>/<name>.npz``; graphs already there are reused.
 
     Args:
         path: a graph file, a directory of graphs, or a directory of raw TrackML events.
@@ -44,6 +45,10 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
         DomainparError: no graphs and no raw events at ``path``.
     """
     path = Path(path)
+    if has_graph_files(path) and is_pyg_dataset(path):
+        from domainpar.data.pyg_files import convert_pyg_files
+
+        return convert_pyg_files(graph_files(path), Path(out_dir) / "graphs" / kind, progress)
     if path.is_file() or (path.is_dir() and any(path.glob("*.npz"))):
         files = graph_files(path)
         # Check every file's structure now (headers only, cheap) so a stray or damaged file fails before the
@@ -54,7 +59,7 @@ def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kin
         return files
     if not _has_raw_events(path):
         raise DomainparError(
-            f"{path}: expected graph files (*.npz) or raw TrackML events (event*-hits.csv[.gz]), found neither"
+            f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) or raw TrackML events (event*-hits.csv[.gz]), found neither"
         )
     from tqdm import tqdm
 

@@ -171,16 +171,25 @@ def _auc(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(roc_auc(0.5 * (1.0 + np.tanh(0.5 * logits)), labels))
 
 
-@pytest.mark.parametrize("fmt, suffix", [("torchscript", ".pt"), ("onnx", ".onnx")])
-def test_export_round_trip_on_the_real_event(fmt, suffix, checkpoint, evaluation, tmp_path, capsys):
-    """The file, loaded as the deployment side loads it, gives `evaluate`'s logits (1e-5) and AUC on real event 1."""
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory) -> dict[str, Path]:
+    """The checkpoint exported by the CLI in both formats."""
     from domainpar.cli.main import main
 
+    directory = tmp_path_factory.mktemp("exported")
+    files = {"torchscript": directory / "model.pt", "onnx": directory / "model.onnx"}
+    for fmt, out in files.items():
+        main(["export", "--checkpoint", str(checkpoint), "--format", fmt, "--out", str(out)])
+    return files
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_export_round_trip_on_the_real_event(fmt, exported, evaluation):
+    """The file, loaded as the deployment side loads it, gives `evaluate`'s logits (1e-5) and AUC on real event 1."""
     evaluate_json, evaluated = evaluation
-    out = tmp_path / f"model{suffix}"
-    main(["export", "--checkpoint", str(checkpoint), "--format", fmt, "--out", str(out)])
-    assert f"wrote {out}" in capsys.readouterr().out
-    sidecar = json.loads((tmp_path / f"model{suffix}.json").read_text())
+    out = exported[fmt]
+    assert out.is_file() and Path(f"{out}.json").is_file()
+    sidecar = json.loads(Path(f"{out}.json").read_text())
     graph = evaluated.graph
     x, edge_index, edge_attr = graph.x, graph.edge_index, graph.edge_attr
     if fmt == "torchscript":
@@ -205,6 +214,51 @@ def test_export_round_trip_on_the_real_event(fmt, suffix, checkpoint, evaluation
     assert sidecar["acts"]["useEdgeFeatures"] is True and sidecar["acts"]["cut"] == 0.3
     assert sidecar["verification"]["max_abs_logit_diff"] <= 1e-5
     assert sidecar["source"]["step"] == 15
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_evaluate_scores_an_exported_model_like_its_checkpoint(fmt, exported, evaluation, event_dir, tmp_path, capsys):
+    from domainpar.cli.main import main
+
+    evaluate_json, _ = evaluation
+    out = tmp_path / "eval.json"
+    main(["evaluate", "--model", str(exported[fmt]), "--data", str(event_dir), "--json", str(out), "--quiet"])
+    deployed = json.loads(out.read_text())
+    assert deployed["model"] == str(exported[fmt]) and deployed["model_format"] == fmt and deployed["checkpoint"] is None
+    assert deployed["threshold"] == evaluate_json["threshold"] == 0.3  # from the sidecar / the checkpoint
+    for key in ("efficiency", "purity", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate"):
+        assert deployed[key] == evaluate_json[key], key
+    assert deployed["auc"] == pytest.approx(evaluate_json["auc"], abs=1e-9)
+    assert "1 event(s), 1 part(s), threshold 0.3" in capsys.readouterr().out
+
+
+def test_evaluate_model_refusals(exported, checkpoint, event_dir, tmp_path, capsys):
+    from domainpar.data.event_graph import save_graph
+    from domainpar.data.graph import GraphConfig, build_event_graph
+
+    model = exported["torchscript"]
+    evaluate = ["evaluate", "--data", str(event_dir)]
+    code, err = _run_cli(evaluate + ["--model", str(model), "--checkpoint", str(checkpoint)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "give exactly one of --checkpoint" in err
+    code, err = _run_cli(evaluate + ["--model", str(model), "--parts", "2"], capsys)
+    assert code == 2 and "--parts must be 1 with --model (got 2)" in err
+    # Graphs whose feature widths differ from the model's inputs.
+    graph, _ = build_event_graph(EVENT, GraphConfig(cell_features=True))
+    save_graph(graph, tmp_path / "cells" / "event000000001.npz")
+    code, err = _run_cli(["evaluate", "--model", str(model), "--data", str(tmp_path / "cells")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "graph has 5 node features but the model expects 3" in err
+    narrow = graph.__class__(**{**{k: getattr(graph, k) for k in graph.__dataclass_fields__}, "x": graph.x[:, :3], "edge_attr": graph.edge_attr[:, :2]})
+    save_graph(narrow, tmp_path / "narrow" / "event000000001.npz")
+    code, err = _run_cli(["evaluate", "--model", str(model), "--data", str(tmp_path / "narrow")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "graph has 2 edge features but model model.pt expects 4 (dr, dphi, dz, dR)" in err
+    # A model without its sidecar, or with the sidecar of another file.
+    lonely = tmp_path / "lonely.onnx"
+    shutil.copy(exported["onnx"], lonely)
+    code, err = _run_cli(["evaluate", "--model", str(lonely)] + evaluate[1:], capsys)
+    assert code == 2 and err.count("\n") == 1 and "expected its sidecar lonely.onnx.json beside it" in err
+    shutil.copy(f"{exported['torchscript']}.json", tmp_path / "lonely.onnx.json")
+    code, err = _run_cli(["evaluate", "--model", str(lonely)] + evaluate[1:], capsys)
+    assert code == 2 and "the model file does not match its sidecar lonely.onnx.json" in err
 
 
 @pytest.mark.parametrize("fmt, suffix", [("torchscript", ".pt"), ("onnx", ".onnx")])
@@ -319,3 +373,17 @@ def test_train_records_the_graph_description_and_export_uses_it(tmp_path):
     assert [f["name"] for f in sidecar["node_features"]] == ["r", "phi", "z", "cell_count", "cell_charge"]
     assert sidecar["edge_features"] == [] and [i["name"] for i in sidecar["inputs"]] == ["x", "edge_index"]
     assert sidecar["threshold"] == 0.2 and sidecar["graph"]["cuts"]["cell_features"] is True
+
+
+def test_evaluate_reads_pyg_graph_files(checkpoint, evaluation, event_dir, tmp_path):
+    """`domainpar build --format pyg` output evaluates to the figures of the raw event."""
+    from domainpar.cli.main import main
+
+    evaluate_json, _ = evaluation
+    main(["build", "--input", str(event_dir), "--out", str(tmp_path / "pyg"), "--format", "pyg", "--quiet"])
+    out = tmp_path / "eval.json"
+    main(["evaluate", "--checkpoint", str(checkpoint), "--data", str(tmp_path / "pyg"), "--events", str(event_dir),
+          "--json", str(out), "--quiet"])  # fmt: skip
+    from_pyg = json.loads(out.read_text())
+    for key in ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate"):
+        assert from_pyg[key] == pytest.approx(evaluate_json[key], abs=1e-12), key
