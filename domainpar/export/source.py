@@ -5,12 +5,12 @@ A checkpoint (``checkpoints/step-*.pt`` or the final ``model.pt``) of any run
 activation checkpointing — holds the same one-process ``state_dict``; the
 export is that one-process model. The file is read with the checkpoint
 loader of :mod:`domainpar.train.checkpoint` (``weights_only=True``), which
-refuses a damaged or incomplete file with one line.
+verifies its content checksum and the type of every entry, and refuses a
+damaged or incomplete file with one line.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ class ExportSource:
     path: Path
     """The checkpoint file."""
     sha256: str
-    """SHA-256 of the checkpoint file's bytes (recorded in the sidecar)."""
+    """The checkpoint's verified content checksum (:func:`domainpar.train.checkpoint.state_digest`), recorded in the sidecar."""
     model_config: Any
     """The :class:`~domainpar.model.interaction_network.ModelConfig` it was trained with."""
     state: dict[str, torch.Tensor]
@@ -43,33 +43,11 @@ class ExportSource:
     """What the input columns are and how the training graphs were built (:mod:`domainpar.data.features`), None if unknown."""
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _load_state(path: Path) -> dict[str, Any]:
-    """The checkpoint dict, read and checked by the training package's loader."""
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, read_checkpoint_file
+    """The checkpoint dict, its checksum and every entry's type verified by the training package's loader."""
+    from domainpar.train.checkpoint import load_checkpoint
 
-    state = read_checkpoint_file(path)
-    if not isinstance(state, dict):
-        raise DomainparError(f"{path}: expected a domainpar checkpoint dict (got {type(state).__name__})")
-    missing = [key for key in ("format_version", "model", "model_config") if key not in state]
-    if missing:
-        raise DomainparError(f"{path}: checkpoint is missing entries {missing} (found {sorted(map(str, state))[:8]})")
-    if state["format_version"] != CHECKPOINT_FORMAT_VERSION:
-        raise DomainparError(
-            f"{path}: checkpoint format version must be {CHECKPOINT_FORMAT_VERSION} (got {state['format_version']!r})"
-        )
-    if not isinstance(state["model"], dict) or not all(torch.is_tensor(v) for v in state["model"].values()):
-        raise DomainparError(f"{path}: checkpoint entry 'model' must be a dict of tensors")
-    if not isinstance(state["model_config"], dict):
-        raise DomainparError(f"{path}: checkpoint entry 'model_config' must be a dict")
-    return state
+    return load_checkpoint(path, resumable=False)
 
 
 def load_export_source(path: str | os.PathLike) -> ExportSource:
@@ -98,7 +76,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     step = state.get("step")
     return ExportSource(
         path=path,
-        sha256=_file_sha256(path),
+        sha256=str(state["sha256"]),
         model_config=config,
         state=weights,
         dtype=floating[0] if floating else torch.float32,

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from domainpar.errors import DomainparError
+from domainpar.train.checkpoint import write_checkpoint
 
 from fixtures import EVENT1 as EVENT
 from fixtures import TRACKML_DIR
@@ -291,7 +292,7 @@ def test_models_trained_with_checkpointing_export_the_same(checkpoint, tmp_path)
     state = torch.load(checkpoint, weights_only=True)
     state["model_config"] = {**state["model_config"], "checkpointing": True, "overlap": True}
     variant = tmp_path / "checkpointed.pt"
-    torch.save(state, variant)
+    write_checkpoint(state, variant)
     plain = export_model(load_export_source(checkpoint), "torchscript", tmp_path / "a.pt")
     checkpointed = export_model(load_export_source(variant), "torchscript", tmp_path / "b.pt")
     x, edge_index, edge_attr = _random_graph(300, 900)
@@ -312,12 +313,19 @@ def test_export_refusals(checkpoint, tmp_path, capsys):
     state = torch.load(checkpoint, weights_only=True)
 
     missing = tmp_path / "missing.pt"
-    torch.save({k: v for k, v in state.items() if k != "model_config"}, missing)
+    write_checkpoint({k: v for k, v in state.items() if k != "model_config"}, missing)
     code, err = _run_cli(["export", "--checkpoint", str(missing), "--format", "onnx", "--out", str(tmp_path / "m.onnx")], capsys)
     assert code == 2 and err.count("\n") == 1 and "missing.pt: checkpoint is missing entries ['model_config']" in err
 
+    # One weight changed after the checksum was taken: refused, never exported.
+    tampered = {**state, "model": {k: v.clone() for k, v in state["model"].items()}}
+    tampered["model"]["head_output.bias"] += 1.0
+    torch.save(tampered, tmp_path / "tampered.pt")
+    code, err = _run_cli(base[:1] + ["--checkpoint", str(tmp_path / "tampered.pt")] + base[1:], capsys)
+    assert code == 2 and err.count("\n") == 1 and "tampered.pt: checkpoint content does not match its checksum" in err
+
     no_description = tmp_path / "old.pt"
-    torch.save({**state, "data": None}, no_description)
+    write_checkpoint({**state, "data": None}, no_description)
     code, err = _run_cli(base[:1] + ["--checkpoint", str(no_description)] + base[1:], capsys)
     assert code == 2 and err.count("\n") == 1 and "pass --graphs with the training graphs" in err
 
@@ -331,7 +339,7 @@ def test_export_refusals(checkpoint, tmp_path, capsys):
     code, err = _run_cli(base[:1] + ["--checkpoint", str(checkpoint), "--threshold", "1.5"] + base[1:], capsys)
     assert code == 2 and "--threshold must be in (0, 1) (got 1.5)" in err
     # Nothing was written by any refused export.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["missing.pt", "old.pt", "text.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["missing.pt", "old.pt", "tampered.pt", "text.pt"]
 
 
 def test_export_takes_the_description_from_graph_files(checkpoint, tmp_path, capsys):
@@ -342,7 +350,7 @@ def test_export_takes_the_description_from_graph_files(checkpoint, tmp_path, cap
     build_dataset(TRACKML_DIR, tmp_path / "graphs", GraphConfig(phi_slope_max=0.0005), progress=False)
     state = torch.load(checkpoint, weights_only=True)
     old = tmp_path / "old.pt"
-    torch.save({**state, "data": None}, old)
+    write_checkpoint({**state, "data": None}, old)
     main(["export", "--checkpoint", str(old), "--format", "torchscript", "--out", str(tmp_path / "m.pt"),
           "--graphs", str(tmp_path / "graphs"), "--check-graph", str(tmp_path / "graphs")])  # fmt: skip
     sidecar = json.loads((tmp_path / "m.pt.json").read_text())
