@@ -34,6 +34,7 @@ ORDER = (
     "reference",
     "preprocessing",
     "inference",
+    "export",
     "training",
     "faults",
     "scaling_inputs",

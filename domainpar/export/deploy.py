@@ -5,9 +5,9 @@ runs on a part's local graph with a halo exchange, activation checkpointing
 and whatever custom autograd its speed needs. None of that belongs in a
 deployed model. :func:`deploy_model` rebuilds the same function from a
 checkpoint's ``model_config`` and ``state_dict`` out of operations that
-TorchScript and ONNX (opset >= 16: ``ScatterND`` with ``reduction="add"``)
-both support, with the calling convention of ACTS's ExaTrkX edge-classifier
-stage:
+TorchScript and ONNX (opset >= 16: ``ScatterElements`` with ``reduction="add"``
+for the sums over incident edges) both support, with the calling convention of
+ACTS's ExaTrkX edge-classifier stage:
 
     forward(x, edge_index[, edge_attr]) -> logits
 
@@ -98,8 +98,10 @@ class DeployIteration(nn.Module):
         """(N, H), (E, H) → updated (N, H), (E, H)."""
         e = e + self.edge_network(h, e, src, dst)
         zeros = torch.zeros(h.shape[0], e.shape[1], dtype=e.dtype, device=e.device)
-        sum_in = zeros.index_add(0, dst, e)
-        sum_out = zeros.index_add(0, src, e)
+        # scatter_add exports as ScatterElements(reduction="add"). Not index_add: its ScatterND(reduction="add")
+        # loses updates in ONNX Runtime's CPU kernel with more than one intra-op thread (measured: logit errors 1e-2).
+        sum_in = zeros.scatter_add(0, dst.unsqueeze(1).expand(-1, e.shape[1]), e)
+        sum_out = zeros.scatter_add(0, src.unsqueeze(1).expand(-1, e.shape[1]), e)
         h = h + self.node_network(torch.cat([h, sum_in, sum_out], dim=1))
         return h, e
 

@@ -68,12 +68,18 @@ class _OnnxRunner:
         return self.session.run(None, feeds)[0]
 
 
-def open_model_file(path: str | os.PathLike, fmt: str):
-    """A callable ``runner(list of input arrays) -> logits array`` for a model file of format ``fmt``."""
+def open_model_file(path: str | os.PathLike, fmt: str, threads: int = 1):
+    """A callable ``runner(list of input arrays) -> logits array`` for a model file of format ``fmt``.
+
+    Args:
+        path: the model file.
+        fmt: ``torchscript`` or ``onnx``.
+        threads: ONNX Runtime intra-op threads (1: ACTS's setting); TorchScript uses torch's.
+    """
     path = Path(path)
     if not path.is_file():
         raise DomainparError(f"{path}: model file not found")
-    return _TorchScriptRunner(path) if fmt == "torchscript" else _OnnxRunner(path)
+    return _TorchScriptRunner(path) if fmt == "torchscript" else _OnnxRunner(path, threads=threads)
 
 
 @dataclass

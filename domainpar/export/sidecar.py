@@ -37,7 +37,7 @@ SIDECAR_FORMAT = "domainpar-edge-classifier"
 SIDECAR_VERSION = 1
 #: Model file formats.
 FORMATS = ("torchscript", "onnx")
-#: ONNX opset of exported models (>= 16 is needed for ScatterND with reduction="add").
+#: ONNX opset of exported models (>= 16 is needed for ScatterElements with reduction="add").
 ONNX_OPSET = 18
 
 

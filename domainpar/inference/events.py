@@ -80,6 +80,7 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
         )
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
+    whose = "the model" if config.model is not None else "the checkpoint's model"
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
         graph = load_graph(path)
@@ -92,7 +93,7 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
         first_source[graph.event_id] = path
         if graph.x.shape[1] != node_features:
             raise DomainparError(
-                f"{path}: graph has {graph.x.shape[1]} node features but the model expects {node_features} "
+                f"{path}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
                 "(build the graphs with the same --cell-features setting as the training graphs)"
             )
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
