@@ -218,9 +218,25 @@ def _missing(path: Path, what: str, expected: str) -> DomainparError:
 
 
 def _finite(path: Path, name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind not in "biuf":
+        raise DomainparError(f"{path}: field {name} must hold numbers (got dtype {array.dtype})")
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise DomainparError(f"{path}: field {name} must be finite (found NaN or inf)")
     return array
+
+
+def _integers(path: Path, name: str, array: np.ndarray) -> np.ndarray:
+    """An integer field as int64; float values must be whole numbers within int64 (ids read as floats lose digits)."""
+    if array.dtype.kind in "biu":
+        if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+            raise DomainparError(f"{path}: field {name} must fit in int64 (got values up to {array.max()})")
+        return array.astype(np.int64)
+    if array.dtype.kind == "f":
+        _finite(path, name, array)
+        if array.size and (np.any(array != np.round(array)) or np.abs(array).max() >= 2.0**53):
+            raise DomainparError(f"{path}: field {name} must hold integers (got non-integral or inexact float values)")
+        return array.astype(np.int64)
+    raise DomainparError(f"{path}: field {name} must hold integers (got dtype {array.dtype})")
 
 
 def _event_id(fields: dict, path: Path) -> int:
@@ -233,10 +249,10 @@ def _event_id(fields: dict, path: Path) -> int:
         value = int(value.item())
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < 2**63:
         return int(value)
     digits = re.findall(r"\d+", path.name.split(".")[0] if path.suffix else path.name)
-    if digits:
+    if digits and int(digits[-1]) < 2**63:
         return int(digits[-1])
     raise _missing(path, "event id", "an event_id field or digits in the file name")
 
@@ -252,7 +268,7 @@ def _per_track_to_hits(values: np.ndarray, track_edges: np.ndarray, num_nodes: i
 def _layers(fields: dict, path: Path, num_nodes: int) -> tuple[np.ndarray, str]:
     name, layer = _first(fields, ("hit_layer", "layer", "layers"), path, ndim=1, length=num_nodes)
     if layer is not None:
-        return layer.astype(np.int64), name
+        return _integers(path, name, layer), name
     _, volume = _first(fields, _names("volume_id"), path, ndim=1, length=num_nodes)
     _, layer_id = _first(fields, _names("layer_id"), path, ndim=1, length=num_nodes)
     if volume is not None and layer_id is not None:
@@ -356,9 +372,10 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
         from domainpar.data.graph import _edge_features as edge_features
 
         r, phi, z = cylindrical
-        if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-            raise DomainparError(f"{path}: edge_index must be within [0, {num_nodes}) (got values in [{edge_index.min()}, {edge_index.max()}])")
-        edge_attr, attr_name, edge_names = edge_features(r, phi, z, edge_index.astype(np.int64)), "computed from r,phi,z", list(EDGE_FEATURES)
+        edges = _integers(path, "edge_index", edge_index)
+        if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
+            raise DomainparError(f"{path}: edge_index must be within [0, {num_nodes}) (got values in [{edges.min()}, {edges.max()}])")
+        edge_attr, attr_name, edge_names = edge_features(r, phi, z, edges), "computed from r,phi,z", list(EDGE_FEATURES)
     if edge_attr is None:
         edge_attr, attr_name, edge_names = np.zeros((num_edges, 0), dtype=np.float32), "none", []
     used["edge_attr"] = attr_name
@@ -376,7 +393,7 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     _, track_edges = _first(fields, ("track_edges",), path, ndim=2)
     if track_edges is not None and track_edges.shape[0] == 2:
         num_tracks = track_edges.shape[1]
-        track_edges = track_edges.astype(np.int64)
+        track_edges = _integers(path, "track_edges", track_edges)
         if num_tracks and (track_edges.min() < 0 or track_edges.max() >= num_nodes):
             raise DomainparError(f"{path}: track_edges must be within [0, {num_nodes})")
         if particle_id is None:
@@ -393,12 +410,12 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     arrays = {
         "x": _finite(path, "x", x).astype(np.float32),
         "pos": _finite(path, "pos", pos).astype(np.float32),
-        "hit_id": hit_id.astype(np.int64),
+        "hit_id": _integers(path, used["hit_id"], hit_id),
         "layer": layer,
-        "edge_index": edge_index.astype(np.int64),
+        "edge_index": _integers(path, used["edge_index"], edge_index),
         "edge_attr": _finite(path, "edge_attr", edge_attr).astype(np.float32),
         "y": None if y is None else _finite(path, "y", y).astype(np.float32),
-        "particle_id": None if particle_id is None else particle_id.astype(np.int64),
+        "particle_id": None if particle_id is None else _integers(path, "particle_id", particle_id),
         "particle_pt": None if particle_pt is None else _finite(path, "pt", particle_pt).astype(np.float32),
     }
     event_id = _event_id(fields, path)

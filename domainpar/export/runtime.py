@@ -141,7 +141,11 @@ class ExportedModel:
             if edge_attr is None:
                 raise DomainparError(f"{self.path}: the model needs edge features (edge_attr), none were given")
             inputs.append(np.asarray(edge_attr, dtype=np.float32))
-        out = np.asarray(self.runner(inputs)).reshape(-1)
+        try:
+            out = np.asarray(self.runner(inputs)).reshape(-1)
+        except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
+            shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
+            raise DomainparError(f"{self.path}: the model refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
         if out.shape[0] != inputs[1].shape[1]:
             raise DomainparError(f"{self.path}: model returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
         return out.astype(np.float64)
@@ -160,4 +164,22 @@ def load_exported(path: str | os.PathLike) -> ExportedModel:
     if not path.is_file():
         raise DomainparError(f"--model {path}: model file not found")
     sidecar = read_sidecar(path)
-    return ExportedModel(path=path, sidecar=sidecar, runner=open_model_file(path, sidecar["model"]["format"]))
+    runner = open_model_file(path, sidecar["model"]["format"])
+    if isinstance(runner, _OnnxRunner):
+        _check_onnx_inputs(path, runner, len(sidecar["node_features"]), len(sidecar["edge_features"]))
+    return ExportedModel(path=path, sidecar=sidecar, runner=runner)
+
+
+def _check_onnx_inputs(path: Path, runner: _OnnxRunner, node_features: int, edge_features: int) -> None:
+    """The ONNX graph's declared inputs must be what its sidecar describes (a hand-edited sidecar is caught here)."""
+    expected = [["N", node_features], [2, "E"]] + ([["E", edge_features]] if edge_features else [])
+    found = [list(shape) for shape in runner.input_shapes]
+    widths_ok = len(found) == len(expected) and all(
+        len(f) == 2 and (not isinstance(e[1], int) or f[1] == e[1]) and (not isinstance(e[0], int) or f[0] == e[0])
+        for f, e in zip(found, expected)
+    )
+    if not widths_ok:
+        raise DomainparError(
+            f"{path}: the model's inputs {runner.input_names} have shapes {found}, but its sidecar describes "
+            f"{node_features} node and {edge_features} edge features"
+        )

@@ -201,6 +201,10 @@ def test_missing_fields_are_named(tmp_path):
         "nan.pyg": (Data(x=torch.full((4, 3), float("nan")), edge_index=torch.zeros(2, 1, dtype=torch.long), event_id=7), r"field x must be finite"),
         "no_id.pyg": (Data(x=torch.zeros(4, 3), edge_index=torch.zeros(2, 1, dtype=torch.long)), r"missing event id: expected an event_id field or digits in the file name"),
         "list.pyg": ([1, 2, 3], r"expected a torch_geometric Data object \(or a dict of tensors\), got list"),
+        "float_ids.pyg": (
+            Data(x=torch.zeros(4, 3), hit_id=torch.tensor([1.0, 2.5, 3.0, 4.0]), edge_index=torch.zeros(2, 1, dtype=torch.long), event_id=7),
+            r"field hit_id must hold integers \(got non-integral or inexact float values\)",
+        ),
     }
     for name, (data, message) in cases.items():
         torch.save(data, tmp_path / name)

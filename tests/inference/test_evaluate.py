@@ -192,7 +192,7 @@ def test_evaluate_errors(trained_checkpoint, event_dir, tmp_path, capsys):
     with pytest.raises(DomainparError, match=r"expected a domainpar checkpoint dict with a format_version entry \(got keys \['weights'\]\)"):
         load_model(tmp_path / "other.pt")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files \(\*\.npz\), found neither"):
+    with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files \(\*\.npz, or PyG \*\.pyg / \*\.pt\), found neither"):
         evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=tmp_path / "empty", progress=False))
     with pytest.raises(DomainparError, match=r"--threshold must be in \(0, 1\) \(got 1.5\)"):
         EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, threshold=1.5)
