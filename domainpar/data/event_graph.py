@@ -48,7 +48,7 @@ class EventGraph:
     edge_index: np.ndarray
     """(2, E) int64 node indices of every candidate segment, row 0 = inner (src), row 1 = outer (dst)."""
     edge_attr: np.ndarray
-    """(E, 4) float32 edge features dr, dphi, dz, dR (scaled like x)."""
+    """(E, F_e) float32 edge features dr, dphi, dz, dR (scaled like x); F_e may be 0 (graphs of other tools)."""
     y: np.ndarray | None = None
     """(E,) float32 label: 1 when both hits are consecutive hits of one non-noise particle; None without truth."""
     particle_id: np.ndarray | None = None
@@ -154,7 +154,8 @@ def check_structure(shapes: dict[str, tuple[tuple[int, ...], np.dtype]], source:
         shape = shapes[name][0]
         for axis, (found, want) in enumerate(zip(shape, ARRAY_SHAPES[name])):
             if want == "F":
-                if found < 1:
+                # Node features are needed; edge features may be absent (graphs of other tools, models without them).
+                if found < 1 and name != "edge_attr":
                     raise _fail(source, name, "of at least one feature column", f"shape {_shape_text(shape)}")
                 continue
             expected = sizes.get(want, want)
@@ -287,9 +288,9 @@ def _read_headers(path: Path) -> tuple[dict[str, tuple[tuple[int, ...], np.dtype
                     if declared > info.file_size:
                         raise _not_a_graph(path, f"entry {name} declares {declared:,} bytes but holds {info.file_size:,}")
                     if name in SCALARS:
-                        if shape != () or dtype.kind not in "iu":
+                        if shape != () or dtype != np.int64:
                             found = f"a {dtype.name} array of shape {_shape_text(shape)}" if shape != () else f"a {dtype.name} scalar"
-                            raise DomainparError(f"{path}: entry {name} must be an integer scalar (got {found})")
+                            raise DomainparError(f"{path}: entry {name} must be an int64 scalar (got {found})")
                         data = member.read(dtype.itemsize)
                         if len(data) != dtype.itemsize:
                             raise _not_a_graph(path, f"entry {name} is truncated")

@@ -572,15 +572,21 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
         if file.stem in stems:
             raise DomainparError(f"{file}: expected one graph file per name (found {stems[file.stem].name} too)")
         stems[file.stem] = file
+    from domainpar.atomic import staged_outputs
+
     converted = []
-    for file in tqdm(files, desc="converting PyG graphs", unit="event", disable=not progress):
-        target = target_dir / f"{file.stem}.npz"
-        if not target.is_file():
-            loaded = load_pyg_file(file)
-            if require_labels and loaded.graph.y is None:
-                raise DomainparError(f"{file}: training needs edge labels (expected a y, edge_y or truth field, found none)")
-            save_graph(loaded.graph, target, loaded.description)
-        converted.append(target)
+    # The converted graphs appear only when every file converted: a refused file leaves nothing behind.
+    with staged_outputs() as outputs:
+        staging = None
+        for file in tqdm(files, desc="converting PyG graphs", unit="event", disable=not progress):
+            target = target_dir / f"{file.stem}.npz"
+            if not target.is_file():
+                loaded = load_pyg_file(file)
+                if require_labels and loaded.graph.y is None:
+                    raise DomainparError(f"{file}: training needs edge labels (expected a y, edge_y or truth field, found none)")
+                staging = staging or outputs.directory(target_dir)
+                save_graph(loaded.graph, staging / target.name, loaded.description)
+            converted.append(target)
     return converted
 
 
