@@ -80,7 +80,8 @@ class DeployPairMLP(nn.Module):
 
     def forward(self, h: torch.Tensor, e: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """(N, H) node rows, (E, H) edge rows → (E, H) MLP output per edge."""
-        pre = self.w_src(h)[src] + self.w_dst(h)[dst] + self.w_edge(e)
+        # The training model's order of the three terms (edge term first), so the rounding matches.
+        pre = self.w_edge(e) + self.w_src(h)[src] + self.w_dst(h)[dst]
         return self.rest(self.activation(self.first_norm(pre)))
 
 
