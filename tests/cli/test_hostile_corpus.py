@@ -1502,8 +1502,12 @@ def base(tmp_path_factory) -> Base:
     return make_base(tmp_path_factory.mktemp("hostile-base"))
 
 
+#: Cases that spawn ranks (seconds each, more on a loaded machine).
+SLOW_CASES = {"train-plans-part-file-flipped", "train-plans-manifest-garbage"}
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n for n in CASES])
 def test_hostile_input_is_refused_cleanly(name, base, tmp_path, monkeypatch):
     ws = Workspace(base, tmp_path / "case")
     ws.tmp.mkdir()
@@ -1540,6 +1544,7 @@ SUBPROCESS_CASES = ["cli-option-without-value", "build-hits-x-overflows-float32"
                     "score-track-id-beyond-int64", "train-option--lr=inf"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_hostile_inputs_through_the_real_entry_point(base, tmp_path):
     import subprocess
