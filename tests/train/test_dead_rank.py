@@ -121,24 +121,37 @@ def test_srun_tasks_name_the_killed_rank(graphs, tmp_path, victim):
         assert "Traceback" not in output
 
 
+def _val_with_a_nan_for_rank_1(directory):
+    """Two validation graphs; the smaller has a NaN feature, found when a rank loads it (damage of dtype or shape
+    is refused before any rank starts). Validation events are dealt largest first over the replicas, so with one
+    rank per domain group it is rank 1's first validation event, which each rank loads before its first step,
+    while rank 0 only ever loads clean events."""
+    paths = write_graphs(directory, 2, first_id=100, seed=9)
+    sizes = [np.load(p)["edge_index"].shape[1] for p in paths]
+    assert sizes[0] != sizes[1]
+    smaller = paths[int(np.argmin(sizes))]
+    with np.load(smaller) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["x"][0, 0] = np.nan
+    with open(smaller, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    return directory, smaller.name
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
 def test_a_raising_rank_is_what_the_user_sees(tmp_path, launcher):
-    paths = write_graphs(tmp_path / "graphs", 4)
-    # The largest event gets a float64 x; with one rank per domain group it is always drawn by rank 1.
-    with np.load(paths[-1]) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    arrays["x"] = arrays["x"].astype(np.float64)
-    with open(paths[-1], "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-    job = start(launcher, 2, tmp_path / "graphs", tmp_path / "out", "--domain-size", "1", "--batch-events", "2", "--epochs", "2")
+    write_graphs(tmp_path / "graphs", 4)
+    val, damaged = _val_with_a_nan_for_rank_1(tmp_path / "val")
+    job = start(launcher, 2, tmp_path / "graphs", tmp_path / "out", "--domain-size", "1", "--batch-events", "2", "--epochs", "2",
+                "--val", str(val))  # fmt: skip
     started = time.monotonic()
     try:
         (output,) = job.finish(120)
     finally:
         job.kill_all()
     assert time.monotonic() - started < 110
-    message = "event000000003.npz: entry x must be of dtype float32 (got float64)"
+    message = f"{damaged}: x must be finite numbers (got nan at [0, 0])"
     lines = error_lines(output)
     if launcher == "spawn":
         assert job.processes[0].returncode == 2

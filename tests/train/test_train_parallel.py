@@ -165,21 +165,26 @@ def test_metrics_jsonl_and_curves(runs):
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_raising_rank_is_named(tmp_path):
-    paths = write_graphs(tmp_path / "graphs", 4)
-    # The largest event gets a float64 x: load_graph refuses it on the rank that draws it. Within a
-    # step the events are size-ordered, so the largest always goes to replica 1 (rank 1 with G = 1).
-    with np.load(paths[-1]) as npz:
+    write_graphs(tmp_path / "graphs", 4)
+    # Two validation graphs, the smaller with a NaN feature: load_graph refuses it on the rank that loads it.
+    # Validation events are dealt largest first, so it is rank 1's (G = 1) first validation event, loaded
+    # before step 1; rank 0 only ever loads clean events. (Damage of dtype or shape is refused before any rank starts.)
+    val = write_graphs(tmp_path / "val", 2, first_id=100, seed=9)
+    sizes = [np.load(p)["edge_index"].shape[1] for p in val]
+    assert sizes[0] != sizes[1]
+    damaged = val[int(np.argmin(sizes))]
+    with np.load(damaged) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    arrays["x"] = arrays["x"].astype(np.float64)
-    with open(paths[-1], "wb") as fh:
+    arrays["x"][0, 0] = np.nan
+    with open(damaged, "wb") as fh:
         np.savez_compressed(fh, **arrays)
     config = load_config(
         None,
-        {**BASE, "data.train": str(tmp_path / "graphs"), "run.out": str(tmp_path / "out"), "parallel.ranks": 2,
-         "parallel.domain_size": 1, "parallel.timeout_s": 30},
+        {**BASE, "data.train": str(tmp_path / "graphs"), "data.val": str(tmp_path / "val"), "run.out": str(tmp_path / "out"),
+         "parallel.ranks": 2, "parallel.domain_size": 1, "parallel.timeout_s": 30},
     )
     start = time.monotonic()
-    with pytest.raises(DomainparError, match=r"^rank 1: .*event000000003.npz: entry x must be of dtype float32 \(got float64\)"):
+    with pytest.raises(DomainparError, match=rf"^rank 1: .*{damaged.name}: x must be finite numbers \(got nan at \[0, 0\]\)"):
         train(config)
     assert time.monotonic() - start < 90
 
