@@ -55,6 +55,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,9 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
     if not path.is_file():
         raise DomainparError(f"{path}: PyG graph file not found")
     try:
-        with torch.serialization.safe_globals(_safe_globals()):
+        # torch warns about the pickle protocol of a foreign file before refusing it: the refusal is the one line.
+        with torch.serialization.safe_globals(_safe_globals()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)

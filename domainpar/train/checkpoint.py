@@ -51,6 +51,7 @@ import pickle
 import random
 import re
 import time
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Callable
@@ -290,7 +291,10 @@ def read_checkpoint_file(path: str | os.PathLike, advice: str = "") -> Any:
     if not path.is_file():
         raise DomainparError(f"{path}: checkpoint file not found")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # torch warns about the pickle protocol of a foreign file before refusing it: the refusal is the one line.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         reason = "not a torch file of tensors and plain containers"
     except KeyError:

@@ -1198,6 +1198,13 @@ def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s.__setitem__("format_version", "1")))
 
 
+@case("evaluate-checkpoint-raw-pickle")
+def _(ws):
+    import pickle
+
+    return _evaluate(ws, ws.write("p.pt", pickle.dumps({"model": {"w": [1.0]}}, protocol=5)))
+
+
 @case("evaluate-checkpoint-is-directory")
 def _(ws):
     ws.path("c.pt").mkdir()
@@ -1460,6 +1467,144 @@ def _(ws):
     return _score(ws, ws.base.submission, event=ws.event(parts=("hits", "cells", "particles")) / "event000000001")
 
 
+# =============================================================================== export
+
+
+def _export(ws, checkpoint, *extra, fmt="torchscript", out=None):
+    return ["export", "--checkpoint", checkpoint, "--format", fmt, "--out", out or ws.path("model.pt"), *extra]
+
+
+@case("export-checkpoint-flipped-bytes")
+def _(ws):
+    return _export(ws, ws.flipped(ws.base.model))
+
+
+@case("export-step-checkpoint-flipped-bytes")
+def _(ws):
+    return _export(ws, ws.flipped(ws.base.checkpoints[-1], seed=11), fmt="onnx", out=ws.path("m.onnx"))
+
+
+@case("export-checkpoint-truncated")
+def _(ws):
+    data = ws.base.model.read_bytes()
+    return _export(ws, ws.write("t.pt", data[: len(data) // 2]))
+
+
+@case("export-checkpoint-junk")
+def _(ws):
+    return _export(ws, ws.write("j.pt", b"\x00" * 64))
+
+
+@case("export-checkpoint-missing")
+def _(ws):
+    return _export(ws, ws.path("none.pt"))
+
+
+@case("export-checkpoint-step-text")
+def _(ws):
+    return _export(ws, ws.checkpoint(lambda s: s.__setitem__("step", "ten")))
+
+
+@case("export-checkpoint-model-config-unknown-key")
+def _(ws):
+    return _export(ws, ws.checkpoint(lambda s: s["model_config"].__setitem__("depth", 3)))
+
+
+@case("export-checkpoint-weights-int")
+def _(ws):
+    return _export(ws, ws.checkpoint(lambda s: s["model"].__setitem__(next(iter(s["model"])), s["model"][next(iter(s["model"]))].int())))
+
+
+@case("export-checkpoint-without-checksum")
+def _(ws):
+    return _export(ws, ws.checkpoint(lambda s: s.pop("sha256", None), reseal=False))
+
+
+@case("export-format-bogus")
+def _(ws):
+    return _export(ws, ws.base.model, fmt="tensorflow")
+
+
+@case("export-out-is-directory")
+def _(ws):
+    ws.path("d.pt").mkdir()
+    return _export(ws, ws.base.model, out=ws.path("d.pt"))
+
+
+@case("export-out-under-file")
+def _(ws):
+    return _export(ws, ws.base.model, out=ws.write("f", "x") / "model.pt")
+
+
+@case("export-out-under-unreadable-dir")
+def _(ws):
+    locked = ws.path("locked")
+    locked.mkdir()
+    ws.notes["denied"] = locked
+    return _export(ws, ws.base.model, out=locked / "m.pt")
+
+
+@case("export-threshold-nan")
+def _(ws):
+    return _export(ws, ws.base.model, "--threshold", "nan")
+
+
+@case("export-threshold-above-one")
+def _(ws):
+    return _export(ws, ws.base.model, "--threshold", "1.5")
+
+
+@case("export-check-graph-nan")
+def _(ws):
+    return _export(ws, ws.base.model, "--check-graph", ws.graph(lambda a: a["x"].__setitem__((1, 1), np.nan)))
+
+
+@case("export-check-graph-format-version-text")
+def _(ws):
+    return _export(ws, ws.base.model, "--check-graph", ws.graph(lambda a: a.__setitem__("format_version", np.array("1"))))
+
+
+@case("export-check-graph-missing")
+def _(ws):
+    return _export(ws, ws.base.model, "--check-graph", ws.path("none.npz"))
+
+
+@case("export-graphs-missing")
+def _(ws):
+    return _export(ws, ws.base.model, "--graphs", ws.path("nowhere"))
+
+
+# =============================================================================== PyG graph files (Exa.TrkX/acorn layout)
+
+
+@case("train-pyg-file-arbitrary-pickle")
+def _(ws):
+    import pickle
+
+    ws.write("pyg/event000000001.pyg", pickle.dumps({"x": 1}))
+    return ["train", "--data", ws.path("pyg"), "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("evaluate-pyg-file-truncated")
+def _(ws):
+    import torch
+
+    torch.save({"x": torch.zeros(3, 3), "edge_index": torch.zeros(2, 2, dtype=torch.long)}, ws.path("whole.pt"))
+    ws.write("pyg/event000000001.pyg", ws.path("whole.pt").read_bytes()[:100])
+    ws.path("whole.pt").unlink()
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.path("pyg"), "--quiet"]
+
+
+@case("verify-pyg-file-tensors-of-wrong-kind")
+def _(ws):
+    import torch
+
+    path = ws.path("pyg") / "event000000001.pyg"
+    path.parent.mkdir()
+    torch.save({"x": torch.full((4, 3), float("nan")), "edge_index": torch.tensor([[0.5], [1.0]]), "y": torch.ones(1)}, path)
+    return ["verify", "--graph", path, "--parts", "2", "--hidden", "4", "--iterations", "1"]
+
+
 # =============================================================================== demo
 
 
@@ -1536,7 +1681,7 @@ class _nothing:
 def test_corpus_is_large_and_covers_every_command():
     commands = {name.split("-")[0] for name in CASES}
     assert len(CASES) >= 150, len(CASES)
-    assert {"cli", "simulate", "build", "partition", "verify", "train", "evaluate", "score", "demo"} <= commands
+    assert {"cli", "simulate", "build", "partition", "verify", "train", "evaluate", "export", "score", "demo"} <= commands
 
 
 #: A few cases again through the real entry point, where the interpreter itself prints warnings and tracebacks.
