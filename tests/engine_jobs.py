@@ -27,7 +27,7 @@ from domainpar.partition import build_plan, partition_graph
 from domainpar.train.launch import spawn
 from domainpar.verification.cases import PygCase, VerifyCase, VerifyJob
 from domainpar.verification.worker import verify_jobs_worker
-from partition_helpers import TRACKML_DIR, random_graph
+from fixtures import TRACKML_DIR, random_graph
 
 CONFIG = ModelConfig(hidden=16, num_iterations=2, mlp_layers=2)
 VARIANTS = [(False, False), (True, False), (False, True), (True, True)]  # (checkpointing, overlap)

@@ -1,13 +1,28 @@
-"""Shared test fixtures: where the test data is, and small synthetic graphs and checkpoints.
+"""Shared test fixtures: where the test data is, and the synthetic event graphs the tests build.
 
 ``tests/conftest.py`` puts this directory on ``sys.path`` (pytest's default
 import mode), so any test module can ``from fixtures import ...``.
+
+The graph builders, from smallest to most realistic:
+
+* :func:`tiny_graph` — a few straight track chains written to a file (CLI tests).
+* :func:`random_graph` — uniformly random edges and features (partitioner and model edge cases).
+* :func:`synthetic_graph` / :func:`write_graphs` — labelled outward edges on random hits (training tests).
+* :func:`hits_graph` — a real TrackML hits file joined by (eta, phi) windows: a stand-in for the
+  graph builder with a real event's topology, so partitioners see what they see in production.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.spatial import cKDTree
+
+from domainpar.data.detector import layer_index_of
+from domainpar.data.event_graph import EventGraph, save_graph
 
 #: The repository's root.
 REPO = Path(__file__).resolve().parent.parent
@@ -19,3 +34,132 @@ EVENT1 = TRACKML_DIR / "event000000001"
 SHARED_TRACKML = Path(os.environ.get("DOMAINPAR_TRACKML_DIR", REPO.parent / "shared" / "data" / "trackml"))
 #: Prefix of the full real event, present only where SHARED_TRACKML is.
 FULL_EVENT = SHARED_TRACKML / "event000021000"
+
+
+def tiny_graph(path: Path, labels: bool = True, num_tracks: int = 6, hits_per_track: int = 5) -> Path:
+    """A small labelled graph: ``num_tracks`` straight chains of hits, one hit per layer."""
+    rng = np.random.default_rng(0)
+    num_nodes = num_tracks * hits_per_track
+    track = np.repeat(np.arange(num_tracks), hits_per_track)
+    layer = np.tile(np.arange(hits_per_track), num_tracks)
+    phi = 2 * np.pi * track / num_tracks + 0.01 * layer
+    r = 50.0 + 100.0 * layer
+    pos = np.stack([r * np.cos(phi), r * np.sin(phi), 10.0 * layer + rng.normal(0, 1, num_nodes)], axis=1).astype(np.float32)
+    ids = np.arange(num_nodes).reshape(num_tracks, hits_per_track)
+    src, dst = ids[:, :-1].ravel(), ids[:, 1:].ravel()
+    # a few fake cross-track edges so the labels are not all 1
+    src = np.concatenate([src, ids[:-1, 0]])
+    dst = np.concatenate([dst, ids[1:, 1]])
+    edge_index = np.stack([src, dst]).astype(np.int64)
+    x = np.stack([r / 1000.0, phi / np.pi, pos[:, 2] / 1000.0], axis=1).astype(np.float32)
+    delta = x[edge_index[1]] - x[edge_index[0]]
+    edge_attr = np.concatenate([delta, np.linalg.norm(delta, axis=1, keepdims=True)], axis=1).astype(np.float32)
+    y = (track[edge_index[0]] == track[edge_index[1]]).astype(np.float32) if labels else None
+    graph = EventGraph(
+        event_id=7, x=x, pos=pos, hit_id=np.arange(1, num_nodes + 1, dtype=np.int64), layer=layer.astype(np.int64),
+        edge_index=edge_index, edge_attr=edge_attr, y=y,
+        particle_id=(track + 1).astype(np.int64) if labels else None,
+        particle_pt=np.full(num_nodes, 2.0, dtype=np.float32) if labels else None,
+    )  # fmt: skip
+    save_graph(graph, path)
+    return path
+
+
+def hits_graph(hits_csv: str | Path, *, window: float = 0.04, labels: bool = True, event_id: int = 0) -> EventGraph:
+    """EventGraph of a TrackML hits file with (eta, phi)-window edges between layers."""
+    hits = pd.read_csv(hits_csv)
+    pos = hits[["x", "y", "z"]].to_numpy(np.float32)
+    r = np.hypot(pos[:, 0], pos[:, 1])
+    phi = np.arctan2(pos[:, 1], pos[:, 0])
+    eta = np.arcsinh(pos[:, 2] / np.maximum(r, 1e-3))
+    dist = np.sqrt(r.astype(np.float64) ** 2 + pos[:, 2].astype(np.float64) ** 2)
+    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    tree = cKDTree(np.stack([eta / 2.0, phi], axis=1))
+    pairs = tree.query_pairs(window, output_type="ndarray")
+    a, b = pairs[:, 0], pairs[:, 1]
+    keep = (layer[a] != layer[b]) & (np.abs(dist[a] - dist[b]) < 250.0)
+    a, b = a[keep], b[keep]
+    swap = dist[a] > dist[b]
+    src = np.where(swap, b, a).astype(np.int64)
+    dst = np.where(swap, a, b).astype(np.int64)
+    order = np.lexsort((dst, src))
+    edge_index = np.stack([src[order], dst[order]])
+    x = np.stack([r / 1000.0, phi / np.pi, pos[:, 2] / 1000.0], axis=1).astype(np.float32)
+    edge_attr = (x[edge_index[1]] - x[edge_index[0]])
+    edge_attr = np.concatenate([edge_attr, np.linalg.norm(edge_attr, axis=1, keepdims=True)], axis=1).astype(np.float32)
+    y = None
+    particle_id = None
+    truth_csv = Path(str(hits_csv).replace("-hits.", "-truth."))
+    if labels and truth_csv.exists():
+        truth = pd.read_csv(truth_csv)
+        particle_id = truth["particle_id"].to_numpy(np.int64)
+        same = (particle_id[edge_index[0]] == particle_id[edge_index[1]]) & (particle_id[edge_index[0]] != 0)
+        y = same.astype(np.float32)
+    return EventGraph(
+        event_id=event_id,
+        x=x,
+        pos=pos,
+        hit_id=hits["hit_id"].to_numpy(np.int64),
+        layer=layer.astype(np.int64),
+        edge_index=edge_index,
+        edge_attr=edge_attr,
+        y=y,
+        particle_id=particle_id,
+    )
+
+
+def random_graph(num_nodes: int, num_edges: int, seed: int = 0, *, labels: bool = True) -> EventGraph:
+    """EventGraph with uniformly random edges (self-loops and duplicates allowed) and random positions."""
+    rng = np.random.default_rng(seed)
+    edge_index = rng.integers(0, max(num_nodes, 1), size=(2, num_edges), dtype=np.int64) if num_nodes else np.zeros((2, 0), np.int64)
+    pos = (rng.normal(size=(num_nodes, 3)) * [300.0, 300.0, 1000.0]).astype(np.float32)
+    return EventGraph(
+        event_id=seed,
+        x=rng.normal(size=(num_nodes, 3)).astype(np.float32),
+        pos=pos,
+        hit_id=np.arange(1, num_nodes + 1, dtype=np.int64),
+        layer=rng.integers(0, 48, size=num_nodes, dtype=np.int64),
+        edge_index=edge_index,
+        edge_attr=rng.normal(size=(num_edges, 4)).astype(np.float32),
+        y=(rng.random(num_edges) < 0.3).astype(np.float32) if labels else None,
+    )
+
+
+def synthetic_graph(event_id: int, seed: int, num_nodes: int = 90, num_candidates: int = 360) -> EventGraph:
+    """Hits on random radii/angles; candidate edges point outwards; an edge is "true" when its Δφ is small."""
+    rng = np.random.default_rng(seed)
+    r = rng.uniform(30, 1000, num_nodes).astype(np.float32)
+    phi = rng.uniform(-np.pi, np.pi, num_nodes).astype(np.float32)
+    z = rng.uniform(-1000, 1000, num_nodes).astype(np.float32)
+    pos = np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1).astype(np.float32)
+    src = rng.integers(0, num_nodes, num_candidates)
+    dst = rng.integers(0, num_nodes, num_candidates)
+    outward = r[src] < r[dst]
+    src, dst = src[outward], dst[outward]
+    dphi = np.abs(np.angle(np.exp(1j * (phi[dst] - phi[src]))))
+    y = (dphi < 0.6).astype(np.float32)
+    x = np.stack([r / 1000, phi / np.pi, z / 1000], axis=1).astype(np.float32)
+    edge_attr = np.stack(
+        [(r[dst] - r[src]) / 1000, dphi / np.pi, (z[dst] - z[src]) / 1000, np.hypot(r[dst] - r[src], z[dst] - z[src]) / 1000],
+        axis=1,
+    ).astype(np.float32)
+    return EventGraph(
+        event_id=event_id,
+        x=x,
+        pos=pos,
+        hit_id=np.arange(1, num_nodes + 1, dtype=np.int64),
+        layer=np.zeros(num_nodes, dtype=np.int64),
+        edge_index=np.stack([src, dst]).astype(np.int64),
+        edge_attr=edge_attr,
+        y=y,
+    )
+
+
+def write_graphs(directory: Path, num_events: int, first_id: int = 0, seed: int = 0) -> list[Path]:
+    """``num_events`` graphs of growing size in ``directory`` (event ids first_id ..)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(num_events):
+        graph = synthetic_graph(first_id + i, seed * 1000 + i, num_nodes=70 + 6 * i, num_candidates=260 + 30 * i)
+        paths.append(save_graph(graph, directory / f"event{first_id + i:09d}.npz"))
+    return paths

@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from domainpar.cli.main import main
-from domainpar.errors import message_line, shorten
+from domainpar.errors import message_line, one_line, shorten
 
 
 def test_shorten_bounds_every_kind_of_value():
@@ -81,3 +81,10 @@ def test_no_arguments_shows_the_help(capsys):
         main([])
     captured = capsys.readouterr()
     assert info.value.code == 0 and "Commands:" in captured.out and captured.err == ""
+
+
+def test_one_line_collapses_and_shortens():
+    assert one_line(ValueError("Error tokenizing data.\nC error: saw 4\n")) == "Error tokenizing data. C error: saw 4"
+    assert one_line(KeyError()) == "KeyError"
+    long = one_line(RuntimeError("first sentence. " + "advice " * 100))
+    assert long == "first sentence."

@@ -17,11 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures import TRACKML_DIR
+from fixtures import TRACKML_DIR, tiny_graph
 
 from domainpar.cli.main import main
-from domainpar.data.event_graph import EventGraph, save_graph
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir, check_output_file
 
 
@@ -36,35 +35,6 @@ def run_cli(capsys, *argv: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
     assert "Traceback" not in captured.err
     return lines[0]
-
-
-def tiny_graph(path: Path, labels: bool = True, num_tracks: int = 6, hits_per_track: int = 5) -> Path:
-    """A small labelled graph: ``num_tracks`` straight chains of hits, one hit per layer."""
-    rng = np.random.default_rng(0)
-    num_nodes = num_tracks * hits_per_track
-    track = np.repeat(np.arange(num_tracks), hits_per_track)
-    layer = np.tile(np.arange(hits_per_track), num_tracks)
-    phi = 2 * np.pi * track / num_tracks + 0.01 * layer
-    r = 50.0 + 100.0 * layer
-    pos = np.stack([r * np.cos(phi), r * np.sin(phi), 10.0 * layer + rng.normal(0, 1, num_nodes)], axis=1).astype(np.float32)
-    ids = np.arange(num_nodes).reshape(num_tracks, hits_per_track)
-    src, dst = ids[:, :-1].ravel(), ids[:, 1:].ravel()
-    # a few fake cross-track edges so the labels are not all 1
-    src = np.concatenate([src, ids[:-1, 0]])
-    dst = np.concatenate([dst, ids[1:, 1]])
-    edge_index = np.stack([src, dst]).astype(np.int64)
-    x = np.stack([r / 1000.0, phi / np.pi, pos[:, 2] / 1000.0], axis=1).astype(np.float32)
-    delta = x[edge_index[1]] - x[edge_index[0]]
-    edge_attr = np.concatenate([delta, np.linalg.norm(delta, axis=1, keepdims=True)], axis=1).astype(np.float32)
-    y = (track[edge_index[0]] == track[edge_index[1]]).astype(np.float32) if labels else None
-    graph = EventGraph(
-        event_id=7, x=x, pos=pos, hit_id=np.arange(1, num_nodes + 1, dtype=np.int64), layer=layer.astype(np.int64),
-        edge_index=edge_index, edge_attr=edge_attr, y=y,
-        particle_id=(track + 1).astype(np.int64) if labels else None,
-        particle_pt=np.full(num_nodes, 2.0, dtype=np.float32) if labels else None,
-    )  # fmt: skip
-    save_graph(graph, path)
-    return path
 
 
 @pytest.fixture
@@ -292,22 +262,6 @@ def test_evaluate_refuses_repeated_events_and_missing_events_dir(tmp_path, graph
     assert line == f"error: --events {tmp_path / 'nowhere'}: expected a directory of raw TrackML events (found none)"
 
 
-def test_performance_plots_with_no_selected_edge(tmp_path):
-    """An untrained model selects no edge: the log-pT purity panel is empty and used to crash savefig."""
-    from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_performance
-
-    rng = np.random.default_rng(1)
-    n = 40
-    edges = EdgeSample(pt=rng.uniform(0.2, 5, n), eta=rng.uniform(-3, 3, n), label=rng.random(n) < 0.5, predicted=np.zeros(n, bool))
-    particles = ParticleSample(
-        pt=rng.uniform(0.2, 5, n), eta=rng.uniform(-3, 3, n), nlayers=np.full(n, 5),
-        matched=np.zeros(n, bool), perfect=np.zeros(n, bool),
-    )  # fmt: skip
-    paths = plot_performance(particles, edges, tmp_path)
-    assert [p.name for p in paths] == ["efficiency_purity_vs_pt.png", "efficiency_purity_vs_eta.png"]
-    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
-
-
 # ----------------------------------------------------------------------------- score
 
 
@@ -344,13 +298,6 @@ def test_score_accepts_a_truth_file_as_event(tmp_path, tiny_event, capsys):
     pd.DataFrame({"hit_id": np.arange(1, 7), "track_id": [1, 1, 1, 2, 2, 2]}).to_csv(perfect, index=False)
     main(["score", "--event", str(tiny_event) + "-truth.csv", "--submission", str(perfect)])
     assert capsys.readouterr().out.split()[-1] == "1.00000000"
-
-
-def test_one_line_collapses_and_shortens():
-    assert one_line(ValueError("Error tokenizing data.\nC error: saw 4\n")) == "Error tokenizing data. C error: saw 4"
-    assert one_line(KeyError()) == "KeyError"
-    long = one_line(RuntimeError("first sentence. " + "advice " * 100))
-    assert long == "first sentence."
 
 
 # ----------------------------------------------------------------------------- demo and the real entry point

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from partition_helpers import TRACKML_DIR, hits_graph
+from fixtures import TRACKML_DIR, hits_graph
 
 from fixtures import REPO
 EXAMPLES = REPO / "examples"

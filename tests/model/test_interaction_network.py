@@ -12,7 +12,7 @@ from domainpar.model.interaction_network import InteractionNetwork, ModelConfig,
 from domainpar.model.loss import edge_loss
 from domainpar.partition import build_plan
 from domainpar.partition.local_graph import local_graph
-from partition_helpers import random_graph
+from fixtures import random_graph
 
 
 def _whole(graph, dtype=torch.float64):

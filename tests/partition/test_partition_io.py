@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from partition_helpers import random_graph
+from fixtures import random_graph
 
 from domainpar.errors import DomainparError
 from domainpar.partition import partition_graph

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from partition_helpers import TRACKML_DIR, assert_plan_invariants, hits_graph, random_graph
+from fixtures import TRACKML_DIR, hits_graph, random_graph
+from plan_oracle import assert_plan_invariants
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError

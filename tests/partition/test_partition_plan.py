@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from partition_helpers import assert_plan_invariants
+from plan_oracle import assert_plan_invariants
 
 from domainpar.errors import DomainparError
 from domainpar.partition.plan import build_plan

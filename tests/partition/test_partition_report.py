@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from partition_helpers import TRACKML_DIR, hits_graph, random_graph
+from fixtures import TRACKML_DIR, hits_graph, random_graph
 
 from domainpar.cli.main import cli, main
 from domainpar.data.event_graph import save_graph

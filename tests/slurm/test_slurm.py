@@ -209,7 +209,7 @@ def _free_port() -> int:
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_two_node_rehearsal_with_torchrun_c10d(tmp_path):
-    from partition_helpers import TRACKML_DIR, hits_graph
+    from fixtures import TRACKML_DIR, hits_graph
 
     from domainpar.data.event_graph import save_graph
 

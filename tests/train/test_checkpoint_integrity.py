@@ -33,7 +33,7 @@ from domainpar.train.checkpoint import (
 )
 from domainpar.train.config import load_config
 from domainpar.train.run import train
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 
 def _config(data: Path, out: Path, **overrides):

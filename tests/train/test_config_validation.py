@@ -11,7 +11,7 @@ from domainpar.errors import DomainparError
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.train.config import check_model_size, load_config, validate_config
 from domainpar.train.run import train
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 
 @pytest.mark.parametrize(

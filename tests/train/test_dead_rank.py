@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bench.common.jobs import error_lines, running, start
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed
 

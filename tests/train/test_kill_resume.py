@@ -21,7 +21,7 @@ import torch
 
 from domainpar.train.checkpoint import checkpoint_files
 from bench.common.jobs import error_lines, start, train_args
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed
 

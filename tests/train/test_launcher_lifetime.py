@@ -16,7 +16,7 @@ import time
 import pytest
 
 from bench.common.jobs import running, start, train_args
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed
 

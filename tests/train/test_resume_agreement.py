@@ -15,7 +15,7 @@ from domainpar.train.checkpoint import checkpoint_files
 from domainpar.train.config import load_config
 from domainpar.train.launch import SpawnError, spawn
 from domainpar.train.run import prepare_payload, train
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed
 

@@ -22,7 +22,7 @@ from domainpar.train.config import load_config
 from domainpar.train.launch import spawn
 from domainpar.train.run import prepare_payload, train
 from domainpar.train.trainer import METRIC_KEYS, run_rank_sequence
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 TIGHT = 1e-10  # float64: partitioning reorders sums, nothing more
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from train_helpers import synthetic_graph
+from fixtures import synthetic_graph
 
 TIGHT = 1e-10
 

@@ -20,7 +20,7 @@ from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import checkpoint_files
 from domainpar.train.config import load_config
 from domainpar.train.run import train
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 EPOCHS = 10
 NUM_EVENTS = 6

@@ -26,7 +26,7 @@ from domainpar.train.schedule import learning_rate
 
 @pytest.fixture()
 def data_dir(tmp_path):
-    from train_helpers import write_graphs
+    from fixtures import write_graphs
 
     write_graphs(tmp_path / "graphs", 2)
     return tmp_path / "graphs"

@@ -1,83 +1,13 @@
-"""Hit graphs for the partition tests that do not need the full graph builder.
+"""An independent oracle of a PartitionPlan's contract, written from the design, not from build_plan.
 
-``hits_graph`` joins hits of different layers that are close in (eta, phi) with
-a KD-tree: a stand-in for the real segment builder with the same topology
-(edges inner → outer, local in the detector), so partitioners see a graph that
-looks like a real event's.
+``PartitionPlan.validate`` is the library's own check; this one is deliberately
+a second implementation (sets and counts instead of the library's vectorised
+bookkeeping), so a bug shared by the planner and its validator still fails here.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import pandas as pd
-from scipy.spatial import cKDTree
-
-from domainpar.data.detector import layer_index_of
-from domainpar.data.event_graph import EventGraph
-
-from fixtures import TRACKML_DIR
-
-
-def hits_graph(hits_csv: str | Path, *, window: float = 0.04, labels: bool = True, event_id: int = 0) -> EventGraph:
-    """EventGraph of a TrackML hits file with (eta, phi)-window edges between layers."""
-    hits = pd.read_csv(hits_csv)
-    pos = hits[["x", "y", "z"]].to_numpy(np.float32)
-    r = np.hypot(pos[:, 0], pos[:, 1])
-    phi = np.arctan2(pos[:, 1], pos[:, 0])
-    eta = np.arcsinh(pos[:, 2] / np.maximum(r, 1e-3))
-    dist = np.sqrt(r.astype(np.float64) ** 2 + pos[:, 2].astype(np.float64) ** 2)
-    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-    tree = cKDTree(np.stack([eta / 2.0, phi], axis=1))
-    pairs = tree.query_pairs(window, output_type="ndarray")
-    a, b = pairs[:, 0], pairs[:, 1]
-    keep = (layer[a] != layer[b]) & (np.abs(dist[a] - dist[b]) < 250.0)
-    a, b = a[keep], b[keep]
-    swap = dist[a] > dist[b]
-    src = np.where(swap, b, a).astype(np.int64)
-    dst = np.where(swap, a, b).astype(np.int64)
-    order = np.lexsort((dst, src))
-    edge_index = np.stack([src[order], dst[order]])
-    x = np.stack([r / 1000.0, phi / np.pi, pos[:, 2] / 1000.0], axis=1).astype(np.float32)
-    edge_attr = (x[edge_index[1]] - x[edge_index[0]])
-    edge_attr = np.concatenate([edge_attr, np.linalg.norm(edge_attr, axis=1, keepdims=True)], axis=1).astype(np.float32)
-    y = None
-    particle_id = None
-    truth_csv = Path(str(hits_csv).replace("-hits.", "-truth."))
-    if labels and truth_csv.exists():
-        truth = pd.read_csv(truth_csv)
-        particle_id = truth["particle_id"].to_numpy(np.int64)
-        same = (particle_id[edge_index[0]] == particle_id[edge_index[1]]) & (particle_id[edge_index[0]] != 0)
-        y = same.astype(np.float32)
-    return EventGraph(
-        event_id=event_id,
-        x=x,
-        pos=pos,
-        hit_id=hits["hit_id"].to_numpy(np.int64),
-        layer=layer.astype(np.int64),
-        edge_index=edge_index,
-        edge_attr=edge_attr,
-        y=y,
-        particle_id=particle_id,
-    )
-
-
-def random_graph(num_nodes: int, num_edges: int, seed: int = 0, *, labels: bool = True) -> EventGraph:
-    """EventGraph with uniformly random edges (self-loops and duplicates allowed) and random positions."""
-    rng = np.random.default_rng(seed)
-    edge_index = rng.integers(0, max(num_nodes, 1), size=(2, num_edges), dtype=np.int64) if num_nodes else np.zeros((2, 0), np.int64)
-    pos = (rng.normal(size=(num_nodes, 3)) * [300.0, 300.0, 1000.0]).astype(np.float32)
-    return EventGraph(
-        event_id=seed,
-        x=rng.normal(size=(num_nodes, 3)).astype(np.float32),
-        pos=pos,
-        hit_id=np.arange(1, num_nodes + 1, dtype=np.int64),
-        layer=rng.integers(0, 48, size=num_nodes, dtype=np.int64),
-        edge_index=edge_index,
-        edge_attr=rng.normal(size=(num_edges, 4)).astype(np.float32),
-        y=(rng.random(num_edges) < 0.3).astype(np.float32) if labels else None,
-    )
 
 
 def assert_plan_invariants(plan, edge_index: np.ndarray, y: np.ndarray | None = None) -> None:
