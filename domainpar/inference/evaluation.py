@@ -19,10 +19,7 @@ labels (``domainpar build`` output). Graph files carry no hit weights: the
 TrackML score of a graph input needs its raw event (``events_dir``), else it
 is reported as None, and particle eta is then estimated from the hits.
 
-Aggregation over events: edge efficiency and purity from summed counts, ROC
-AUC exact over all edges of all events together, tracking efficiency, fake
-and duplicate rates from summed counts, and the TrackML score as the mean of
-the per-event scores (as the challenge ranked submissions).
+How events are judged and summed is :mod:`domainpar.inference.scoring`'s job.
 """
 
 from __future__ import annotations
