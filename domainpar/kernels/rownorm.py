@@ -36,6 +36,8 @@ _ensure_writable_numba_cache()
 import numba  # noqa: E402  (the cache directory must be settled before numba loads)
 from numba import njit, prange  # noqa: E402
 
+from domainpar.kernels.threads import follow_torch_threads  # noqa: E402
+
 #: Activation name → kernel code.
 ACTIVATION_CODES = {"relu": 0, "silu": 1, "tanh": 2, "gelu": 3, "elu": 4, "leaky_relu": 5}
 #: Rows per block of the column sums (fixed, so sums do not depend on the thread count).
@@ -196,9 +198,7 @@ def _sum_blocks(part, out):  # pragma: no cover - compiled
 
 
 def _threads() -> None:
-    import torch
-
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    follow_torch_threads()
 
 
 def ln_act_forward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, code: int, param: float,

@@ -36,6 +36,8 @@ _ensure_writable_numba_cache()
 import numba  # noqa: E402  (the cache directory must be settled before numba loads)
 from numba import njit, prange  # noqa: E402
 
+from domainpar.kernels.threads import follow_torch_threads  # noqa: E402
+
 
 @dataclass(frozen=True, eq=False)
 class Segments:
@@ -111,8 +113,8 @@ def _gather_add2_cpu(base, rows_a, index_a, rows_b, index_b, out):  # pragma: no
 
 
 def _numba_threads() -> None:
-    # Follow torch's intra-op setting (one thread per spawned rank), within numba's pool.
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    # Follow torch's intra-op setting (one thread per spawned rank), within numba's pool; never change torch's.
+    follow_torch_threads()
 
 
 #: Use the numba kernels for CPU tensors (tests switch it off to check the torch path on CPU).
