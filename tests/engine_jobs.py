@@ -161,7 +161,7 @@ def _exchange_checks(rank: int) -> dict:
     upstream = torch.randn(NUM_NODES, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exchange = HaloExchange(part)
     local_ids = torch.as_tensor(part.local_to_global)
-    owned_ids = torch.as_tensor(part.owned_ids)
+    owned_ids = torch.tensor(part.owned_ids)
     # Copies of every node over all parts (owned once + once per part holding it as halo).
     copies = np.ones(NUM_NODES)
     for other in plan.parts:

@@ -105,7 +105,7 @@ def partition(
             except DomainparError as exc:
                 raise DomainparError(f"{file}: {exc}") from None
             plan_dir = out_dir if single else out_dir / f"event{graph.event_id:09d}"
-            save_plan(plan, outputs.replacement(out_dir) if single else staging / plan_dir.name)
+            save_plan(plan, outputs.replacement(out_dir) if single else staging / plan_dir.name, graph)
             report = partition_report(plan, hidden=hidden, dtype=dtype)
             record = report.to_dict()
             if not single:

@@ -104,7 +104,8 @@ class HaloExchange:
         self.device = torch.device(device)
         self.num_owned = part.num_owned
         self.num_halo = part.num_halo
-        self._send_ids = torch.as_tensor(part.send_ids, dtype=torch.int64, device=self.device)
+        # A copy: plan arrays are read-only and small next to the rows they index.
+        self._send_ids = torch.tensor(part.send_ids, dtype=torch.int64, device=self.device)
         self._send_ids_by_device = {self._send_ids.device: self._send_ids}
         self._sends = [
             (self._peer(int(q)), part.send_slice(i)) for i, q in enumerate(part.send_parts)

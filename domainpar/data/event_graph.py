@@ -18,6 +18,7 @@ import numpy as np
 
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, one_line
+from domainpar.npzfile import write_npz
 
 #: Bumped whenever the on-disk layout changes; files of another version are refused.
 GRAPH_FORMAT_VERSION = 1
@@ -229,8 +230,8 @@ def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | N
         if isinstance(value, np.ndarray):
             arrays[f.name] = value
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+        # Reproducible bytes: the same graph gives the same file, whatever worker built it and when.
+        write_npz(tmp, arrays, compress=True)
     return path
 
 

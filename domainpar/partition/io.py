@@ -1,19 +1,49 @@
-"""Save and load partition plans: one directory per event, no pickle.
+"""Plan directories and self-sufficient part files: the on-disk layout of partitioned events, no pickle.
 
-Layout of a plan directory::
+Layout of a plan directory (one per event; ``domainpar partition`` writes
+``<out>/event<id:09d>/`` for each graph of a directory)::
 
-    manifest.json       format_version, method, num_parts, graph_hash, counts,
-                        timings, and for every file its name, size and sha256
-    owner.npz           (N,) owner of every node
-    part_00000.npz      one file per part: the arrays of a PartPlan
+    manifest.json       format_version, event_id, method, num_parts, graph_hash,
+                        plan_hash, graph sizes and feature widths, cut counts,
+                        and for every file its name, size and sha256
+    owner.npz           (N,) owner part of every node
+    part_00000.npz      one self-sufficient file per part (below)
     ...
 
-The directory is written under a temporary name beside the destination and
-renamed into place, so a reader never sees half a plan. Loading checks the
-format version, that every listed part file is present with the recorded size
-and checksum (a truncated or corrupted file is refused), that the parts are
-consistent with the manifest, and — given the graph — that the plan was made
-from this graph (same content hash, same node count).
+A **part file** holds everything one rank needs to run its part of the event,
+so a rank reads only its own file — O(E/P) bytes — and never the graph:
+
+=========================  ==============  ===========================================
+member                     dtype, shape    meaning
+=========================  ==============  ===========================================
+format_version             int64 ()        :data:`PLAN_FORMAT_VERSION`
+event_id                   int64 ()        TrackML event number
+part, num_parts            int64 ()        this part, of how many
+method                     str ()          partitioner
+graph_hash, plan_hash      str ()          the event graph's and the plan's hashes
+drops_cut_edges            bool ()         sectors plan (cut edges dropped, no halo)
+num_edges_graph            int64 ()        edges of the whole graph
+num_interior_edges, ...    int64 ()        the scalar fields of a PartPlan
+owned_ids ... edge_owned   see PartPlan    the arrays of a PartPlan
+x                          float32 (n_o,F) owned nodes' features
+hit_id                     int64 (n_o,)    owned nodes' TrackML hit ids
+edge_attr                  float32 (E_l,Fe) local edges' features
+y                          float32 (E_l,)  local edges' labels (absent without truth)
+dropped_y                  float32 (k,)    sectors: labels of the dropped cut edges this part owns
+=========================  ==============  ===========================================
+
+Files are written reproducibly (:func:`domainpar.npzfile.write_npz`: the same
+plan gives the same bytes) into a temporary directory beside the destination
+that is renamed into place, so a reader never sees half a plan.
+
+Loading: :func:`load_part` reads one part file and refuses, with one line
+naming the file, anything that is not what the rank expects — another format
+version, a damaged file (every member carries a zip CRC-32, checked as it is
+read), a field of the wrong dtype, shape or range
+(:meth:`~domainpar.partition.part_data.PartData.validate`), or a part of
+another event, of another plan or of a plan with another number of parts.
+:func:`load_plan` reads a whole plan for tools (checksums from the manifest,
+every part, :meth:`~domainpar.partition.plan.PartitionPlan.validate`).
 """
 
 from __future__ import annotations
@@ -22,38 +52,47 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError, one_line
-from domainpar.partition.plan import PartitionPlan, PartPlan
+from domainpar.npzfile import read_npz, write_npz
+from domainpar.partition.part_data import PartData, cut_part
+from domainpar.partition.plan import PART_ARRAY_DTYPES, PART_SCALARS, PartitionPlan, PartPlan
 
 #: Bumped whenever the on-disk layout changes; plans of another version are refused.
-PLAN_FORMAT_VERSION = 1
+#: 2: self-sufficient part files (features, labels, hit ids, hashes), reproducible bytes.
+PLAN_FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 OWNER_NAME = "owner.npz"
 
-_PART_ARRAYS = (
-    "owned_ids",
-    "halo_ids",
-    "recv_parts",
-    "recv_offsets",
-    "send_parts",
-    "send_offsets",
-    "send_ids",
-    "edge_index",
-    "edge_ids",
-    "edge_owned",
-)
-_PART_SCALARS = ("num_interior_edges", "num_nodes_global", "num_edges_global", "num_positive_edges_global")
+#: Integer scalars of a part file besides the PartPlan ones.
+_INT_SCALARS = ("format_version", "event_id", "part", "num_parts", "num_edges_graph") + PART_SCALARS
+_STR_SCALARS = ("method", "graph_hash", "plan_hash")
+_FEATURES = {"x": np.float32, "hit_id": np.int64, "edge_attr": np.float32}
+_OPTIONAL = {"y": np.float32, "dropped_y": np.float32}
+_REQUIRED = _INT_SCALARS + _STR_SCALARS + ("drops_cut_edges",) + tuple(PART_ARRAY_DTYPES) + tuple(_FEATURES)
 
 
 def part_file_name(part: int) -> str:
+    """File name of part ``part`` in a plan directory: ``part_00003.npz``."""
     return f"part_{part:05d}.npz"
+
+
+def plan_dir_name(event_id: int) -> str:
+    """Directory name of an event's plan in ``domainpar partition`` output: ``event000001000``."""
+    return f"event{event_id:09d}"
+
+
+def part_file_path(plans: str | os.PathLike, event_id: int, part: int) -> Path:
+    """Where part ``part`` of event ``event_id`` lives in ``domainpar partition`` output ``plans``."""
+    return Path(plans) / plan_dir_name(event_id) / part_file_name(part)
 
 
 def _sha256(path: Path) -> str:
@@ -64,19 +103,60 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, object]:
-    with open(path, "wb") as fh:
-        np.savez(fh, **arrays)
+def _entry(path: Path) -> dict[str, object]:
     return {"name": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
-def save_plan(plan: PartitionPlan, directory: str | os.PathLike) -> Path:
-    """Write ``plan`` to ``directory`` atomically (an existing plan there is replaced).
+def part_arrays(data: PartData) -> dict[str, np.ndarray]:
+    """The members of ``data``'s part file (see the module docstring), in file order."""
+    plan = data.plan
+    arrays: dict[str, np.ndarray] = {
+        "format_version": np.int64(PLAN_FORMAT_VERSION),
+        "event_id": np.int64(data.event_id),
+        "part": np.int64(plan.part),
+        "num_parts": np.int64(plan.num_parts),
+        "method": np.str_(data.method),
+        "graph_hash": np.str_(data.graph_hash),
+        "plan_hash": np.str_(data.plan_hash),
+        "drops_cut_edges": np.bool_(data.drops_cut_edges),
+        "num_edges_graph": np.int64(data.num_edges_graph),
+    }
+    arrays.update({name: np.int64(getattr(plan, name)) for name in PART_SCALARS})
+    arrays.update({name: getattr(plan, name) for name in PART_ARRAY_DTYPES})
+    arrays.update({name: getattr(data, name) for name in _FEATURES})
+    arrays.update({name: getattr(data, name) for name in _OPTIONAL if getattr(data, name) is not None})
+    return arrays
+
+
+def save_part(data: PartData, path: str | os.PathLike, *, compress: bool = False) -> Path:
+    """Write one part file (not atomic by itself; :func:`save_plan` writes whole plans atomically)."""
+    return write_npz(path, part_arrays(data), compress=compress)
+
+
+def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGraph, *, compress: bool = False) -> Path:
+    """Write ``plan`` of ``graph`` to ``directory`` atomically: manifest, owners, one self-sufficient part file per part.
+
+    An existing plan at ``directory`` is replaced; any other non-empty directory is refused.
+
+    Args:
+        plan: the plan.
+        directory: the plan directory to create or replace.
+        graph: the graph the plan was made from (its arrays go into the part files).
+        compress: deflate the part files (about half the bytes; reading a part takes about 2x longer).
 
     Returns:
         The plan directory.
+
+    Raises:
+        DomainparError: the plan was made from another graph, or ``directory`` holds something else.
     """
     directory = Path(directory)
+    graph_hash = graph.content_hash()
+    if plan.graph_hash and plan.graph_hash != graph_hash:
+        raise DomainparError(
+            f"{directory}: plan was made from graph {plan.graph_hash}, not from the given graph "
+            f"(event {graph.event_id}, hash {graph_hash})"
+        )
     directory.parent.mkdir(parents=True, exist_ok=True)
     if directory.exists() and not (directory / MANIFEST_NAME).is_file() and any(directory.iterdir()):
         raise DomainparError(f"{directory}: expected a plan directory or a new path, found a non-empty directory without {MANIFEST_NAME}")
@@ -86,25 +166,28 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike) -> Path:
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)
     try:
-        files = {"owner": _write_npz(staging / OWNER_NAME, {"owner": plan.owner})}
+        write_npz(staging / OWNER_NAME, {"owner": plan.owner})
         part_files = []
-        for part in plan.parts:
-            arrays = {name: getattr(part, name) for name in _PART_ARRAYS}
-            arrays.update({name: np.int64(getattr(part, name)) for name in _PART_SCALARS})
-            arrays["part"] = np.int64(part.part)
-            part_files.append(_write_npz(staging / part_file_name(part.part), arrays))
+        for p in range(plan.num_parts):
+            path = save_part(cut_part(graph, plan, p, graph_hash=graph_hash), staging / part_file_name(p), compress=compress)
+            part_files.append(_entry(path))
         manifest = {
             "format_version": PLAN_FORMAT_VERSION,
+            "event_id": int(graph.event_id),
             "method": plan.method,
             "num_parts": plan.num_parts,
-            "graph_hash": plan.graph_hash,
-            "num_nodes": plan.num_nodes,
+            "graph_hash": graph_hash,
+            "plan_hash": plan.plan_hash,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "node_features": int(graph.x.shape[1]),
+            "edge_features": int(graph.edge_attr.shape[1]),
+            "has_labels": graph.y is not None,
             "drops_cut_edges": plan.drops_cut_edges,
             "num_cut_edges": plan.num_cut_edges,
             "num_true_cut_edges": plan.num_true_cut_edges,
-            "seconds_partition": plan.seconds_partition,
-            "seconds_plan": plan.seconds_plan,
-            "owner_file": files["owner"],
+            "compressed": bool(compress),
+            "owner_file": _entry(staging / OWNER_NAME),
             "part_files": part_files,
         }
         (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -122,37 +205,114 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike) -> Path:
     return directory
 
 
-def _read_npz(directory: Path, entry: object, what: str) -> dict[str, np.ndarray]:
-    if not isinstance(entry, dict) or not {"name", "bytes", "sha256"} <= set(entry):
-        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry must have name, bytes and sha256 (got {entry!r})")
-    path = directory / str(entry["name"])
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def _read_members(path: Path, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """Members ``names`` of an .npz file (those present), CRC-checked; any damage is one line naming the file."""
     if not path.is_file():
-        raise DomainparError(f"{path}: {what} file listed in the manifest is missing")
-    size = path.stat().st_size
-    if size != entry["bytes"]:
-        raise DomainparError(f"{path}: {what} file must be {entry['bytes']} bytes as recorded (got {size}); it is truncated or was modified")
-    if _sha256(path) != entry["sha256"]:
-        raise DomainparError(f"{path}: {what} file checksum must match the manifest (got a different sha256); the file is corrupted")
+        raise DomainparError(f"{path}: {what} not found")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise DomainparError(f"{path}: expected a plan part file (.npz), could not read it ({exc})") from None
+        return read_npz(path, names, missing_ok=True)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError, RuntimeError, struct.error) as exc:
+        raise DomainparError(f"{path}: expected an intact {what} (.npz), could not read it ({one_line(exc)}); re-run `domainpar partition`") from None
 
 
-def load_plan(
-    directory: str | os.PathLike, graph: EventGraph | None = None, *, num_parts: int | None = None
-) -> PartitionPlan:
-    """Read a plan written by :func:`save_plan` and validate it.
+def _scalar(arrays: dict[str, np.ndarray], path: Path, name: str, kind: str, what: str) -> Any:
+    value = arrays[name]
+    if value.shape != () or value.dtype.kind not in kind:
+        raise DomainparError(f"{path}: {what} entry {name} must be a scalar of kind {kind!r} (got dtype {value.dtype}, shape {value.shape})")
+    return value.item()
+
+
+def _expect(path: Path, what: str, expected: object, found: object, hint: str) -> None:
+    if expected is not None and expected != found:
+        raise DomainparError(f"{path}: part file must be {what} {expected} (got {found}); {hint}")
+
+
+def load_part(
+    path: str | os.PathLike,
+    *,
+    part: int | None = None,
+    num_parts: int | None = None,
+    event_id: int | None = None,
+    plan_hash: str | None = None,
+    num_nodes: int | None = None,
+    num_edges: int | None = None,
+) -> PartData:
+    """Read and validate one part file; optionally check it is the part the caller expects.
+
+    Only this file is read (O(E/P) bytes for a P-part plan of an event with E edges).
 
     Args:
-        directory: the plan directory.
-        graph: if given, the plan must have been made from this graph (content hash and node count).
-        num_parts: if given, the plan must have exactly this many parts (e.g. the domain group size).
+        path: the part file.
+        part: expected part index (the rank's index in its domain group).
+        num_parts: expected number of parts (the domain group size).
+        event_id: expected event.
+        plan_hash: expected plan (e.g. the manifest's, or another rank's).
+        num_nodes: expected node count of the whole graph (e.g. from the graph file's header).
+        num_edges: expected edge count of the whole graph.
+
+    Returns:
+        The validated :class:`~domainpar.partition.part_data.PartData` (read-only arrays).
 
     Raises:
-        DomainparError: missing/unreadable manifest, other format version, missing,
-            truncated or corrupted part file, wrong number of parts, or a plan of another graph.
+        DomainparError: one line naming ``path``: missing, unreadable or damaged file, another
+            format version, a field of the wrong dtype/shape/range, or a part other than expected.
+    """
+    path = Path(path)
+    what = "part file"
+    arrays = _read_members(path, _REQUIRED + tuple(_OPTIONAL), what)
+    if "format_version" not in arrays:
+        raise DomainparError(f"{path}: expected a domainpar part file, found no format_version entry")
+    version = _scalar(arrays, path, "format_version", "iu", what)
+    if version != PLAN_FORMAT_VERSION:
+        raise DomainparError(
+            f"{path}: part file format version must be {PLAN_FORMAT_VERSION} (got {version}); re-run `domainpar partition`"
+        )
+    missing = [name for name in _REQUIRED if name not in arrays]
+    if missing:
+        raise DomainparError(f"{path}: part file is missing entries {missing}")
+    ints = {name: int(_scalar(arrays, path, name, "iu", what)) for name in _INT_SCALARS}
+    strs = {name: str(_scalar(arrays, path, name, "U", what)) for name in _STR_SCALARS}
+    drops = bool(_scalar(arrays, path, "drops_cut_edges", "b", what))
+    hint = "the plans must come from one `domainpar partition` run with --parts equal to the domain size"
+    _expect(path, "of event", event_id, ints["event_id"], "the plan directory holds another event's part")
+    _expect(path, "of a plan with num_parts", num_parts, ints["num_parts"], hint)
+    _expect(path, "part", part, ints["part"], "each rank must read the part of its own index")
+    _expect(path, "of plan", plan_hash, strs["plan_hash"], "the parts of one event must come from one plan")
+    _expect(path, "of a graph with num_nodes", num_nodes, ints["num_nodes_global"], "the plan was made from another graph")
+    _expect(path, "of a graph with num_edges", num_edges, ints["num_edges_graph"], "the plan was made from another graph")
+    optional = {name: arrays.get(name) for name in _OPTIONAL}
+    plan = PartPlan(
+        part=ints["part"],
+        num_parts=ints["num_parts"],
+        **{name: arrays[name] for name in PART_ARRAY_DTYPES},
+        **{name: ints[name] for name in PART_SCALARS},
+    )
+    data = PartData(
+        plan=plan,
+        event_id=ints["event_id"],
+        graph_hash=strs["graph_hash"],
+        plan_hash=strs["plan_hash"],
+        method=strs["method"],
+        drops_cut_edges=drops,
+        num_edges_graph=ints["num_edges_graph"],
+        x=arrays["x"],
+        edge_attr=arrays["edge_attr"],
+        y=optional["y"],
+        hit_id=arrays["hit_id"],
+        dropped_y=optional["dropped_y"],
+        source=str(path),
+    )
+    return data.validate()
+
+
+def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of a plan directory, checked for the format version and the entries every reader needs.
+
+    Raises:
+        DomainparError: missing or unparsable manifest, another format version, missing entries.
     """
     directory = Path(directory)
     manifest_path = directory / MANIFEST_NAME
@@ -166,17 +326,58 @@ def load_plan(
         raise DomainparError(f"{manifest_path}: expected a plan manifest with a format_version entry")
     if manifest["format_version"] != PLAN_FORMAT_VERSION:
         raise DomainparError(
-            f"{manifest_path}: plan format version must be {PLAN_FORMAT_VERSION} (got {manifest['format_version']}); "
+            f"{manifest_path}: plan format version must be {PLAN_FORMAT_VERSION} (got {manifest['format_version']!r:.40}); "
             "re-run `domainpar partition`"
         )
-    missing = [k for k in ("method", "num_parts", "graph_hash", "num_nodes", "owner_file", "part_files") if k not in manifest]
+    keys = ("event_id", "method", "num_parts", "graph_hash", "plan_hash", "num_nodes", "num_edges", "owner_file", "part_files")
+    missing = [k for k in keys if k not in manifest]
     if missing:
         raise DomainparError(f"{manifest_path}: plan manifest is missing entries {missing}")
+    for key in ("event_id", "num_parts", "num_nodes", "num_edges"):
+        value = manifest[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "num_parts" else 0):
+            raise DomainparError(f"{manifest_path}: manifest entry {key} must be a non-negative integer (got {value!r:.40})")
+    if not isinstance(manifest["part_files"], list) or len(manifest["part_files"]) != manifest["num_parts"]:
+        found = len(manifest["part_files"]) if isinstance(manifest["part_files"], list) else type(manifest["part_files"]).__name__
+        raise DomainparError(f"{manifest_path}: manifest must list num_parts={manifest['num_parts']} part files (got {found})")
+    return manifest
+
+
+def _check_entry(directory: Path, entry: object, what: str) -> Path:
+    if not isinstance(entry, dict) or not {"name", "bytes", "sha256"} <= set(entry):
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry must have name, bytes and sha256 (got {entry!r:.80})")
+    name = str(entry["name"])
+    if Path(name).name != name:
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} file name must be a plain file name (got {name!r:.80})")
+    path = directory / name
+    if not path.is_file():
+        raise DomainparError(f"{path}: {what} file listed in the manifest is missing")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise DomainparError(f"{path}: {what} file must be {entry['bytes']} bytes as recorded (got {size}); it is truncated or was modified")
+    if _sha256(path) != entry["sha256"]:
+        raise DomainparError(f"{path}: {what} file checksum must match the manifest (got a different sha256); the file is corrupted")
+    return path
+
+
+def load_plan(
+    directory: str | os.PathLike, graph: EventGraph | None = None, *, num_parts: int | None = None
+) -> PartitionPlan:
+    """Read a whole plan written by :func:`save_plan` and validate it (for tools; a rank reads :func:`load_part`).
+
+    Args:
+        directory: the plan directory.
+        graph: if given, the plan must have been made from this graph (content hash and node count).
+        num_parts: if given, the plan must have exactly this many parts (e.g. the domain group size).
+
+    Raises:
+        DomainparError: missing/unreadable manifest, other format version, missing,
+            truncated or corrupted file, wrong number of parts, a plan of another graph,
+            or a plan that breaks an invariant (:meth:`PartitionPlan.validate`).
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
     stored_parts = int(manifest["num_parts"])
-    if len(manifest["part_files"]) != stored_parts:
-        raise DomainparError(
-            f"{manifest_path}: manifest must list num_parts={stored_parts} part files (got {len(manifest['part_files'])})"
-        )
     on_disk = sorted(p.name for p in directory.glob("part_*.npz"))
     if len(on_disk) != stored_parts:
         raise DomainparError(f"{directory}: plan must hold {stored_parts} part files (found {len(on_disk)})")
@@ -191,35 +392,30 @@ def load_plan(
         if int(manifest["num_nodes"]) != graph.num_nodes:
             raise DomainparError(f"{directory}: plan must cover {graph.num_nodes} nodes (got {manifest['num_nodes']})")
 
-    owner = _read_npz(directory, manifest["owner_file"], "owner").get("owner")
+    owner_path = _check_entry(directory, manifest["owner_file"], "owner")
+    owner = _read_members(owner_path, ("owner",), "owner file").get("owner")
+    if owner is None:
+        raise DomainparError(f"{owner_path}: owner file must have an owner entry (found none)")
     num_nodes = int(manifest["num_nodes"])
-    if owner is None or owner.shape != (num_nodes,):
-        raise DomainparError(f"{directory / OWNER_NAME}: owner must have shape ({num_nodes},)")
+    if owner.shape != (num_nodes,) or owner.dtype != np.int64:
+        raise DomainparError(f"{owner_path}: owner must be an int64 array of shape ({num_nodes},) (got {owner.dtype} {owner.shape})")
     parts = []
     for p, entry in enumerate(manifest["part_files"]):
-        arrays = _read_npz(directory, entry, f"part {p}")
-        absent = [k for k in _PART_ARRAYS + _PART_SCALARS + ("part",) if k not in arrays]
-        if absent:
-            raise DomainparError(f"{directory / str(entry['name'])}: part file is missing entries {absent}")
-        if int(arrays["part"]) != p:
-            raise DomainparError(f"{directory / str(entry['name'])}: part index must be {p} (got {int(arrays['part'])})")
-        parts.append(
-            PartPlan(
-                part=p,
-                num_parts=stored_parts,
-                **{k: arrays[k] for k in _PART_ARRAYS},
-                **{k: int(arrays[k]) for k in _PART_SCALARS},
-            )
+        path = _check_entry(directory, entry, f"part {p}")
+        data = load_part(
+            path, part=p, num_parts=stored_parts, event_id=int(manifest["event_id"]), plan_hash=str(manifest["plan_hash"]),
+            num_nodes=num_nodes, num_edges=int(manifest["num_edges"]),
         )
-    return PartitionPlan(
+        parts.append(data.plan)
+    plan = PartitionPlan(
         method=str(manifest["method"]),
         num_parts=stored_parts,
         graph_hash=str(manifest["graph_hash"]),
-        owner=owner.astype(np.int64, copy=False),
+        owner=owner,
         parts=tuple(parts),
         drops_cut_edges=bool(manifest.get("drops_cut_edges", False)),
         num_cut_edges=int(manifest.get("num_cut_edges", 0)),
         num_true_cut_edges=int(manifest.get("num_true_cut_edges", 0)),
-        seconds_partition=float(manifest.get("seconds_partition", 0.0)),
-        seconds_plan=float(manifest.get("seconds_plan", 0.0)),
+        plan_hash=str(manifest["plan_hash"]),
     )
+    return plan.validate(str(directory))

@@ -13,7 +13,26 @@ import numpy as np
 import torch
 
 from domainpar.data.event_graph import EventGraph
+from domainpar.partition.part_data import PartData
 from domainpar.partition.plan import PartPlan
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing ``array``'s memory, also for the read-only arrays of a plan (copied only if
+    ``array`` is not contiguous or its memory is not writable at all).
+
+    Plans are immutable and nothing writes into model inputs, so sharing is safe; torch
+    merely refuses read-only buffers, so the tensor views the writable memory underneath.
+    """
+    array = np.ascontiguousarray(array)
+    if not array.flags.writeable:
+        view = array.view()
+        try:
+            view.flags.writeable = True
+        except ValueError:  # memory that is read-only at its source (e.g. a read-only mmap)
+            view = array.copy()
+        array = view
+    return torch.from_numpy(array)
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,15 +92,36 @@ def local_graph(graph: EventGraph, part: PartPlan) -> LocalGraph:
     """Cut ``part``'s tensors out of ``graph`` (CPU; call ``.to(device)`` after)."""
     edge_ids = part.edge_ids
     return LocalGraph(
-        x=torch.from_numpy(np.ascontiguousarray(graph.x[part.owned_ids])),
-        edge_index=torch.from_numpy(np.ascontiguousarray(part.edge_index)),
-        edge_attr=torch.from_numpy(np.ascontiguousarray(graph.edge_attr[edge_ids])),
+        x=tensor_of(graph.x[part.owned_ids]),
+        edge_index=tensor_of(part.edge_index),
+        edge_attr=tensor_of(graph.edge_attr[edge_ids]),
         num_owned=part.num_owned,
         num_halo=part.num_halo,
         num_interior_edges=part.num_interior_edges,
-        edge_owned=torch.from_numpy(np.ascontiguousarray(part.edge_owned)),
-        edge_ids=torch.from_numpy(np.ascontiguousarray(edge_ids)),
-        y=None if graph.y is None else torch.from_numpy(np.ascontiguousarray(graph.y[edge_ids])),
+        edge_owned=tensor_of(part.edge_owned),
+        edge_ids=tensor_of(edge_ids),
+        y=None if graph.y is None else tensor_of(graph.y[edge_ids]),
+        num_edges_global=part.num_edges_global,
+        num_positive_edges_global=part.num_positive_edges_global,
+    )
+
+
+def local_graph_of(data: PartData) -> LocalGraph:
+    """The CPU tensors of a part (sharing the part's memory, no copies); ``.to(device, dtype)`` after.
+
+    Prefer :func:`domainpar.parallel.part.rank_part`, which also stages the copy to the device and builds the exchange.
+    """
+    part = data.plan
+    return LocalGraph(
+        x=tensor_of(data.x),
+        edge_index=tensor_of(part.edge_index),
+        edge_attr=tensor_of(data.edge_attr),
+        num_owned=part.num_owned,
+        num_halo=part.num_halo,
+        num_interior_edges=part.num_interior_edges,
+        edge_owned=tensor_of(part.edge_owned),
+        edge_ids=tensor_of(part.edge_ids),
+        y=None if data.y is None else tensor_of(data.y),
         num_edges_global=part.num_edges_global,
         num_positive_edges_global=part.num_positive_edges_global,
     )

@@ -17,15 +17,64 @@ halo), so a model can compute interior edges while halo rows are in flight.
 
 ``drop_cut_edges=True`` gives the naive "sectors" plan: each part is an
 independent subgraph, cut edges are dropped and there is no halo.
+
+A plan is immutable: its arrays are read-only views, and :meth:`PartPlan.validate`
+/ :meth:`PartitionPlan.validate` check every invariant above (every loader calls
+them, so a damaged or hostile plan file is refused before a rank uses it).
+:attr:`PartitionPlan.plan_hash` names a plan (graph, owners, sectors or not), so
+the ranks of a group can check they hold parts of the same one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from domainpar.errors import DomainparError
+
+#: PartPlan array fields and their dtype (everything int64 but the ownership mask).
+PART_ARRAY_DTYPES = {
+    "owned_ids": np.int64,
+    "halo_ids": np.int64,
+    "recv_parts": np.int64,
+    "recv_offsets": np.int64,
+    "send_parts": np.int64,
+    "send_offsets": np.int64,
+    "send_ids": np.int64,
+    "edge_index": np.int64,
+    "edge_ids": np.int64,
+    "edge_owned": np.bool_,
+}
+#: PartPlan integer fields besides ``part`` and ``num_parts``.
+PART_SCALARS = ("num_interior_edges", "num_nodes_global", "num_edges_global", "num_positive_edges_global")
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array`` (the caller's own array keeps its flags)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _freeze_arrays(obj: object) -> None:
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if isinstance(value, np.ndarray) and value.flags.writeable:
+            object.__setattr__(obj, f.name, read_only(value))
+
+
+def _fail(source: str, what: str, expected: str, found: object) -> DomainparError:
+    return DomainparError(f"{source}: {what} must be {expected} (got {found})")
+
+
+def _strictly_ascending(array: np.ndarray) -> bool:
+    return bool(array.size < 2 or np.all(array[1:] > array[:-1]))
+
+
+def _span(array: np.ndarray) -> str:
+    return f"values in [{int(array.min())}, {int(array.max())}]" if array.size else "no values"
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +114,9 @@ class PartPlan:
     num_positive_edges_global: int
     """True edges among num_edges_global (0 for a graph without labels)."""
 
+    def __post_init__(self) -> None:
+        _freeze_arrays(self)
+
     @property
     def num_owned(self) -> int:
         return int(self.owned_ids.shape[0])
@@ -98,6 +150,117 @@ class PartPlan:
         """Entries of send_ids that go to send_parts[i]."""
         return slice(int(self.send_offsets[i]), int(self.send_offsets[i + 1]))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by this part's arrays."""
+        return int(sum(getattr(self, name).nbytes for name in PART_ARRAY_DTYPES))
+
+    def validate(self, source: str = "part plan") -> "PartPlan":
+        """Check every invariant one part can check on its own, in O(local edges + local nodes).
+
+        Dtypes and shapes of every array; owned ids ascending and unique; halo
+        ids outside the owned set, grouped by ``recv_parts`` (ascending,
+        without this part) and ascending within a group; offsets that start at
+        0, grow strictly and end at the array they slice; send ids within the
+        owned rows; local edges within the local nodes, interior edges (both
+        ends owned) first and only those; global edge ids ascending within
+        the interior and the boundary run; ``edge_owned`` exactly where the
+        dst is owned; every halo node an endpoint of a local edge; counts
+        consistent with the global ones.
+
+        Args:
+            source: named in the error (a file, "part 3").
+
+        Returns:
+            ``self``, so a loader can write ``return part.validate(path)``.
+
+        Raises:
+            DomainparError: one line naming ``source``, the field, what was expected and what was found.
+        """
+        for name in ("part", "num_parts", *PART_SCALARS):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise _fail(source, name, "an integer", type(value).__name__)
+        if self.num_parts < 1 or not 0 <= self.part < self.num_parts:
+            raise _fail(source, "part", f"in [0, num_parts={self.num_parts})", self.part)
+        for name, dtype in PART_ARRAY_DTYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, np.ndarray):
+                raise _fail(source, name, "a numpy array", type(value).__name__)
+            if value.dtype != dtype:
+                raise _fail(source, name, f"of dtype {np.dtype(dtype).name}", value.dtype.name)
+            if value.ndim != (2 if name == "edge_index" else 1):
+                raise _fail(source, name, f"{2 if name == 'edge_index' else 1}-dimensional", f"shape {value.shape}")
+        n_nodes = self.num_nodes_global
+        n_owned, n_halo = self.num_owned, self.num_halo
+        n_local = n_owned + n_halo
+        owned, halo = self.owned_ids, self.halo_ids
+        if n_owned < 1:
+            raise _fail(source, "owned_ids", "non-empty (every part owns a node)", "none")
+        if n_local > n_nodes:
+            raise _fail(source, "num_nodes_global", f"at least the {n_local} local nodes", n_nodes)
+        if owned[0] < 0 or owned[-1] >= n_nodes or not _strictly_ascending(owned):
+            raise _fail(source, "owned_ids", f"strictly ascending within [0, {n_nodes})", _span(owned))
+        if n_halo and (halo.min() < 0 or halo.max() >= n_nodes):
+            raise _fail(source, "halo_ids", f"within [0, {n_nodes})", _span(halo))
+        if n_halo:
+            at = np.minimum(np.searchsorted(owned, halo), n_owned - 1)
+            if np.any(owned[at] == halo):
+                raise _fail(source, "halo_ids", "disjoint from owned_ids", "a node both owned and halo")
+        for kind, parts, offsets, total in (
+            ("recv", self.recv_parts, self.recv_offsets, n_halo),
+            ("send", self.send_parts, self.send_offsets, self.send_ids.shape[0]),
+        ):
+            if parts.size and (parts.min() < 0 or parts.max() >= self.num_parts or np.any(parts == self.part)):
+                raise _fail(source, f"{kind}_parts", f"other parts within [0, {self.num_parts})", _span(parts))
+            if not _strictly_ascending(parts):
+                raise _fail(source, f"{kind}_parts", "strictly ascending", parts.tolist()[:8])
+            if offsets.shape != (parts.shape[0] + 1,):
+                raise _fail(source, f"{kind}_offsets", f"of shape ({parts.shape[0] + 1},)", offsets.shape)
+            if offsets[0] != 0 or offsets[-1] != total or not _strictly_ascending(offsets):
+                raise _fail(source, f"{kind}_offsets", f"strictly ascending from 0 to {total}", offsets.tolist()[:8])
+        for i in range(self.recv_parts.shape[0]):
+            if not _strictly_ascending(halo[self.recv_slice(i)]):
+                raise _fail(source, "halo_ids", "ascending within each owner's block", f"a disorder in the block of part {int(self.recv_parts[i])}")
+        if self.send_ids.size and (self.send_ids.min() < 0 or self.send_ids.max() >= n_owned):
+            raise _fail(source, "send_ids", f"owned rows within [0, {n_owned})", _span(self.send_ids))
+        num_edges = self.edge_ids.shape[0]
+        edge_index = self.edge_index
+        if edge_index.shape != (2, num_edges) or self.edge_owned.shape != (num_edges,):
+            raise _fail(source, "edge_index / edge_owned", f"of shapes (2, {num_edges}) / ({num_edges},) like edge_ids",
+                        f"{edge_index.shape} / {self.edge_owned.shape}")
+        if num_edges and (edge_index.min() < 0 or edge_index.max() >= n_local):
+            raise _fail(source, "edge_index", f"local ids within [0, {n_local})", _span(edge_index))
+        if num_edges and self.edge_ids.min() < 0:
+            raise _fail(source, "edge_ids", "non-negative", _span(self.edge_ids))
+        n_interior = self.num_interior_edges
+        if not 0 <= n_interior <= num_edges:
+            raise _fail(source, "num_interior_edges", f"within [0, {num_edges}]", n_interior)
+        src_owned = edge_index[0] < n_owned
+        dst_owned = edge_index[1] < n_owned
+        interior = src_owned & dst_owned
+        if not (interior[:n_interior].all() and not interior[n_interior:].any()):
+            raise _fail(source, "edge_index", f"interior edges (both ends owned) first, exactly {n_interior} of them",
+                        f"{int(interior.sum())} interior edges, not all first")
+        if not (src_owned | dst_owned).all():
+            raise _fail(source, "edge_index", "edges with at least one owned end", "an edge between two halo nodes")
+        if not (_strictly_ascending(self.edge_ids[:n_interior]) and _strictly_ascending(self.edge_ids[n_interior:])):
+            raise _fail(source, "edge_ids", "ascending within the interior and the boundary edges", "a repeated or unordered id")
+        if not np.array_equal(self.edge_owned, dst_owned):
+            raise _fail(source, "edge_owned", "true exactly for the edges whose dst is owned", f"{int(np.count_nonzero(self.edge_owned != dst_owned))} edges differing")
+        if n_halo:
+            touched = np.zeros(n_local, dtype=bool)
+            touched[edge_index[0]] = True
+            touched[edge_index[1]] = True
+            if not touched[n_owned:].all():
+                raise _fail(source, "halo_ids", "endpoints of local edges", f"{int(np.count_nonzero(~touched[n_owned:]))} halo nodes on no edge")
+        owned_edges = int(np.count_nonzero(self.edge_owned))
+        if self.num_edges_global < owned_edges:
+            raise _fail(source, "num_edges_global", f"at least the {owned_edges} edges this part owns", self.num_edges_global)
+        if not 0 <= self.num_positive_edges_global <= self.num_edges_global:
+            raise _fail(source, "num_positive_edges_global", f"within [0, num_edges_global={self.num_edges_global}]", self.num_positive_edges_global)
+        return self
+
 
 @dataclass(frozen=True, eq=False)
 class PartitionPlan:
@@ -123,10 +286,157 @@ class PartitionPlan:
     """Wall time of the partitioner (assigning owners)."""
     seconds_plan: float = 0.0
     """Wall time of building the plan from the owners."""
+    plan_hash: str = ""
+    """:func:`plan_hash` of (graph_hash, owner, num_parts, drops_cut_edges); "" computes it."""
+
+    def __post_init__(self) -> None:
+        _freeze_arrays(self)
+        if not self.plan_hash:
+            object.__setattr__(
+                self, "plan_hash", plan_hash(self.graph_hash, self.owner, self.num_parts, self.drops_cut_edges)
+            )
 
     @property
     def num_nodes(self) -> int:
         return int(self.owner.shape[0])
+
+    def validate(self, source: str = "plan") -> "PartitionPlan":
+        """Check every part (:meth:`PartPlan.validate`) and how the parts fit together, in O(E + P·N).
+
+        Owners within [0, num_parts) and every part non-empty; part p's owned
+        ids are exactly the nodes owned by p; every halo block comes from the
+        part named in ``recv_parts`` and is exactly what that part sends (same
+        rows, same order); every part agrees on the global counts; the plan
+        hash matches the owners.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            DomainparError: one line naming ``source`` and the broken invariant.
+        """
+        owner = self.owner
+        if not isinstance(owner, np.ndarray) or owner.dtype != np.int64 or owner.ndim != 1:
+            raise _fail(source, "owner", "a one-dimensional int64 array", getattr(owner, "dtype", type(owner).__name__))
+        if self.num_parts < 1 or len(self.parts) != self.num_parts:
+            raise _fail(source, "parts", f"num_parts={self.num_parts} part plans", len(self.parts))
+        num_nodes = owner.shape[0]
+        if num_nodes and (owner.min() < 0 or owner.max() >= self.num_parts):
+            raise _fail(source, "owner", f"within [0, {self.num_parts})", _span(owner))
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(self.num_parts + 1))
+        first = self.parts[0] if self.parts else None
+        for p, part in enumerate(self.parts):
+            where = f"{source}: part {p}"
+            if not isinstance(part, PartPlan):
+                raise _fail(source, f"parts[{p}]", "a PartPlan", type(part).__name__)
+            if part.part != p or part.num_parts != self.num_parts:
+                raise _fail(where, "part / num_parts", f"{p} / {self.num_parts}", f"{part.part} / {part.num_parts}")
+            part.validate(where)
+            counts = (part.num_nodes_global, part.num_edges_global, part.num_positive_edges_global)
+            if part.num_nodes_global != num_nodes or counts != (first.num_nodes_global, first.num_edges_global, first.num_positive_edges_global):
+                raise _fail(where, "global counts", f"those of part 0 and the owner vector ({num_nodes} nodes)", counts)
+            if not np.array_equal(part.owned_ids, order[bounds[p] : bounds[p + 1]]):
+                raise _fail(where, "owned_ids", f"exactly the nodes whose owner is {p}", f"{part.num_owned} other ids")
+            if self.drops_cut_edges and (part.num_halo or part.send_ids.size):
+                raise _fail(where, "halo_ids", "empty in a plan that drops cut edges", f"{part.num_halo} halo nodes")
+        for part in self.parts:
+            for i, q in enumerate(part.recv_parts):
+                block = part.halo_ids[part.recv_slice(i)]
+                sender = self.parts[int(q)]
+                j = np.flatnonzero(sender.send_parts == part.part)
+                sent = sender.owned_ids[sender.send_ids[sender.send_slice(int(j[0]))]] if j.size else None
+                if sent is None or not np.array_equal(sent, block):
+                    raise _fail(f"{source}: part {part.part}", f"halo block from part {int(q)}",
+                                f"exactly the rows part {int(q)} sends", "a different list")
+            for q in part.send_parts:
+                if part.part not in self.parts[int(q)].recv_parts:
+                    raise _fail(f"{source}: part {part.part}", "send_parts", f"parts that receive from it", f"part {int(q)} receives nothing")
+        expected = plan_hash(self.graph_hash, owner, self.num_parts, self.drops_cut_edges)
+        if self.plan_hash != expected:
+            raise _fail(source, "plan_hash", f"{expected} (the hash of its owners)", self.plan_hash)
+        return self
+
+
+def one_part_plan(
+    edge_index: np.ndarray,
+    num_nodes: int,
+    *,
+    y: np.ndarray | None = None,
+    method: str = "given",
+    graph_hash: str = "",
+    drop_cut_edges: bool = False,
+) -> PartitionPlan:
+    """The one-part plan of a whole graph in O(E) without copying the edges: what ``build_plan`` gives for one part.
+
+    Every node owned (local id = global id), every edge interior and owned, in
+    edge order, no halo. Single-process training, inference and the reference
+    of the exactness checks run this plan through the same code as a partitioned one.
+
+    Args:
+        edge_index: (2, E) int64 global node ids; the part's ``edge_index`` is a read-only view of it.
+        num_nodes: N.
+        y: (E,) optional labels, to count positive edges.
+        method: recorded in the plan.
+        graph_hash: recorded in the plan.
+        drop_cut_edges: recorded in the plan (a one-part sectors plan cuts nothing either).
+    """
+    edge_index = np.asarray(edge_index, dtype=np.int64)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise DomainparError(f"edge_index must have shape (2, E) (got {edge_index.shape})")
+    if num_nodes < 1:
+        raise DomainparError(f"a plan needs at least one node (got {num_nodes})")
+    num_edges = int(edge_index.shape[1])
+    if num_edges and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise DomainparError(
+            f"edge_index must hold node ids within [0, {num_nodes}) "
+            f"(got values in [{int(edge_index.min())}, {int(edge_index.max())}])"
+        )
+    positives = 0 if y is None else int(np.count_nonzero(np.asarray(y) > 0.5))
+    empty = np.zeros(0, dtype=np.int64)
+    zero = np.zeros(1, dtype=np.int64)
+    part = PartPlan(
+        part=0,
+        num_parts=1,
+        owned_ids=np.arange(num_nodes, dtype=np.int64),
+        halo_ids=empty,
+        recv_parts=empty,
+        recv_offsets=zero,
+        send_parts=empty,
+        send_offsets=zero,
+        send_ids=empty,
+        edge_index=edge_index,
+        edge_ids=np.arange(num_edges, dtype=np.int64),
+        edge_owned=np.ones(num_edges, dtype=bool),
+        num_interior_edges=num_edges,
+        num_nodes_global=num_nodes,
+        num_edges_global=num_edges,
+        num_positive_edges_global=positives,
+    )
+    return PartitionPlan(
+        method=method,
+        num_parts=1,
+        graph_hash=graph_hash,
+        owner=np.zeros(num_nodes, dtype=np.int64),
+        parts=(part,),
+        drops_cut_edges=drop_cut_edges,
+        num_cut_edges=0,
+        num_true_cut_edges=0,
+    )
+
+
+def plan_hash(graph_hash: str, owner: np.ndarray, num_parts: int, drops_cut_edges: bool) -> str:
+    """16 hex digits naming a plan: the graph it was made from, its owners, its part count and kind.
+
+    The owner vector determines every part given the graph, so two plans with the same
+    hash hold the same parts; the partitioner's name is not part of it.
+    """
+    digest = hashlib.sha256(b"domainpar-plan-1")
+    digest.update(str(graph_hash).encode())
+    digest.update(np.int64(num_parts).tobytes())
+    digest.update(b"\x01" if drops_cut_edges else b"\x00")
+    digest.update(np.ascontiguousarray(owner, dtype=np.int64).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _check_owner(owner: np.ndarray, num_nodes: int, num_parts: int) -> np.ndarray:
@@ -188,6 +498,13 @@ def build_plan(
         raise DomainparError(f"edge_index must have shape (2, E) (got {edge_index.shape})")
     num_nodes = int(np.asarray(owner).shape[0])
     owner = _check_owner(owner, num_nodes, num_parts)
+    if num_parts == 1:
+        plan = one_part_plan(
+            edge_index, num_nodes, y=y, method=method, graph_hash=graph_hash, drop_cut_edges=drop_cut_edges
+        )
+        object.__setattr__(plan, "seconds_partition", seconds_partition)
+        object.__setattr__(plan, "seconds_plan", time.perf_counter() - t0)
+        return plan
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
         raise DomainparError(
             f"edge_index must hold node ids within [0, {num_nodes}) "

@@ -124,7 +124,7 @@ def _pyg_reference(case: PygCase, device: torch.device):
     dtype = _DTYPES[case.dtype]
     plan = build_plan(case.graph.edge_index, np.zeros(case.graph.num_nodes, np.int64), 1)
     graph = local_graph(case.graph, plan.parts[0]).to(device, dtype)
-    global_ids = torch.as_tensor(plan.parts[0].owned_ids, device=device)
+    global_ids = torch.tensor(plan.parts[0].owned_ids, device=device)
     model, out, loss = _pyg_run(replace(case, global_degrees=True), graph, global_ids, IdentityExchange(), device)
     full = torch.empty_like(out)
     full[global_ids] = out
@@ -202,7 +202,7 @@ def verify_worker(
             plan = build_plan(case.graph.edge_index, case.owner, world_size)
             part = plan.parts[rank]
             graph = local_graph(case.graph, part).to(device, _DTYPES[case.dtype])
-            owned_ids = torch.as_tensor(part.owned_ids, device=device)
+            owned_ids = torch.tensor(part.owned_ids, device=device)
             model, values, loss = _pyg_run(case, graph, owned_ids, HaloExchange(part, group=group, device=device), device)
             all_reduce_gradients(model, group)
             payload = (owned_ids.cpu(), values.cpu(), graph.num_halo)

@@ -21,7 +21,7 @@ def graph():
 @pytest.fixture()
 def saved(graph, tmp_path):
     plan = partition_graph(graph, 3, "metis", seed=2)
-    return plan, save_plan(plan, tmp_path / "event000000011")
+    return plan, save_plan(plan, tmp_path / "event000000011", graph)
 
 
 def test_round_trip_keeps_every_array(graph, saved):
@@ -91,7 +91,7 @@ def test_another_format_version_is_refused(saved):
     manifest = json.loads((directory / MANIFEST_NAME).read_text())
     manifest["format_version"] = 99
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(DomainparError, match=r"plan format version must be 1 \(got 99\)"):
+    with pytest.raises(DomainparError, match=r"plan format version must be 2 \(got 99\)"):
         load_plan(directory)
 
 
@@ -106,7 +106,7 @@ def test_a_directory_without_a_plan_is_refused(tmp_path):
 def test_saving_replaces_an_old_plan_and_leaves_no_temporaries(graph, saved):
     _, directory = saved
     plan4 = partition_graph(graph, 4, "geometric")
-    save_plan(plan4, directory)
+    save_plan(plan4, directory, graph)
     assert load_plan(directory, graph).num_parts == 4
     assert sorted(p.name for p in directory.parent.iterdir()) == [directory.name]
     assert len(list(directory.glob("part_*.npz"))) == 4
@@ -116,5 +116,5 @@ def test_saving_over_a_foreign_directory_is_refused(graph, tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "notes.txt").write_text("keep me")
     with pytest.raises(DomainparError, match="found a non-empty directory without manifest.json"):
-        save_plan(partition_graph(graph, 2, "metis"), tmp_path / "results")
+        save_plan(partition_graph(graph, 2, "metis"), tmp_path / "results", graph)
     assert (tmp_path / "results" / "notes.txt").read_text() == "keep me"

@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
     for path in write_graphs(root / "graphs", 4):
         # `domainpar partition` output layout: one plan directory per event.
         graph = load_graph(path)
-        save_plan(partition_graph(graph, 2, method="geometric"), root / "plans" / f"event{graph.event_id:09d}")
+        save_plan(partition_graph(graph, 2, method="geometric"), root / "plans" / f"event{graph.event_id:09d}", graph)
 
     def config(name, **overrides):
         return load_config(None, {**BASE, "data.train": str(root / "graphs"), "run.out": str(root / name), **overrides})
