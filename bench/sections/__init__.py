@@ -33,6 +33,7 @@ ORDER = (
     "communication",
     "reference",
     "preprocessing",
+    "data",
     "inference",
     "export",
     "training",

@@ -471,6 +471,7 @@ def build_dataset(
     config: GraphConfig = GraphConfig(),
     progress: bool = True,
     fmt: str = "npz",
+    workers: int = 1,
 ) -> list[GraphStats]:
     """Build and save the graph of every event under ``input_path``.
 
@@ -480,40 +481,28 @@ def build_dataset(
         config: the cuts.
         fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
         progress: show a tqdm progress bar.
+        workers: events built in parallel processes (see :mod:`domainpar.data.dataset`).
 
     Returns:
         One :class:`GraphStats` per event, in event order.
+
+    Raises:
+        DomainparError: no events; or, after every other event was built, one line naming the events that failed.
     """
-    from tqdm import tqdm
+    from domainpar.data.dataset import build_graph_files, event_inputs
+    from domainpar.workers import failure_summary
 
-    from domainpar.data.trackml import event_prefixes
-
-    input_path = Path(input_path)
-    if input_path.is_dir():
-        prefixes = event_prefixes(input_path)
-        if not prefixes:
-            raise DomainparError(f"{input_path}: expected TrackML event files event<digits>-<part>.csv[.gz] (found none)")
-    elif input_path.parent.is_dir() and any(input_path.parent.glob(input_path.name + "-hits.csv*")):
-        prefixes = [input_path]
-    else:
-        raise DomainparError(f"{input_path}: expected a directory of TrackML events or an event prefix (found neither)")
+    prefixes = event_inputs(input_path)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
     # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
-    from domainpar.data.features import build_description
-
     if fmt not in GRAPH_FORMATS:
         raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
-    description = build_description(config)
-    all_stats = []
-    for prefix in tqdm(prefixes, desc="build", unit="event", disable=not progress):
-        graph, stats = build_event_graph(prefix, config)
-        if fmt == "pyg":
-            from domainpar.data.pyg_files import save_event_pyg
-
-            save_event_pyg(graph, prefix, out_dir / graph_file_name(graph.event_id, fmt), description)
-        else:
-            save_graph(graph, out_dir / graph_file_name(graph.event_id), description)
-        all_stats.append(stats)
-    return all_stats
+    results = build_graph_files(prefixes, out_dir, config, workers=workers, progress=progress, fmt=fmt)
+    summary = failure_summary(results)
+    if summary is not None:
+        if len(results) == 1:
+            raise DomainparError(results[0].error)
+        raise DomainparError(summary)
+    return [r.value for r in results]

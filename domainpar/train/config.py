@@ -42,11 +42,15 @@ class DataConfig:
     val: str | None = None
     """Validation graphs or raw events; None validates on the training events."""
     plans: str | None = None
-    """Output directory of `domainpar partition` (one plan directory per graph, named like the graph file); None partitions on the fly."""
+    """Output directory of `domainpar partition` (one plan directory of part files per event); None: each event is partitioned once, before training, into <out>/plans."""
     method: str = "metis"
-    """Partitioner for on-the-fly plans in domain mode: metis or geometric."""
-    cache_events: int = 256
-    """Events whose graph and plan are kept in memory between epochs (0 = reload every time)."""
+    """Partitioner of the plans made before training when no plans are given (domain mode): metis or geometric."""
+    prefetch: int = 2
+    """Events whose parts are read and staged (pinned, copied to the GPU) in the background ahead of the step that needs them (0 = read when needed)."""
+    cache_gb: float = 2.0
+    """Host memory per rank, GB, for parts kept between epochs (0 = none; a part of a full event at 4 parts is ~20 MB, 4 ranks per node hold 4x this)."""
+    workers: int | None = None
+    """Processes per rank that build graphs and partition events before training (None: the cores available, shared by the ranks of a node)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,13 @@ def _display_name(dotted: str, source: str) -> str:
     return flag_name(dotted) if source == "command line" else dotted
 
 
+#: Keys of earlier versions and what replaced them (a clear line instead of "unknown key").
+_REPLACED = {
+    "data.cache_events": "use data.cache_gb, the host memory per rank for cached parts in GB (0 turns the cache off); "
+    "a count of events bounded nothing (a full event is ~130 MB)",
+}
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in fields(cls)}
@@ -290,6 +301,8 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: s
     sections = {name: getattr(config, name) for name in SECTION_TYPES}
     changes: dict[str, dict[str, Any]] = {name: {} for name in SECTION_TYPES}
     for dotted, value in overrides.items():
+        if dotted in _REPLACED:
+            raise DomainparError(f"{source}: config key {dotted!r} was replaced: {_REPLACED[dotted]}")
         section, _, name = dotted.partition(".")
         if section not in SECTION_TYPES or not name:
             raise DomainparError(
@@ -481,7 +494,9 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(r.checkpoint_every_epochs >= 1, f"checkpoint_every_epochs must be at least 1 (got {r.checkpoint_every_epochs})")
     _require(r.keep >= 1, f"--keep must be at least 1 checkpoint (got {r.keep})")
     _require(0 < r.threshold < 1, f"--threshold must be in (0, 1) (got {r.threshold})")
-    _require(d.cache_events >= 0, f"cache_events must be non-negative (got {d.cache_events})")
+    _require(d.prefetch >= 0, f"--prefetch must be a non-negative number of events (got {d.prefetch})")
+    _require(math.isfinite(d.cache_gb) and d.cache_gb >= 0, f"--cache-gb must be a non-negative number of GB (got {d.cache_gb})")
+    _require(d.workers is None or d.workers >= 1, f"--workers must be at least 1 (got {d.workers})")
     _require(bool(d.train), "--data is required: a directory of graphs (*.npz) or raw TrackML events")
     _require(Path(d.train).exists(), f"--data {d.train}: no such file or directory")
     _require(d.val is None or Path(d.val).exists(), f"--val {d.val}: no such file or directory")

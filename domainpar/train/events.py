@@ -1,90 +1,26 @@
-"""Training and validation events: files, size estimates, graphs and their plans.
+"""Training and validation events as one rank sees them: sizes for the sampler, and each event's part.
 
-Events come as graph files (``*.npz`` written by ``domainpar build``) or as raw
-TrackML events, which :func:`prepare_event_files` turns into graph files once
-(in ``<out>/graphs/<kind>``, reused on resume). An :class:`EventSource` hands
-out each event's graph with the partition plan of the current mode, made on
-the fly or read from ``domainpar partition`` output, and keeps recently used
-ones in memory so later epochs do not repeat the work.
+Before training, :mod:`domainpar.train.prepare` turns the run's inputs into
+graph files and (for more than one part per event) plan directories of
+self-sufficient part files. An :class:`EventParts` then gives the sampler the
+size of every event (from graph headers, no data read) and gives a rank the
+:class:`~domainpar.partition.part_data.PartData` of its own part of an event:
+its part file only (O(E/P) bytes), or the whole graph as the one-part plan
+when a group has one rank. The header helpers here read ``.npz`` headers
+without decompressing data.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import zipfile
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, inspect_graph, is_pyg_dataset, load_graph
+from domainpar.data.event_graph import inspect_graph, load_graph
 from domainpar.errors import DomainparError, one_line
-from domainpar.partition.plan import PartitionPlan, build_plan
-
-
-def _has_raw_events(path: Path) -> bool:
-    return path.is_dir() and any(path.glob("event*-hits.csv*"))
-
-
-def prepare_event_files(path: str | os.PathLike, out_dir: str | os.PathLike, kind: str, progress: bool = True) -> list[Path]:
-    """Graph files of ``path``: its ``*.npz`` files, or graphs built from its raw TrackML events or PyG files.
-
-    Raw events are built with the default :class:`~domainpar.data.graph.GraphConfig`
-    into ``<out_dir>/graphs/<kind>/event<id>.npz``, PyG graph files of the field's
-    tools converted into ``<out_dir>/graphs/<kind>/<name>.npz``; graphs already there are reused.
-
-    Args:
-        path: a graph file, a directory of graphs, or a directory of raw TrackML events.
-        out_dir: the run's output directory.
-        kind: "train" or "val" (sub-directory name).
-        progress: show a progress bar while building.
-
-    Raises:
-        DomainparError: no graphs and no raw events at ``path``.
-    """
-    path = Path(path)
-    if has_graph_files(path) and is_pyg_dataset(path):
-        from domainpar.data.pyg_files import convert_pyg_files
-
-        return convert_pyg_files(graph_files(path), Path(out_dir) / "graphs" / kind, progress)
-    if path.is_file() or (path.is_dir() and any(path.glob("*.npz"))):
-        files = graph_files(path)
-        # Check every file's structure now (headers only, cheap) so a stray or damaged file fails before the
-        # run writes anything; content (finite features, indices, labels) is checked when an event is loaded.
-        for file in files:
-            if not inspect_graph(file).has_labels:
-                _require_labels(file)
-        return files
-    if not _has_raw_events(path):
-        raise DomainparError(
-            f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) or raw TrackML events (event*-hits.csv[.gz]), found neither"
-        )
-    from tqdm import tqdm
-
-    from domainpar.data.event_graph import save_graph
-    from domainpar.data.features import build_description
-    from domainpar.data.graph import GraphConfig, build_event_graph
-    from domainpar.data.trackml import event_prefixes
-
-    from domainpar.atomic import staged_outputs
-
-    target_dir = Path(out_dir) / "graphs" / kind
-    files = []
-    prefixes = event_prefixes(path)
-    # Graphs appear in the run directory only when every event built: a bad event leaves nothing behind.
-    with staged_outputs() as outputs:
-        staging = None
-        for prefix in tqdm(prefixes, desc=f"building {kind} graphs", unit="event", disable=not progress):
-            target = target_dir / f"{Path(prefix).name}.npz"
-            if not target.is_file():
-                built = build_event_graph(prefix, GraphConfig())
-                graph = built[0] if isinstance(built, tuple) else built
-                staging = staging or outputs.directory(target_dir)
-                save_graph(graph, staging / target.name, build_description(GraphConfig()))
-            files.append(target)
-    return files
+from domainpar.partition.part_data import PartData, whole_graph_part
 
 
 def plan_directory(plans_dir: Path, event_id: int, graph_path: Path) -> Path:
@@ -96,34 +32,6 @@ def plan_directory(plans_dir: Path, event_id: int, graph_path: Path) -> Path:
     if not plan_dir.is_dir():
         raise DomainparError(f"--plans {plans_dir}: no plan directory event{event_id:09d} for {graph_path}")
     return plan_dir
-
-
-def check_plans(plans_dir: str | os.PathLike, files: list[Path], num_parts: int) -> None:
-    """Before a run writes anything: every graph has a plan directory whose manifest has ``num_parts`` parts.
-
-    Only the graphs' ``event_id`` and the manifests are read (cheap); the full
-    validation against each graph (content hash, part files) happens when the
-    ranks load the plans.
-
-    Raises:
-        DomainparError: a missing plan directory or manifest, or a plan with another number of parts.
-    """
-    import json
-
-    plans_dir = Path(plans_dir)
-    for path in files:
-        event_id = inspect_graph(path).event_id
-        plan_dir = plan_directory(plans_dir, event_id, path)
-        manifest = plan_dir / "manifest.json"
-        try:
-            stored = json.loads(manifest.read_text()).get("num_parts")
-        except (OSError, ValueError, AttributeError):
-            continue  # load_plan gives the detailed error
-        if stored != num_parts:
-            raise DomainparError(
-                f"--plans {plans_dir}: the plan of {path} ({plan_dir}) must have {num_parts} parts, "
-                f"one per rank of a domain group (got a plan of {stored} parts)"
-            )
 
 
 def check_feature_widths(files: list[Path]) -> None:
@@ -145,7 +53,7 @@ def check_feature_widths(files: list[Path]) -> None:
                 )
 
 
-def _require_labels(path: Path) -> None:
+def require_labels(path: Path) -> None:
     """Training and validation graphs must carry edge labels (``y``), read from the archive's index only."""
     with zipfile.ZipFile(path) as archive:
         if "y.npy" not in archive.namelist():
@@ -178,56 +86,32 @@ def array_shape(path: Path, name: str) -> tuple[int, ...]:
         ) from None
 
 
-#: How a message names the parts per event of training: the ranks of a domain group.
-_PARTS_OPTION = "the domain size (--domain-size, default --ranks)"
+def graph_header(path: Path) -> tuple[int, int, int]:
+    """``(event_id, num_nodes, num_edges)`` of a graph file, from its headers only (structure checked)."""
+    header = inspect_graph(path)
+    return header.event_id, header.num_nodes, header.num_edges
 
 
-@dataclass(frozen=True)
-class PreparedEvent:
-    """An event ready for a rank: its graph and the plan of the current mode."""
-
-    graph: EventGraph
-    """The whole event graph."""
-    plan: PartitionPlan
-    """Its plan, one part per rank of the domain group."""
-    dropped_labels: np.ndarray | None
-    """(num_dropped,) labels of the cut edges a sectors plan drops (None otherwise)."""
-    seconds_plan: float
-    """Wall time spent loading or making the plan."""
-
-
-class EventSource:
-    """Graphs and plans of a list of events, with an LRU cache.
+class EventParts:
+    """The events of one kind (training or validation) as one rank of a domain group reads them.
 
     Args:
-        files: graph files.
-        mode: "domain", "sectors" or "single".
-        num_parts: parts per event (the domain size G).
-        method: partitioner for on-the-fly domain plans ("metis" or "geometric").
-        seed: partitioner seed (identical on every rank so the plans agree).
-        plans_dir: `domainpar partition` output to read plans from (domain mode), or None.
-        cache_events: events kept in memory.
+        files: graph files (``domainpar build`` output), in the run's event order.
+        num_parts: parts per event (the domain group size G).
+        part: this rank's part (its index in the group).
+        plans: directory of plan directories (``<plans>/event<id>/part_<p>.npz``, ``domainpar partition``
+            output, or one plan directory when it holds a manifest); None for one part per event.
     """
 
-    def __init__(
-        self,
-        files: list[Path],
-        mode: str,
-        num_parts: int,
-        method: str = "metis",
-        seed: int = 0,
-        plans_dir: str | os.PathLike | None = None,
-        cache_events: int = 256,
-    ) -> None:
+    def __init__(self, files: list[Path], num_parts: int, part: int, plans: str | os.PathLike | None) -> None:
         self.files = [Path(f) for f in files]
-        self.mode = mode
         self.num_parts = num_parts
-        self.method = method
-        self.seed = seed
-        self.plans_dir = None if plans_dir is None else Path(plans_dir)
-        self.cache_events = cache_events
-        self._cache: OrderedDict[int, PreparedEvent] = OrderedDict()
+        self.part = part
+        self.plans = None if plans is None else Path(plans)
+        if num_parts > 1 and self.plans is None:
+            raise DomainparError(f"events split into {num_parts} parts need plan directories (got none); prepare the run first")
         self._sizes: np.ndarray | None = None
+        self._headers: dict[int, tuple[int, int, int]] = {}
 
     def __len__(self) -> int:
         return len(self.files)
@@ -239,42 +123,43 @@ class EventSource:
             self._sizes = np.array([graph_size(f) for f in self.files], dtype=np.int64)
         return self._sizes
 
-    def get(self, index: int) -> tuple[PreparedEvent, bool]:
-        """The event ``index`` and whether it was freshly prepared (False: from the cache)."""
-        if index in self._cache:
-            self._cache.move_to_end(index)
-            return self._cache[index], False
-        event = self._prepare(self.files[index])
-        if self.cache_events > 0:
-            self._cache[index] = event
-            while len(self._cache) > self.cache_events:
-                self._cache.popitem(last=False)
-        return event, True
+    def part_file(self, index: int) -> Path:
+        """The part file this rank reads for event ``index``."""
+        from domainpar.partition.io import part_file_name
 
-    def _prepare(self, path: Path) -> PreparedEvent:
-        graph = load_graph(path)
-        if graph.y is None:
-            raise DomainparError(f"{path}: training and validation need graphs with truth labels (got y = None)")
-        t0 = time.perf_counter()
-        dropped = None
-        if self.mode == "single" or self.num_parts == 1:
-            owner = np.zeros(graph.num_nodes, dtype=np.int64)
-            plan = build_plan(graph.edge_index, owner, 1, y=graph.y, graph_hash=graph.content_hash())
-        elif self.mode == "sectors":
-            from domainpar.partition import partition_graph
+        event_id = self._header(index)[0]
+        return plan_directory(self.plans, event_id, self.files[index]) / part_file_name(self.part)
 
-            plan = partition_graph(graph, self.num_parts, method="sectors", seed=self.seed, option=_PARTS_OPTION)
-            kept = np.zeros(graph.num_edges, dtype=bool)
-            for part in plan.parts:
-                kept[part.edge_ids] = True
-            dropped = graph.y[~kept]
-        elif self.plans_dir is not None:
-            from domainpar.partition.io import load_plan
+    def _header(self, index: int) -> tuple[int, int, int]:
+        header = self._headers.get(index)
+        if header is None:
+            header = self._headers[index] = graph_header(self.files[index])
+        return header
 
-            plan_dir = plan_directory(self.plans_dir, graph.event_id, path)
-            plan = load_plan(plan_dir, graph, num_parts=self.num_parts)
-        else:
-            from domainpar.partition import partition_graph
+    def load(self, index: int) -> PartData:
+        """This rank's part of event ``index`` (host memory, validated); safe to call from a prefetch thread.
 
-            plan = partition_graph(graph, self.num_parts, method=self.method, seed=self.seed, option=_PARTS_OPTION)
-        return PreparedEvent(graph=graph, plan=plan, dropped_labels=dropped, seconds_plan=time.perf_counter() - t0)
+        With one part per event: the whole graph as the one-part plan. Otherwise
+        only this rank's part file is read, and it must be part ``part`` of a
+        ``num_parts``-part plan of this event's graph (event id, node and edge
+        counts from the graph file's header).
+
+        Raises:
+            DomainparError: one line naming the file: unreadable, damaged, mismatched, or without labels.
+        """
+        path = self.files[index]
+        if self.plans is None:
+            graph = load_graph(path)
+            if graph.y is None:
+                raise DomainparError(f"{path}: training and validation need graphs with truth labels (got y = None)")
+            return whole_graph_part(graph)
+        from domainpar.partition.io import load_part
+
+        event_id, num_nodes, num_edges = self._header(index)
+        part_path = self.part_file(index)
+        data = load_part(
+            part_path, part=self.part, num_parts=self.num_parts, event_id=event_id, num_nodes=num_nodes, num_edges=num_edges
+        )
+        if data.y is None:
+            raise DomainparError(f"{part_path}: training and validation need parts with truth labels (got a part without y)")
+        return data

@@ -20,7 +20,6 @@ import torch
 
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
-from domainpar.train.events import check_feature_widths
 from domainpar.train.config import TrainConfig, validate_config
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
@@ -33,44 +32,25 @@ def _device_kind(config: TrainConfig) -> str:
     return config.parallel.device
 
 
-def _prepare_files(config: TrainConfig, progress: bool) -> tuple[list[str], list[str]]:
-    from domainpar.train.events import prepare_event_files
-
-    out = config.run.out
-    train_files = prepare_event_files(config.data.train, out, "train", progress)
-    val_source = config.data.val or config.data.train
-    val_files = prepare_event_files(val_source, out, "val" if config.data.val else "train", progress)
-    return [str(f) for f in train_files], [str(f) for f in val_files]
-
-
-def _check_inputs(config: TrainConfig, world_size: int, train_files: list[str], val_files: list[str]) -> None:
-    """Refuse, before the run writes anything, graphs of different feature widths and (domain mode reading
-    `domainpar partition` output) missing or mis-sized plans; the ranks would fail on them only after the
-    run directory has been started."""
-    from domainpar.train.config import domain_size_of
-    from domainpar.train.events import check_plans
-
-    files = [Path(f) for f in dict.fromkeys(train_files + val_files)]
-    if config.optim.batch_events > len(train_files):
-        raise DomainparError(
-            f"--batch-events {config.optim.batch_events} must be at most the number of training events "
-            f"({len(train_files)} in {config.data.train})"
-        )
-    check_feature_widths(files)
-    if config.parallel.mode == "domain" and config.data.plans is not None:
-        check_plans(config.data.plans, files, domain_size_of(config, world_size))
-
-
-def _payload(config: TrainConfig, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
-    return {"config": config.to_dict(), "train_files": train_files, "val_files": val_files, "device": _device_kind(config)}
+def _payload(config: TrainConfig, inputs) -> dict[str, Any]:
+    return {
+        "config": config.to_dict(),
+        "train_files": inputs.train_files,
+        "val_files": inputs.val_files,
+        "train_plans": inputs.train_plans,
+        "val_plans": inputs.val_plans,
+        "device": _device_kind(config),
+    }
 
 
 def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False) -> dict[str, Any]:
-    """Validate ``config`` for ``world_size`` ranks, list (or build) its graph files and return the
-    argument of :func:`~domainpar.train.trainer.run_rank` (for launching ranks yourself, e.g. in sweeps)."""
+    """Validate ``config`` for ``world_size`` ranks, prepare its events (graphs, plans: see
+    :mod:`domainpar.train.prepare`) and return the argument of :func:`~domainpar.train.trainer.run_rank`
+    (for launching ranks yourself, e.g. in sweeps)."""
+    from domainpar.train.prepare import prepare
+
     validate_config(config, world_size=world_size)
-    train_files, val_files = _prepare_files(config, progress=progress)
-    return _payload(config, train_files, val_files)
+    return _payload(config, prepare(config, world_size, progress=progress))
 
 
 def _rank_error(exc: Exception) -> Exception:
@@ -88,27 +68,35 @@ def _watchdog_config(config: TrainConfig):
 
 
 def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
-    """This process is one rank of a torchrun/srun job: join it, let rank 0 prepare the run, train."""
+    """This process is one rank of a torchrun/srun job: join it, prepare its shard of the events, train.
+
+    Every rank prepares the events of its shard (graphs, plans: :mod:`domainpar.train.prepare`) and waits for
+    the others through the rendezvous store, not in a barrier: no process-group timeout bounds the
+    preparation, and a rank's failure reaches every rank within a poll with its line.
+    """
     from domainpar.train import launch, runlock
+    from domainpar.train.prepare import prepare, prepare_distributed
     from domainpar.train.trainer import run_rank
 
     env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
     validate_config(config, world_size=env.world_size)
-    import torch.distributed as dist
-
     lock = None
+
+    def own_out() -> None:
+        """Rank 0 checks --out and holds its lock (inside the preparation's failure channel)."""
+        nonlocal lock
+        check_output_dir(config.run.out, "--out")
+        lock = runlock.acquire(config.run.out)
+
     try:
-        # Rank 0 holds the --out lock and builds graphs from raw events (if any) while the others wait,
-        # then everyone lists them.
-        if env.rank == 0:
-            check_output_dir(config.run.out, "--out")
-            lock = runlock.acquire(config.run.out)
-            train_files, val_files = _prepare_files(config, progress=config.run.progress)
-            _check_inputs(config, env.world_size, train_files, val_files)
-        if env.world_size > 1:
-            dist.barrier()
-        train_files, val_files = _prepare_files(config, progress=False)
-        payload = _payload(config, train_files, val_files)
+        if env.world_size == 1:
+            own_out()
+            inputs = prepare(config, 1, progress=config.run.progress)
+        else:
+            inputs = prepare_distributed(
+                config, env.rank, env.world_size, before=own_out if env.rank == 0 else None, progress=config.run.progress
+            )
+        payload = _payload(config, inputs)
         payload["device"] = env.device.type
         return run_rank(env.rank, env.world_size, payload)
     finally:
@@ -149,10 +137,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
         )
     check_output_dir(config.run.out, "--out")
     with runlock.run_lock(config.run.out):
-        train_files, val_files = _prepare_files(config, progress=config.run.progress)
-        _check_inputs(config, world_size, train_files, val_files)
+        from domainpar.train.prepare import prepare
+
+        inputs = prepare(config, world_size, progress=config.run.progress)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
-        payload = _payload(config, train_files, val_files)
+        payload = _payload(config, inputs)
         if world_size == 1:
             return run_rank(0, 1, payload)
         backend = launch.backend_for(payload["device"])

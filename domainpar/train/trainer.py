@@ -16,7 +16,6 @@ serves any number of ranks on resume.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 from domainpar.atomic import atomic_path
-from domainpar.comm.collectives import broadcast_object, broadcast_tensors, max_value, same_on_all_ranks, sum_in_place, sum_values
+from domainpar.comm.collectives import broadcast_object, broadcast_tensors, max_value, sum_in_place, sum_values
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
@@ -52,7 +51,8 @@ from domainpar.train.checkpoint import (
     write_checkpoint,
 )
 from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of, dump_config
-from domainpar.train.events import EventSource, array_shape
+from domainpar.train.events import EventParts, array_shape
+from domainpar.train.feed import Feeder, PartCache
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate, replica_scale
@@ -68,6 +68,7 @@ METRIC_KEYS = (
     "seconds",
     "peak_memory_bytes",
     "halo_bytes",
+    "data_wait_fraction",
 )
 
 
@@ -142,6 +143,9 @@ class Trainer:
         rank: global rank.
         world_size: number of ranks.
         device: this rank's device.
+        train_plans: directory of the training events' plan directories (prepared by
+            :mod:`domainpar.train.prepare`); needed when a domain group has more than one rank.
+        val_plans: the same for the validation events.
     """
 
     def __init__(
@@ -152,6 +156,8 @@ class Trainer:
         rank: int,
         world_size: int,
         device: torch.device,
+        train_plans: str | None = None,
+        val_plans: str | None = None,
     ) -> None:
         self.config = config
         self.device = device
@@ -161,11 +167,16 @@ class Trainer:
         group_size = domain_size_of(config, world_size)
         self.layout: Layout = make_layout(rank, world_size, group_size, config.parallel.timeout_s)
         d = config.data
-        self.train_source = EventSource(
-            train_files, mode, group_size, d.method, config.run.seed, d.plans, d.cache_events
-        )
-        self.val_source = EventSource(val_files, mode, group_size, d.method, config.run.seed, d.plans, d.cache_events)
-        self.sampler = BucketSampler(self.train_source.sizes, config.optim.batch_events, config.run.seed)
+        part = self.layout.part
+        self.train_parts = EventParts(train_files, group_size, part, train_plans if group_size > 1 else None)
+        self.val_parts = EventParts(val_files, group_size, part, val_plans if group_size > 1 else None)
+        # One byte budget for training and validation parts (GB = 1e9 bytes).
+        self.cache = PartCache(int(d.cache_gb * 1e9))
+        self._train_feed: Feeder | None = None
+        self._val_feed: Feeder | None = None
+        self._last_data_wait = 0.0
+        self.val_data_wait = 0.0
+        self.sampler = BucketSampler(self.train_parts.sizes, config.optim.batch_events, config.run.seed)
         self.events_per_replica = config.optim.batch_events // self.layout.num_replicas
         steps = config.run.epochs * self.sampler.steps_per_epoch
         self.total_steps = steps if config.run.max_steps is None else min(steps, config.run.max_steps)
@@ -194,7 +205,7 @@ class Trainer:
         self.global_step = 0
         self.epoch = 0
         self.step_in_epoch = 0
-        self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
+        self.epoch_state = _new_epoch_state()
         self.step_losses: list[float] = []
         self._tensorboard = None
         self.resume_note: str | None = None
@@ -257,7 +268,7 @@ class Trainer:
         self.global_step = int(state["step"])
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
-        self.epoch_state = dict(state.get("epoch_state", self.epoch_state))
+        self.epoch_state = {**_new_epoch_state(), **dict(state.get("epoch_state", {}))}
         self.step_losses = [float(v) for v in state.get("step_losses", [])]
         if "rng" in state:
             set_rng_state(state["rng"], source=path)
@@ -332,44 +343,59 @@ class Trainer:
             stack.enter_context(torch.autocast(device_type=self.device.type, dtype=torch.bfloat16))
         return stack
 
-    def _exchange_for(self, prepared, fresh: bool):
-        from domainpar.model.exchange import IdentityExchange
+    # ------------------------------------------------------------- data feed
 
-        plan = prepared.plan
-        if plan.num_parts == 1 or plan.drops_cut_edges:
-            return IdentityExchange()
-        from domainpar.comm.halo import HaloExchange
+    def _train_order(self):
+        """Every event index this rank will train on from the current position, in step order (for the prefetcher)."""
+        epoch, step, global_step = self.epoch, self.step_in_epoch, self.global_step  # captured now, not when iterated
+        sampler, epochs, total = self.sampler, self.config.run.epochs, self.total_steps
+        replica, replicas = self.layout.replica, self.layout.num_replicas
 
-        # The size handshake (one small all-reduce) is needed once per plan, not every epoch.
-        return HaloExchange(plan.parts[self.layout.part], self.layout.domain_group, self.device, validate=fresh)
+        def order():
+            nonlocal epoch, step, global_step
+            while epoch < epochs and global_step < total:
+                for s in range(step, sampler.steps_per_epoch):
+                    if global_step >= total:
+                        return
+                    yield from sampler.replica_events(epoch, s, replica, replicas)
+                    global_step += 1
+                epoch, step = epoch + 1, 0
 
-    def _check_plan_agreement(self, prepared, fresh: bool) -> None:
-        """Ranks of a group partition independently; make sure they got the same owners."""
-        if not fresh or prepared.plan.num_parts == 1:
-            return
-        digest = int.from_bytes(hashlib.sha256(prepared.plan.owner.tobytes()).digest()[:7], "little")
-        if not same_on_all_ranks(digest, self.layout.domain_group, self.device):
-            raise DomainparError(
-                f"event {prepared.graph.event_id}: the ranks of domain group {self.layout.replica} made different "
-                "partition plans; use a deterministic partitioner or precomputed --plans"
-            )
+        return order()
 
-    def _local(self, prepared):
-        from domainpar.partition.local_graph import local_graph
+    def _val_order(self) -> list[int]:
+        return assign_round_robin(self.val_parts.sizes, self.layout.num_replicas)[self.layout.replica]
 
-        return local_graph(prepared.graph, prepared.plan.parts[self.layout.part]).to(self.device, self.dtype)
+    def _feeder(self, parts: EventParts, order, kind: str) -> Feeder:
+        return Feeder(
+            parts.load, order, depth=self.config.data.prefetch, device=self.device, dtype=self.dtype, cache=self.cache, kind=kind
+        )
 
-    def _event_loss(self, prepared, fresh: bool):
-        """Forward + this rank's loss share of one event; returns (loss, logits, local graph, exchange)."""
+    def _close_feeds(self) -> None:
+        for feed in (self._train_feed, self._val_feed):
+            if feed is not None:
+                feed.close()
+        self._train_feed = self._val_feed = None
+
+    def _next_part(self, feed: Feeder, index: int):
+        """This rank's part of event ``index`` on the device with its exchange, and the seconds waited for it.
+
+        The group check and the exchange are collectives (more than one part): every rank of the
+        group calls this for the same events in the same order.
+        """
+        from domainpar.parallel.part import attach
+
+        staged, waited = feed.next(index)
+        return attach(staged, self.layout.domain_group), waited
+
+    def _event_loss(self, part):
+        """Forward + this rank's loss share of one event (a :class:`~domainpar.parallel.part.RankPart`)."""
         from domainpar.model.loss import edge_loss
 
-        self._check_plan_agreement(prepared, fresh)
-        graph = self._local(prepared)
-        exchange = self._exchange_for(prepared, fresh)
         with self._forward_context():
-            logits = self.model(graph, exchange)
-        loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, graph, self.config.optim.pos_weight)
-        return loss, logits, graph, exchange
+            logits = self.model(part.graph, part.exchange)
+        loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, part.graph, self.config.optim.pos_weight)
+        return loss, logits
 
     def _halo_bytes(self, exchange, backward: bool) -> float:
         if not hasattr(exchange, "bytes_per_exchange"):
@@ -381,12 +407,17 @@ class Trainer:
     # ------------------------------------------------------------------ steps
 
     def train_step(self) -> tuple[float, float]:
-        """One optimiser step at the current position; returns (mean event loss, gradient norm)."""
+        """One optimiser step at the current position; returns (mean event loss, gradient norm).
+
+        The step's parts come from the training feeder (opened by :meth:`run`, or here if needed).
+        """
         from domainpar.comm.reduce import all_reduce_gradients
 
         events = self.sampler.replica_events(
             self.epoch, self.step_in_epoch, self.layout.replica, self.layout.num_replicas
         )
+        if self._train_feed is None:
+            self._train_feed = self._feeder(self.train_parts, self._train_order(), "train")
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_share = 0.0
@@ -396,13 +427,16 @@ class Trainer:
             if self.config.run.offload
             else contextlib.nullcontext()
         )
+        data_wait = 0.0
         for index in events:
-            prepared, fresh = self.train_source.get(index)
+            part, waited = self._next_part(self._train_feed, index)
+            data_wait += waited
             with offload:
-                loss, _, _, exchange = self._event_loss(prepared, fresh)
+                loss, _ = self._event_loss(part)
             (loss / self.events_per_replica).backward()
             loss_share += float(loss.detach()) / self.events_per_replica
-            halo_bytes += self._halo_bytes(exchange, backward=True)
+            halo_bytes += self._halo_bytes(part.exchange, backward=True)
+            del part
         if self.layout.distributed:
             all_reduce_gradients(self.model, self.layout.domain_group, self.layout.replica_group)
         else:
@@ -419,6 +453,9 @@ class Trainer:
             group["lr"] = lr
         self.optimizer.step()
         total_loss, total_halo = sum_values([loss_share, halo_bytes], self.layout.world_group, self.device)
+        # The step waits for its slowest rank's input: report the largest wait of the world.
+        self._last_data_wait = max_value(data_wait, self.layout.world_group, self.device)
+        self.epoch_state["data_wait"] += self._last_data_wait
         mean_loss = total_loss / self.layout.num_replicas
         self.global_step += 1
         self.step_in_epoch += 1
@@ -435,18 +472,25 @@ class Trainer:
         """Loss and edge metrics of the validation events, reduced over the whole world."""
         self.model.eval()
         counter = EdgeCounter(self.config.run.threshold)
-        assignment = assign_round_robin(self.val_source.sizes, self.layout.num_replicas)[self.layout.replica]
-        for index in assignment:
-            prepared, fresh = self.val_source.get(index)
-            loss, logits, graph, _ = self._event_loss(prepared, fresh)
+        if self._val_feed is None:
+            self._val_feed = self._feeder(self.val_parts, self._val_order(), "val")
+        feed = self._val_feed
+        for index in self._val_order():
+            part, _ = self._next_part(feed, index)
+            loss, logits = self._event_loss(part)
+            graph = part.graph
             owned = graph.edge_owned
             counter.add_edges(torch.sigmoid(logits[owned].float()), graph.y[owned])
             # The group's loss shares add up to the event loss; count the event once (on part 0).
             counter.add_loss(float(loss), events=1 if self.layout.part == 0 else 0)
-            if prepared.dropped_labels is not None and self.layout.part == 0 and prepared.dropped_labels.size:
-                # Sectors mode never scores cut edges: they count as rejected (score 0).
-                labels = torch.from_numpy(prepared.dropped_labels)
+            dropped = part.data.dropped_y
+            if dropped is not None and dropped.size:
+                # Sectors mode never scores cut edges: they count as rejected (score 0), each on the part owning its dst.
+                labels = torch.tensor(dropped)
                 counter.add_edges(torch.zeros(labels.shape[0], dtype=torch.float64), labels)
+        self.val_data_wait = feed.wait_seconds
+        feed.close()
+        self._val_feed = None
         counter.load_packed(sum_in_place(counter.packed().to(self.device), self.layout.world_group))
         return counter.summary()
 
@@ -477,11 +521,11 @@ class Trainer:
         }
 
     def _preflight(self) -> None:
-        """Load (and so validate) this rank's first validation event now, not after an epoch of training;
-        with the event cache on, this is the load the first validation would do anyway."""
-        assignment = assign_round_robin(self.val_source.sizes, self.layout.num_replicas)[self.layout.replica]
-        if len(assignment):
-            self.val_source.get(int(assignment[0]))
+        """Load (and so validate) this rank's part of its first validation event now, not after an epoch of
+        training; with the part cache on, this is the read the first validation would do anyway."""
+        order = self._val_order()
+        if len(order):
+            self.cache.put(("val", int(order[0])), self.val_parts.load(int(order[0])))
 
     def _start_outputs(self) -> None:
         """Rank 0 starts the run directory: nothing is written to --out before the run has really started
@@ -527,6 +571,7 @@ class Trainer:
         _write_jsonl(steps_path, [r for r in _read_jsonl(steps_path) if r.get("step", 0) <= self._start_step])
 
     def _log_step(self, loss: float, grad_norm: float, seconds: float) -> None:
+        """One ``steps.jsonl`` record: ``data_wait_seconds`` is the part of ``seconds`` the slowest rank waited for input."""
         record = {
             "step": self.global_step,
             "epoch": self.epoch + 1,
@@ -534,6 +579,7 @@ class Trainer:
             "lr": self._last_lr,
             "grad_norm": grad_norm,
             "seconds": seconds,
+            "data_wait_seconds": self._last_data_wait,
         }
         with open(self.out / "steps.jsonl", "a") as fh:
             fh.write(json.dumps(record) + "\n")
@@ -588,6 +634,15 @@ class Trainer:
         if main and self.resume_note is not None:
             print(f"domainpar: {self.resume_note}", file=sys.stderr)
         self._preflight()
+        run_start = time.perf_counter()
+        try:
+            return self._run_loop(resume_path, run_start)
+        finally:
+            self._close_feeds()
+
+    def _run_loop(self, resume_path: Path | None, run_start: float) -> dict[str, Any]:
+        config, layout = self.config, self.layout
+        main = layout.is_main
         from tqdm import tqdm
 
         # tqdm's default lock is a multiprocessing semaphore; a rank that is killed cannot release it and the
@@ -596,11 +651,14 @@ class Trainer:
         steps_per_epoch = self.sampler.steps_per_epoch
         last_record: dict | None = None
         last_checkpoint: Path | None = resume_path
-        run_start = time.perf_counter()
         steps_this_run = 0
         stop = self.global_step >= self.total_steps
+        if not stop:
+            self._train_feed = self._feeder(self.train_parts, self._train_order(), "train")
         while self.epoch < config.run.epochs and not stop:
             _reset_peak_memory(self.device)
+            # Validation parts are read while the epoch trains.
+            self._val_feed = self._val_feed or self._feeder(self.val_parts, self._val_order(), "val")
             bar = tqdm(
                 total=steps_per_epoch,
                 initial=self.step_in_epoch,
@@ -620,7 +678,10 @@ class Trainer:
                     self._start_outputs()
                     self._log_step(loss, grad_norm, seconds)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.4f}", events_per_s=f"{config.optim.batch_events / seconds:.2f}")
+                    wait = self.epoch_state["data_wait"] / max(self.epoch_state["seconds"], 1e-12)
+                    bar.set_postfix(
+                        loss=f"{loss:.4f}", events_per_s=f"{config.optim.batch_events / seconds:.2f}", data_wait=f"{wait:.0%}"
+                    )
                 stop = self.global_step >= self.total_steps
                 if stop:
                     break
@@ -642,6 +703,9 @@ class Trainer:
                 "seconds": self.epoch_state["seconds"] + val_seconds,
                 "peak_memory_bytes": int(peak),
                 "halo_bytes": int(self.epoch_state["halo_bytes"]),
+                "data_wait_fraction": self.epoch_state["data_wait"] / max(self.epoch_state["seconds"], 1e-12),
+                "data_wait_seconds": self.epoch_state["data_wait"],
+                "val_data_wait_seconds": self.val_data_wait,
                 "step": self.global_step,
                 "steps": self.epoch_state["steps"],
                 "train_seconds": self.epoch_state["seconds"],
@@ -660,7 +724,7 @@ class Trainer:
             if epoch_done:
                 self.epoch += 1
                 self.step_in_epoch = 0
-                self.epoch_state = {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0}
+                self.epoch_state = _new_epoch_state()
             if main:
                 self._start_outputs()
                 self._log_epoch(record)
@@ -695,6 +759,11 @@ class Trainer:
         }
 
 
+def _new_epoch_state() -> dict[str, float]:
+    """Running sums of an epoch (checkpointed, so a resumed epoch reports the whole epoch)."""
+    return {"loss_sum": 0.0, "steps": 0, "seconds": 0.0, "halo_bytes": 0.0, "events": 0, "data_wait": 0.0}
+
+
 # ---------------------------------------------------------------- entry points
 
 
@@ -725,6 +794,8 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
             rank,
             world_size,
             device,
+            train_plans=payload.get("train_plans"),
+            val_plans=payload.get("val_plans"),
         )
         return trainer.run()
     except BaseException as exc:

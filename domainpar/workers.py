@@ -1,0 +1,212 @@
+"""Dataset-wide work over events: disjoint shards and a process pool that reports each bad event by name.
+
+``domainpar build`` and ``domainpar partition`` (and the preparation of a
+training run) apply one function to every event of a dataset. Events are
+independent, so:
+
+* :func:`parse_shard` / :func:`shard_items` give the ``--shard I/N`` slice —
+  every N-th event starting at I (disjoint, covering, balanced for sorted
+  inputs) — so a Slurm array or every rank of a job shares the work without
+  talking;
+* :func:`run_items` runs the function over the events in a process pool
+  (``--workers``; default :func:`available_cores`), shows a progress bar with
+  events/s, and turns an event that fails into an :class:`ItemResult` naming
+  it, so the other events still finish; :func:`failure_summary` is the one
+  line the command ends with.
+
+The function must be a picklable module-level function whose result depends
+only on its item (every output file is written by its own event), so the
+output does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from domainpar.errors import DomainparError, one_line
+
+T = TypeVar("T")
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a Slurm task's cores), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_shard(text: str | None, option: str = "--shard") -> tuple[int, int]:
+    """``"I/N"`` → ``(I, N)`` with 0 <= I < N; None → ``(0, 1)`` (everything).
+
+    Raises:
+        DomainparError: anything else, naming ``option``.
+    """
+    if text is None:
+        return (0, 1)
+    parts = str(text).strip().split("/")
+    try:
+        index, count = (int(v) for v in parts)
+    except ValueError:
+        raise DomainparError(f"{option} must be I/N with integers 0 <= I < N, e.g. 3/8 (got {text!r:.40})") from None
+    if count < 1 or not 0 <= index < count:
+        raise DomainparError(f"{option} must be I/N with 0 <= I < N (got {index}/{count})")
+    return (index, count)
+
+
+def shard_items(items: Sequence[T], shard: tuple[int, int]) -> list[T]:
+    """Shard ``I/N`` of ``items``: items I, I+N, I+2N, ... (the N shards are disjoint and cover ``items``)."""
+    index, count = shard
+    return list(items[index::count])
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """The outcome of one event."""
+
+    name: str
+    """The event (file or prefix) as named in messages."""
+    value: Any = None
+    """The function's return value (None when it failed)."""
+    error: str | None = None
+    """One-line reason it failed, or None."""
+    seconds: float = 0.0
+    """Wall time the function took."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResult:
+    """Run one item; a failure becomes an ItemResult (a user mistake as its line, a bug with its type and place)."""
+    start = time.perf_counter()
+    try:
+        value = fn(item, *args)
+    except DomainparError as exc:
+        return ItemResult(name, error=one_line(exc), seconds=time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the type says it was a bug
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
+        return ItemResult(name, error=f"{type(exc).__name__} at {where}: {one_line(exc)}", seconds=time.perf_counter() - start)
+    return ItemResult(name, value=value, seconds=time.perf_counter() - start)
+
+
+def _init_worker() -> None:
+    # One process per core: nested thread pools would oversubscribe the cores.
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[name] = "1"
+
+
+def run_items(
+    fn: Callable[..., Any],
+    items: Sequence[Any],
+    *,
+    args: tuple = (),
+    names: Sequence[str] | None = None,
+    workers: int = 1,
+    desc: str = "events",
+    progress: bool = True,
+    should_stop: Callable[[], BaseException | None] | None = None,
+    on_result: Callable[[ItemResult], None] | None = None,
+    report_each: bool = True,
+) -> list[ItemResult]:
+    """``fn(item, *args)`` for every item, in ``workers`` processes; results in item order.
+
+    Args:
+        fn: picklable module-level function.
+        items: the events (paths, prefixes, small tuples).
+        args: extra picklable arguments passed to every call.
+        names: how each item is named in messages (default ``str(item)``).
+        workers: processes; 1 runs in this process (no pool).
+        desc: progress bar label.
+        progress: show a progress bar (events/s, failures so far) on stderr.
+        should_stop: polled between results; an exception it returns is raised after the
+            pool is shut down (e.g. a peer rank failed), pending events are abandoned.
+        on_result: called in this process for every finished item (e.g. to count progress).
+        report_each: with the progress bar on, print ``failed: <name>: <reason>`` as each item fails
+            (the caller's final line sums them up).
+
+    Returns:
+        One :class:`ItemResult` per item, in item order.
+    """
+    from tqdm import tqdm
+
+    names = [str(item) for item in items] if names is None else list(names)
+    results: list[ItemResult | None] = [None] * len(items)
+    failed = 0
+    bar = tqdm(total=len(items), desc=desc, unit="event", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+
+    def finish(index: int, result: ItemResult) -> None:
+        nonlocal failed
+        results[index] = result
+        if not result.ok:
+            failed += 1
+            bar.set_postfix(failed=failed)
+            if report_each and progress and len(items) > 1:  # a lone event's error is the command's own last line
+                bar.write(f"failed: {result.name}: {result.error}", file=sys.stderr)
+        bar.update(1)
+        if on_result is not None:
+            on_result(result)
+
+    try:
+        if workers <= 1 or len(items) <= 1:
+            for index, item in enumerate(items):
+                stop = should_stop() if should_stop is not None else None
+                if stop is not None:
+                    raise stop
+                finish(index, _call(fn, item, names[index], args))
+        else:
+            _run_pool(fn, items, names, args, min(workers, len(items)), finish, should_stop)
+    finally:
+        bar.close()
+    return [r for r in results if r is not None]
+
+
+def _run_pool(fn, items, names, args, workers, finish, should_stop) -> None:
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
+    try:
+        futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                index = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:  # noqa: BLE001 - a worker that died (OOM kill, segfault) fails its event
+                    result = ItemResult(names[index], error=f"worker process died ({type(exc).__name__}: {one_line(exc)})")
+                finish(index, result)
+            stop = should_stop() if should_stop is not None else None
+            if stop is not None:
+                raise stop
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        raise
+    pool.shutdown(wait=True)
+
+
+def failure_summary(results: Iterable[ItemResult], what: str = "events", limit: int = 10) -> str | None:
+    """One line naming the failed events (None when all succeeded), e.g.
+    ``2 of 100 events failed: event000000005 (hits ...), event000000017 (...)``."""
+    results = list(results)
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return None
+    shown = ", ".join(f"{r.name} ({r.error[:160]})" for r in bad[:limit])
+    more = f", and {len(bad) - limit} more" if len(bad) > limit else ""
+    return f"{len(bad)} of {len(results)} {what} failed: {shown}{more}"
+
+
+__all__ = ["ItemResult", "available_cores", "failure_summary", "parse_shard", "run_items", "shard_items"]

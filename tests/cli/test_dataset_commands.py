@@ -1,0 +1,129 @@
+"""``domainpar build`` and ``domainpar partition`` over a dataset: ``--workers`` gives the same bytes as one worker,
+``--shard I/N`` slices are disjoint and cover the dataset, a bad event is named while the others finish."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from domainpar.cli.main import main
+from domainpar.data.simulate import SimulationConfig, simulate_dataset
+from domainpar.errors import DomainparError
+from domainpar.workers import parse_shard, shard_items
+
+NUM_EVENTS = 5
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """Every file below ``directory`` (relative path → bytes)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("raw")
+    simulate_dataset(directory, NUM_EVENTS, replace(SimulationConfig(), num_particles=250), seed=3, first_event_id=40, progress=False)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def built(raw, tmp_path_factory):
+    out = tmp_path_factory.mktemp("built") / "graphs"
+    main(["build", "--input", str(raw), "--out", str(out), "--workers", "1", "--quiet"])
+    return out
+
+
+def test_shards_are_disjoint_and_cover_the_items():
+    items = list(range(23))
+    for count in (1, 2, 3, 7, 23, 40):
+        shards = [shard_items(items, (i, count)) for i in range(count)]
+        flat = [x for shard in shards for x in shard]
+        assert sorted(flat) == items and len(flat) == len(set(flat))
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    assert parse_shard("2/5") == (2, 5) and parse_shard(None) == (0, 1)
+    for bad in ("5/5", "-1/3", "1/0", "1-3", "a/b", "1/2/3"):
+        with pytest.raises(DomainparError, match=r"^--shard must be I/N"):
+            parse_shard(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_build_with_two_workers_writes_the_same_bytes_as_one(raw, built, tmp_path, capsys):
+    code, _, err = _run(capsys, "build", "--input", raw, "--out", tmp_path / "w2", "--workers", "2")
+    assert code == 0, err
+    assert "event/s" in err  # the progress bar reports events per second
+    ours, reference = _files(tmp_path / "w2"), _files(built)
+    assert len(reference) == NUM_EVENTS and ours == reference
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_build_shards_are_disjoint_and_cover_the_dataset(raw, built, tmp_path, capsys):
+    outputs = []
+    for index in range(3):
+        out = tmp_path / f"shard{index}"
+        code, stdout, err = _run(capsys, "build", "--input", raw, "--out", out, "--shard", f"{index}/3", "--quiet")
+        assert code == 0, err
+        assert f"(shard {index}/3)" in stdout
+        outputs.append(_files(out))
+    names = [name for files in outputs for name in files]
+    assert len(names) == len(set(names)) == NUM_EVENTS
+    assert {name: data for files in outputs for name, data in files.items()} == _files(built)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_bad_event_is_named_and_the_others_are_built(raw, built, tmp_path, capsys):
+    broken = tmp_path / "raw"
+    shutil.copytree(raw, broken)
+    hits = sorted(broken.glob("event000000042-hits.csv*"))[0]
+    hits.write_bytes(b"hit_id,x,y\n1,2,3\n")
+    code, _, err = _run(capsys, "build", "--input", broken, "--out", tmp_path / "out", "--workers", "2")
+    assert code == 2
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("error: 1 of 5 events failed: event000000042 (") and str(hits) in last
+    assert "Traceback" not in err
+    assert _files(tmp_path / "out") == {k: v for k, v in _files(built).items() if "000000042" not in k}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_partition_with_two_workers_writes_the_same_bytes_as_one(built, tmp_path, capsys):
+    for workers in (1, 2):
+        code, stdout, err = _run(capsys, "partition", "--graph", built, "--parts", "3", "--out", tmp_path / f"w{workers}",
+                                 "--workers", workers)
+        assert code == 0, err
+    one, two = _files(tmp_path / "w1"), _files(tmp_path / "w2")
+    assert sum(name.endswith("part_00002.npz") for name in one) == NUM_EVENTS
+    assert one == two
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_partition_shards_cover_the_dataset_and_a_bad_graph_is_named(built, tmp_path, capsys):
+    graphs = tmp_path / "graphs"
+    shutil.copytree(built, graphs)
+    bad = graphs / "event000000041.npz"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    plans = tmp_path / "plans"
+    failed = []
+    for index in range(2):
+        code, _, err = _run(capsys, "partition", "--graph", graphs, "--parts", "2", "--out", plans, "--shard", f"{index}/2",
+                            "--workers", 2)
+        if code:
+            failed.append(err.replace("\r", "\n").strip().splitlines()[-1])
+    assert len(failed) == 1 and failed[0].startswith("error: 1 of ") and "event000000041.npz (" in failed[0]
+    assert sorted(p.name for p in plans.iterdir()) == [f"event{40 + i:09d}" for i in range(NUM_EVENTS) if i != 1]
