@@ -114,7 +114,7 @@ def run_items(
     progress: bool = True,
     should_stop: Callable[[], BaseException | None] | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
-    report_each: bool = True,
+    report_each: bool = False,
 ) -> list[ItemResult]:
     """``fn(item, *args)`` for every item, in ``workers`` processes; results in item order.
 
@@ -197,16 +197,24 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop) -> None:
     pool.shutdown(wait=True)
 
 
-def failure_summary(results: Iterable[ItemResult], what: str = "events", limit: int = 10) -> str | None:
-    """One line naming the failed events (None when all succeeded), e.g.
-    ``2 of 100 events failed: event000000005 (hits ...), event000000017 (...)``."""
+def failure_summary(results: Iterable[ItemResult], what: str = "events", names_chars: int = 300) -> str | None:
+    """One line naming the failed events (None when all succeeded) and the first one's reason, e.g.
+    ``2 of 100 events failed: event000000005, event000000017 (event000000005: hits ... must be ...)``.
+
+    Names are listed up to about ``names_chars`` characters, then "and N more", so the line stays short.
+    """
     results = list(results)
     bad = [r for r in results if not r.ok]
     if not bad:
         return None
-    shown = ", ".join(f"{r.name} ({r.error[:160]})" for r in bad[:limit])
-    more = f", and {len(bad) - limit} more" if len(bad) > limit else ""
-    return f"{len(bad)} of {len(results)} {what} failed: {shown}{more}"
+    shown: list[str] = []
+    for r in bad:
+        if shown and sum(len(n) + 2 for n in shown) + len(r.name) > names_chars:
+            break
+        shown.append(r.name)
+    more = f" and {len(bad) - len(shown)} more" if len(bad) > len(shown) else ""
+    reason = bad[0].error if len(bad[0].error) <= 240 else bad[0].error[:237] + "..."
+    return f"{len(bad)} of {len(results)} {what} failed: {', '.join(shown)}{more} ({bad[0].name}: {reason})"
 
 
 __all__ = ["ItemResult", "available_cores", "failure_summary", "parse_shard", "run_items", "shard_items"]

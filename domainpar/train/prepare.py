@@ -192,7 +192,8 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
         DomainparError: the event's one-line problem (bad raw file, graph without labels or with other
             feature widths, missing or mis-sized plan, a part count the graph cannot take).
     """
-    from domainpar.train.events import array_shape, graph_size, require_labels
+    from domainpar.data.event_graph import inspect_graph
+    from domainpar.train.events import require_labels
 
     start = time.perf_counter()
     graph = Path(item.graph)
@@ -202,16 +203,16 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
 
         build_graph_file(item.source, graph.parent, params["graph_config"])
         built = True
-    graph_size(graph)  # reads the edge_index header: a damaged file is named precisely
-    require_labels(graph)
+    header = inspect_graph(graph)  # the file's structure from its headers: a damaged file is named precisely
+    if not header.has_labels:
+        require_labels(graph)
     widths = params.get("widths")
     if widths is not None:
-        for name, width in zip(("x", "edge_attr"), widths):
-            found = array_shape(graph, name)[1:]
-            if found != (width,):
+        for name, width, found in zip(("x", "edge_attr"), widths, (header.node_features, header.edge_features)):
+            if found != width:
                 raise DomainparError(
                     f"{graph}: {name} must have {width} columns like {params['widths_of']} "
-                    f"(got {found[0] if found else 0}; graphs built with different --cell-features?)"
+                    f"(got {found}; graphs built with different --cell-features?)"
                 )
     if item.plan_dir is not None:
         plan_dir = Path(item.plan_dir)
@@ -247,9 +248,8 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict[str, Any]:
-    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
+    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES, inspect_graph
     from domainpar.data.graph import CELL_FEATURES, GraphConfig
-    from domainpar.train.events import array_shape
 
     graph_config = GraphConfig()
     widths, widths_of = None, None
@@ -261,8 +261,8 @@ def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict
             widths_of = "the run's other graphs"
         else:
             try:
-                widths = (array_shape(Path(first.graph), "x")[1], array_shape(Path(first.graph), "edge_attr")[1])
-                widths_of = first.graph
+                header = inspect_graph(first.graph)
+                widths, widths_of = (header.node_features, header.edge_features), first.graph
             except DomainparError:
                 widths = None  # its own item names the damage precisely
         if any(item.raw != first.raw for item in items):

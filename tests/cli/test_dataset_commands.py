@@ -7,11 +7,13 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from domainpar.cli.main import main
 from domainpar.data.simulate import SimulationConfig, simulate_dataset
 from domainpar.errors import DomainparError
+from domainpar.npzfile import read_npz, write_npz
 from domainpar.workers import parse_shard, shard_items
 
 NUM_EVENTS = 5
@@ -94,7 +96,7 @@ def test_a_bad_event_is_named_and_the_others_are_built(raw, built, tmp_path, cap
     code, _, err = _run(capsys, "build", "--input", broken, "--out", tmp_path / "out", "--workers", "2")
     assert code == 2
     last = err.replace("\r", "\n").strip().splitlines()[-1]
-    assert last.startswith("error: 1 of 5 events failed: event000000042 (") and str(hits) in last
+    assert last.startswith("error: 1 of 5 events failed: event000000042 (event000000042: ") and str(hits) in last
     assert "Traceback" not in err
     assert _files(tmp_path / "out") == {k: v for k, v in _files(built).items() if "000000042" not in k}
 
@@ -116,8 +118,11 @@ def test_partition_with_two_workers_writes_the_same_bytes_as_one(built, tmp_path
 def test_partition_shards_cover_the_dataset_and_a_bad_graph_is_named(built, tmp_path, capsys):
     graphs = tmp_path / "graphs"
     shutil.copytree(built, graphs)
+    # A graph whose headers are fine but whose content is not (found only when its worker loads it).
     bad = graphs / "event000000041.npz"
-    bad.write_bytes(bad.read_bytes()[:1000])
+    arrays = read_npz(bad)
+    arrays["x"][3, 1] = np.nan
+    write_npz(bad, arrays, compress=True)
     plans = tmp_path / "plans"
     failed = []
     for index in range(2):
@@ -125,5 +130,6 @@ def test_partition_shards_cover_the_dataset_and_a_bad_graph_is_named(built, tmp_
                             "--workers", 2)
         if code:
             failed.append(err.replace("\r", "\n").strip().splitlines()[-1])
-    assert len(failed) == 1 and failed[0].startswith("error: 1 of ") and "event000000041.npz (" in failed[0]
+    assert len(failed) == 1 and failed[0].startswith("error: 1 of ") and "failed: event000000041.npz (" in failed[0]
+    assert "x must be finite numbers" in failed[0]
     assert sorted(p.name for p in plans.iterdir()) == [f"event{40 + i:09d}" for i in range(NUM_EVENTS) if i != 1]

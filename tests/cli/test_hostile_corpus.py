@@ -7,6 +7,10 @@ only when the command exits 2, prints exactly one stderr line starting with
 whole), raises no traceback and no warning, and leaves every file of the case's
 directory and of the shared base inputs exactly as it was (nothing created,
 nothing half-written, no stale ``config.yaml``). See ``hostile_workspace.py``.
+One exception, by design: a dataset command (``build`` / ``partition`` over a
+directory) keeps the complete outputs of the events that succeeded (a bad event
+is named, the others finish); such a case lists them in ``ws.notes["kept"]``
+and they must be there and readable.
 
 Run ``pytest tests/cli/test_hostile_corpus.py -q`` ; the cases touch only the
 command line and plain file formats, so the same file measures any version.
@@ -530,6 +534,8 @@ def _(ws):
     rows = [line.split(",") for line in bad.read_text().splitlines()]
     rows[3][1] = "inf"
     bad.write_text("".join(",".join(r) + "\n" for r in rows))
+    # Event 1 is fine: its graph is built and kept, event 2 is named in the one error line.
+    ws.notes["kept"] = {"graphs": "graphs/event000000001.npz"}
     return _build(ws, events)
 
 
@@ -693,6 +699,8 @@ def _(ws):
     arrays["x"][5, 2] = np.nan
     with open(good.parent / "event000000002.npz", "wb") as fh:
         np.savez(fh, **arrays)
+    # The good event's plan (and the report of it) is kept; the bad one is named in the one error line.
+    ws.notes["kept"] = {"plans": "plans/event000000001/part_00001.npz", "r.json": "r.json"}
     return ["partition", "--graph", good.parent, "--parts", "2", "--out", ws.path("plans"), "--json", ws.path("r.json")]
 
 
@@ -1663,11 +1671,36 @@ def test_hostile_input_is_refused_cleanly(name, base, tmp_path, monkeypatch):
     locked = ws.notes.get("denied")
     with denied(locked) if locked is not None else _nothing():
         outcome = run_main(argv)
-    found = problems(outcome, before, snapshot(ws.tmp))
+    after = snapshot(ws.tmp)
+    kept = ws.notes.get("kept", {})
+    for root, witness in kept.items():
+        if witness not in after:
+            found_kept = sorted(k for k in after if k not in before)[:5]
+            raise AssertionError(f"{name}: the good events' outputs must be kept ({witness} missing; created {found_kept})")
+        _readable(ws.tmp / witness)
+    # Temporaries inside a kept directory are still leftovers.
+    after = {k: v for k, v in after.items()
+             if ".tmp" in k or not any(k == root or k.startswith(root + "/") for root in kept)}
+    found = problems(outcome, before, after)
     base_after = snapshot(base.root)
     if base_after != base_before:
         found.append("changed the base inputs")
     assert not found, f"{name}: " + "; ".join(found) + f"\nstderr: {outcome.stderr[-1500:]}"
+
+
+def _readable(path: Path) -> None:
+    """A kept output loads with the reader of its format."""
+    import json
+
+    from domainpar.data.event_graph import load_graph
+    from domainpar.partition.io import load_part
+
+    if path.suffix == ".json":
+        json.loads(path.read_text())
+    elif path.name.startswith("part_"):
+        load_part(path)
+    else:
+        load_graph(path)
 
 
 class _nothing:

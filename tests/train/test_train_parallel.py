@@ -56,16 +56,15 @@ def runs(tmp_path_factory):
     single = train(config("single", **{"parallel.mode": "single", "run.curves": True}))
     single_noclip = train(config("single_noclip", **{"parallel.mode": "single", "optim.clip": 0.0}))
     two = [
-        config("domain2", **{"parallel.mode": "domain", "parallel.ranks": 2}),
+        # Plans made by the run, parts read synchronously (no prefetch, no cache) ...
+        config("domain2", **{"parallel.mode": "domain", "parallel.ranks": 2, "data.prefetch": 0, "data.cache_gb": 0}),
         config("sectors2", **{"parallel.mode": "sectors", "parallel.ranks": 2}),
         config("domain2_overlap_ckpt", **{"parallel.mode": "domain", "parallel.ranks": 2, "model.overlap": True,
                                           "model.checkpointing": True, "data.method": "geometric"}),
-        # Part files written by `domainpar partition`, read ahead by the prefetcher (3 events deep, no cache:
-        # epoch 2 reads every part again) and read synchronously: the same training as partitioning in the run.
+        # ... and part files written by `domainpar partition`, read ahead by the prefetcher (3 events deep, no
+        # cache: epoch 2 reads every part again): both the same training as one process.
         config("domain2_plans", **{"parallel.mode": "domain", "parallel.ranks": 2, "data.plans": str(root / "plans"),
                                    "data.prefetch": 3, "data.cache_gb": 0}),
-        config("domain2_plans_sync", **{"parallel.mode": "domain", "parallel.ranks": 2, "data.plans": str(root / "plans"),
-                                        "data.prefetch": 0, "data.cache_gb": 0}),
         config("domain2_noclip", **{"parallel.mode": "domain", "parallel.ranks": 2, "optim.clip": 0.0}),
     ]
     four = [
@@ -75,7 +74,7 @@ def runs(tmp_path_factory):
     ]
     results = {"single": single, "single_noclip": single_noclip}
     per_rank = spawn(run_rank_sequence, 2, args=([prepare_payload(c, 2) for c in two],), timeout_s=200, num_threads=1)
-    results.update(zip(["domain2", "sectors2", "domain2_overlap_ckpt", "domain2_plans", "domain2_plans_sync", "domain2_noclip"], per_rank[0]))
+    results.update(zip(["domain2", "sectors2", "domain2_overlap_ckpt", "domain2_plans", "domain2_noclip"], per_rank[0]))
     per_rank = spawn(run_rank_sequence, 4, args=([prepare_payload(c, 4) for c in four],), timeout_s=200, num_threads=1)
     results.update(zip(["domain2x2", "domain2x2_noclip"], per_rank[0]))
     return results
@@ -99,7 +98,7 @@ def _assert_same_training(run, reference):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", ["domain2", "domain2_overlap_ckpt", "domain2_plans", "domain2_plans_sync", "domain2x2"])
+@pytest.mark.parametrize("name", ["domain2", "domain2_overlap_ckpt", "domain2_plans", "domain2x2"])
 def test_domain_training_equals_single(runs, name):
     _assert_same_training(runs[name], runs["single"])
     assert runs[name]["final"]["halo_bytes"] > 0
@@ -170,7 +169,7 @@ def test_metrics_jsonl_and_curves(runs):
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_every_step_reports_its_data_wait(runs):
-    for name in ("single", "domain2_plans", "domain2_plans_sync"):
+    for name in ("single", "domain2", "domain2_plans"):
         out = runs[name]["out"]
         steps = [json.loads(line) for line in open(f"{out}/steps.jsonl")]
         assert len(steps) == 4
@@ -181,7 +180,7 @@ def test_every_step_reports_its_data_wait(runs):
             waits = sum(s["data_wait_seconds"] for s in steps if s["epoch"] == record["epoch"])
             assert record["data_wait_seconds"] == pytest.approx(waits)
     # Read synchronously, every step waits for its whole read; it cannot be zero.
-    sync = [json.loads(line) for line in open(f"{runs['domain2_plans_sync']['out']}/steps.jsonl")]
+    sync = [json.loads(line) for line in open(f"{runs['domain2']['out']}/steps.jsonl")]
     assert all(s["data_wait_seconds"] > 0 for s in sync)
 
 
