@@ -287,6 +287,28 @@ def _check_widths(inputs: RunInputs) -> None:
     check_feature_widths([Path(f) for f in dict.fromkeys(inputs.train_files + inputs.val_files)])
 
 
+#: Input bytes (graph files to partition, hit files to build) below which a process pool costs more than it saves:
+#: starting a worker imports numpy, numba and pandas (1-2 s), a full event takes 3-5 s.
+_POOL_MIN_BYTES = 50_000_000
+
+
+def _pool_size(items: list[PrepItem], wanted: int) -> int:
+    """``wanted`` processes when the events to build or partition are worth a pool, else 1 (this process)."""
+    work = [item for item in items if item.raw or item.make_plan]
+    if wanted <= 1 or len(work) <= 1:
+        return 1
+    total = 0
+    for item in work:
+        source = Path(item.source)
+        try:
+            total += sum(p.stat().st_size for p in source.parent.glob(source.name + "-hits.csv*")) if item.raw else source.stat().st_size
+        except OSError:
+            continue
+        if total >= _POOL_MIN_BYTES:
+            return wanted
+    return 1
+
+
 def prepare(config: TrainConfig, world_size: int, *, workers: int | None = None, progress: bool = True) -> RunInputs:
     """Prepare every event of the run on this machine (``workers`` processes) and list the run's inputs.
 
@@ -295,10 +317,7 @@ def prepare(config: TrainConfig, world_size: int, *, workers: int | None = None,
     """
     items, inputs = list_items(config, world_size)
     params = _params(config, world_size, items)
-    if any(item.raw or item.make_plan for item in items):
-        workers = workers or config.data.workers or available_cores()
-    else:
-        workers = 1  # only header checks: cheaper than starting processes
+    workers = _pool_size(items, workers or config.data.workers or available_cores())
     results = run_items(prepare_item, items, args=(params,), names=_names(items), workers=workers, desc="preparing events",
                         progress=progress, report_each=False)
     _raise_failures(results)
@@ -381,9 +400,7 @@ def prepare_distributed(
                 bar.poll()
                 return heartbeat.peer_failed()
 
-            workers = config.data.workers or max(1, available_cores() // _local_world_size())
-            if not any(item.raw or item.make_plan for item in mine):
-                workers = 1
+            workers = _pool_size(mine, config.data.workers or max(1, available_cores() // _local_world_size()))
             results = run_items(
                 prepare_item, mine, args=(params,), names=_names(mine), workers=workers, progress=False,
                 should_stop=should_stop, on_result=lambda result: channel.store.add(counter, 1),
