@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from partition_helpers import random_graph
+from fixtures import random_graph
 
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import IdentityExchange

@@ -11,7 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
-from partition_helpers import assert_plan_invariants, random_graph
+from fixtures import random_graph
+from plan_oracle import assert_plan_invariants
 
 from domainpar.errors import DomainparError
 from domainpar.npzfile import read_npz, write_npz

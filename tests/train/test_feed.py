@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from partition_helpers import random_graph
+from fixtures import random_graph
 
 from domainpar.errors import DomainparError
 from domainpar.partition.part_data import whole_graph_part

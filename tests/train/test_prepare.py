@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch.distributed as dist
-from train_helpers import write_graphs
+from fixtures import write_graphs
 
 from domainpar.comm.failure import FailureChannel, PeerFailed
 from domainpar.comm.wait import mark_done, wait_for_peers
