@@ -17,7 +17,9 @@ reproducible on every device and thread count, and on CPU bitwise equal to
 
 Kernels: numba on CPU (parallel over nodes, no (E, H) temporaries); on other
 devices ``torch.segment_reduce`` over the edges in segment order (one
-sequential reduction per node and column, deterministic).
+sequential reduction per node and column, deterministic). The gathers can
+run compiled (``compiled=True``, :mod:`domainpar.kernels.compile`): one fused
+kernel instead of two gathers and two adds over (E, H) tensors.
 
 This module knows nothing about graphs or models: index tensors in, tensors out.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from domainpar.kernels import compile as compiler
 from domainpar.kernels.segments import _ensure_writable_numba_cache
 
 _ensure_writable_numba_cache()
@@ -145,8 +148,22 @@ def segment_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
     return torch.segment_reduce(ordered, "sum", offsets=segments.offsets, axis=0, unsafe=True)
 
 
-def gather_add2(base: torch.Tensor, rows_a: torch.Tensor, index_a: torch.Tensor, rows_b: torch.Tensor, index_b: torch.Tensor) -> torch.Tensor:
-    """``base + rows_a[index_a] + rows_b[index_b]`` in one pass (no autograd; a new tensor)."""
+def _gather_add2_math(static, base, rows_a, index_a, rows_b, index_b):
+    return base + rows_a.index_select(0, index_a) + rows_b.index_select(0, index_b)
+
+
+def gather_add2(
+    base: torch.Tensor, rows_a: torch.Tensor, index_a: torch.Tensor, rows_b: torch.Tensor, index_b: torch.Tensor,
+    compiled: bool = False,
+) -> torch.Tensor:
+    """``base + rows_a[index_a] + rows_b[index_b]`` in one pass (no autograd; a new tensor).
+
+    ``compiled``: one Inductor kernel (the caller decided, :func:`domainpar.kernels.compile.use_compile`).
+    """
+    if compiled and base.ndim == 2 and base.shape[0] > 1:
+        compiler.rows_dynamic(base, rows_a, index_a, rows_b, index_b)
+        with torch.no_grad():
+            return compiler.compiled(_gather_add2_math, None)(base, rows_a, index_a, rows_b, index_b)
     if _numba_ok(base, rows_a, rows_b) and base.dtype == rows_a.dtype == rows_b.dtype:
         out = torch.empty_like(base, memory_format=torch.contiguous_format)
         _numba_threads()
@@ -177,9 +194,9 @@ class _SegmentSum(torch.autograd.Function):
 
 class _GatherAdd2(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, base, rows_a, segments_a: Segments, rows_b, segments_b: Segments):  # type: ignore[override]
+    def forward(ctx, base, rows_a, segments_a: Segments, rows_b, segments_b: Segments, compiled: bool):  # type: ignore[override]
         ctx.segments = (segments_a, segments_b)
-        return gather_add2(base, rows_a, segments_a.index, rows_b, segments_b.index)
+        return gather_add2(base, rows_a, segments_a.index, rows_b, segments_b.index, compiled)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
@@ -187,7 +204,7 @@ class _GatherAdd2(torch.autograd.Function):
         grad = grad.contiguous()
         grad_a = segment_sum(grad, segments_a) if ctx.needs_input_grad[1] else None
         grad_b = segment_sum(grad, segments_b) if ctx.needs_input_grad[3] else None
-        return grad if ctx.needs_input_grad[0] else None, grad_a, None, grad_b, None
+        return grad if ctx.needs_input_grad[0] else None, grad_a, None, grad_b, None, None
 
 
 def scatter_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
@@ -195,13 +212,16 @@ def scatter_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
     return _SegmentSum.apply(values, segments)
 
 
-def gather_rows_add2(base: torch.Tensor, rows_a: torch.Tensor, segments_a: Segments, rows_b: torch.Tensor, segments_b: Segments) -> torch.Tensor:
+def gather_rows_add2(
+    base: torch.Tensor, rows_a: torch.Tensor, segments_a: Segments, rows_b: torch.Tensor, segments_b: Segments,
+    compiled: bool = False,
+) -> torch.Tensor:
     """Differentiable ``base + rows_a[a.index] + rows_b[b.index]``: (E, H), (S_a, H), (S_b, H) → (E, H).
 
     The backward sums the gradient rows of each row's edges with :func:`segment_sum`
     (deterministic, no atomics). Both segment groupings must be complete
-    (every index < its number of rows).
+    (every index < its number of rows). ``compiled``: the forward as one Inductor kernel.
     """
     if not (segments_a.complete and segments_b.complete):
         raise ValueError("gather_rows_add2 needs every edge index inside its rows (complete segments)")
-    return _GatherAdd2.apply(base, rows_a, segments_a, rows_b, segments_b)
+    return _GatherAdd2.apply(base, rows_a, segments_a, rows_b, segments_b, compiled)

@@ -30,29 +30,41 @@ segments: (A) projections of owned rows and the interior edges (both ends
 owned), which need no halo, while the halo exchange is in flight; (B) halo
 projections, boundary edges and the node update.
 
-With ``checkpointing`` every region (each encoder, each iteration — each
-segment with overlap — and the head) runs once without autograd and keeps
-only its inputs (x, x_halo, e: one E×H tensor per iteration); backward
-recomputes it (:mod:`domainpar.model.recompute`), and inside the recomputed
-region the MLPs keep only their pre-normalisation rows
+With ``checkpointing`` every edge MLP (the edge encoder, each iteration's
+edge update, the head) is one autograd node that keeps only its inputs —
+e (one E×H tensor per iteration) and the node rows — and recomputes its
+edges in backward chunk by chunk of ``chunk_rows`` rows
+(:mod:`domainpar.model.chunked`), so the transient of backward is one chunk
+of the MLP's activations; the node updates and the node encoder are regions
+on node rows that keep their inputs (x and the two sums) and are recomputed
+whole (:mod:`domainpar.model.recompute`). With ``overlap`` each segment is
+such a region instead, its MLPs keeping only their pre-normalisation rows
 (:mod:`domainpar.model.lean`). The exchange itself is always outside the
-regions, so recomputation never repeats or skips a message and stays exact.
-Under ``torch.autograd.graph.save_on_cpu`` (``--offload``) the kept inputs
-live in host memory.
+nodes and regions, so recomputation never repeats or skips a message and
+stays exact. Under ``torch.autograd.graph.save_on_cpu`` (``--offload``) the
+kept inputs live in host memory, and the compute device holds one chunk.
+
+``compile`` (default ``auto``: on for CUDA tensors where Triton is present)
+runs the row-wise pieces — the MLP tails (LayerNorm + activation chains)
+and the first layers' gathers — as Inductor-compiled fused kernels
+(:mod:`domainpar.kernels.compile`); the halo exchange is never inside a
+compiled function.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from domainpar.errors import DomainparError, FieldError
-from domainpar.kernels.segment_reduce import Segments, build_segments, gather_rows_add2, scatter_sum
+from domainpar.kernels import compile as compiler
+from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, gather_rows_add2, scatter_sum
+from domainpar.model.chunked import EdgeChunk, EdgePlan, chunk_rows, chunked_edges, edge_chunks
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.model.lean import mlp_tail
 from domainpar.model.recompute import recompute
@@ -95,6 +107,10 @@ class ModelConfig:
     """True: one edge and one node network shared by all iterations; False: separate networks per iteration."""
     use_edge_features: bool = True
     """Feed the graphs' edge features to the model; False: its inputs are x and edge_index, edges start from one learned vector."""
+    compile: str = "auto"
+    """torch.compile the row-wise MLP pieces into fused kernels: auto (on for CUDA when Triton is present), on, off."""
+    chunk_rows: int = 0
+    """Edge rows recomputed at a time in backward under checkpointing (0: an eighth of the edges, at least 4096; at most 64 chunks)."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
@@ -104,6 +120,10 @@ class ModelConfig:
                 raise FieldError(name, f"must be a {'non-negative' if least == 0 else 'positive'} integer (got {value!r})")
         if not isinstance(self.num_iterations, int) or isinstance(self.num_iterations, bool) or self.num_iterations < 0:
             raise FieldError("num_iterations", f"must be a non-negative integer (got {self.num_iterations!r})")
+        if not isinstance(self.chunk_rows, int) or isinstance(self.chunk_rows, bool) or self.chunk_rows < 0:
+            raise FieldError("chunk_rows", f"must be a non-negative integer (got {self.chunk_rows!r})")
+        if self.compile not in compiler.SETTINGS:
+            raise FieldError("compile", f"must be one of {', '.join(compiler.SETTINGS)} (got {self.compile!r})")
         if self.activation not in ACTIVATIONS:
             raise FieldError("activation", f"must be one of {', '.join(sorted(ACTIVATIONS))} (got {self.activation!r})")
         for name in ("layer_norm", "checkpointing", "overlap", "recurrent", "use_edge_features"):
@@ -209,6 +229,8 @@ class _Structure:
     """All local edges by destination, owned rows only (the sum over incoming edges)."""
     src_owned: Segments
     """All local edges by source, owned rows only (the sum over outgoing edges)."""
+    chunks: dict = field(default_factory=dict)
+    """(with node terms, rows per chunk) → the edges in chunks (:func:`~domainpar.model.chunked.edge_chunks`), built on first use."""
 
 
 class InteractionNetwork(nn.Module):
@@ -286,9 +308,26 @@ class InteractionNetwork(nn.Module):
         index = min(iteration, len(self.edge_networks) - 1)
         return self.edge_networks[index], self.node_networks[index]
 
+    def _compiled(self, tensor: torch.Tensor) -> bool:
+        """Whether the row-wise pieces on ``tensor`` run compiled (``config.compile``)."""
+        use = compiler.use_compile(self.config.compile, tensor)
+        if use and self.config.compile == "on" and not compiler.available(tensor.device.type):
+            raise DomainparError(
+                f"model compile is 'on' but torch.compile cannot generate code for {tensor.device.type} here "
+                "(CUDA needs Triton, CPU a C++ compiler); use compile 'auto' or 'off'"
+            )
+        return use
+
     def _tail(self, mlp: "MLP", z: torch.Tensor) -> torch.Tensor:
         # Checkpointed regions keep only the pre-normalisation rows of their MLPs (recomputed once more in backward).
-        return mlp_tail(mlp, z, lean=self.config.checkpointing)
+        return mlp_tail(mlp, z, lean=self.config.checkpointing, compiled=self._compiled(z))
+
+    def _chunk_tail(self, mlp: "MLP", z: torch.Tensor) -> torch.Tensor:
+        # Inside a chunk the transient is a chunk: keep what makes backward fastest.
+        return mlp_tail(mlp, z, lean=False, compiled=self._compiled(z))
+
+    def _gather(self, base, rows_a, index_a, rows_b, index_b) -> torch.Tensor:
+        return gather_add2(base, rows_a, index_a, rows_b, index_b, compiled=self._compiled(base))
 
     def _mlp(self, mlp: "MLP", h: torch.Tensor) -> torch.Tensor:
         return self._tail(mlp, mlp.first(h))
@@ -297,14 +336,38 @@ class InteractionNetwork(nn.Module):
         """MLP output (E', H) of edges with features e (E', H), their ends' projections gathered by segments."""
         first = network.mlp.first
         base = F.linear(e, first.weight[:, 2 * network.hidden :], first.bias)
-        return self._tail(network.mlp, gather_rows_add2(base, proj_src, seg_src, proj_dst, seg_dst))
+        z1 = gather_rows_add2(base, proj_src, seg_src, proj_dst, seg_dst, compiled=self._compiled(base))
+        return self._tail(network.mlp, z1)
 
     def _update_nodes(self, iteration: int, s: _Structure, x: torch.Tensor, e_new: torch.Tensor) -> torch.Tensor:
         """x + phi_n([x, sum_in e', sum_out e']) of the owned rows (every edge of an owned node is local)."""
-        _, node_network = self._networks(iteration)
         sum_in = scatter_sum(e_new, s.dst_owned)
         sum_out = scatter_sum(e_new, s.src_owned)
+        return self._node_step(iteration, x, sum_in, sum_out)
+
+    def _node_step(self, iteration: int, x: torch.Tensor, sum_in: torch.Tensor, sum_out: torch.Tensor) -> torch.Tensor:
+        """x + phi_n([x, sum_in, sum_out]) from the sums over incoming and outgoing edges (owned rows)."""
+        _, node_network = self._networks(iteration)
         return x + self._mlp(node_network, torch.cat([x, sum_in, sum_out], dim=1))
+
+    # -- checkpointed without overlap: chunked edge MLPs (domainpar.model.chunked)
+
+    def _chunks(self, s: _Structure, num_edges: int, with_nodes: bool) -> list[EdgeChunk]:
+        rows = chunk_rows(self.config.chunk_rows, num_edges)
+        key = (with_nodes, rows)
+        if key not in s.chunks:
+            src = s.src_local.index if with_nodes else None
+            dst = s.dst_local.index if with_nodes else None
+            s.chunks[key] = edge_chunks(src, dst, num_edges, s.src_local.num_segments, rows)
+        return s.chunks[key]
+
+    def _edge_plan(self, kind: str, s: _Structure, num_edges: int, mlp: "MLP", out: nn.Linear | None = None) -> EdgePlan:
+        nodes = kind != "encoder"
+        return EdgePlan(
+            kind=kind, mlp=mlp, chunks=self._chunks(s, num_edges, nodes), tail=self._chunk_tail, gather=self._gather,
+            src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
+            sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
+        )
 
     def _encode_nodes(self, x: torch.Tensor) -> torch.Tensor:
         return self._mlp(self.node_encoder, x)
@@ -362,6 +425,10 @@ class InteractionNetwork(nn.Module):
             return recompute(fn, args, list(self.parameters()))
         return fn(*args)
 
+    def _chunked(self) -> bool:
+        """Checkpointing by chunked edge MLPs (no overlap, autograd recording)."""
+        return self.config.checkpointing and not self.config.overlap and torch.is_grad_enabled()
+
     # ---- forward ----
 
     def forward(self, graph: LocalGraph, exchange: Exchange = IdentityExchange()) -> torch.Tensor:
@@ -378,14 +445,28 @@ class InteractionNetwork(nn.Module):
         s = self._structure(graph)
         num_owned, num_interior = graph.num_owned, graph.num_interior_edges
         x = self._run(self._encode_nodes, graph.x)
+        chunked = self._chunked()
         if self.config.edge_inputs:
-            e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
+            if chunked:
+                e = chunked_edges(self._edge_plan("encoder", s, graph.num_edges, self.edge_encoder), graph.edge_attr)
+            else:
+                e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
         else:
             e = self.edge_init.expand(graph.num_edges, -1).contiguous()  # the fused kernels read rows by stride
         # The head reads [x_src, x_dst, e] too: iterations 0..T-1, then the head, each after one exchange.
         for step in range(self.config.num_iterations + 1):
             is_head = step == self.config.num_iterations
             pending = exchange.start(x)
+            if chunked:
+                # Each edge MLP keeps (e, x, x_halo) and recomputes in chunks; the node update keeps (x, sums).
+                x_halo = pending.wait()[num_owned:]
+                if is_head:
+                    plan = self._edge_plan("head", s, graph.num_edges, self.head.mlp, self.head_output)
+                    return chunked_edges(plan, e, x, x_halo)
+                network, _ = self._networks(step)
+                e, sum_in, sum_out = chunked_edges(self._edge_plan("update", s, graph.num_edges, network.mlp), e, x, x_halo)
+                x = self._run(functools.partial(self._node_step, step), x, sum_in, sum_out)
+                continue
             if not self.config.overlap:
                 # One region per step: checkpointing keeps only (x, x_halo, e) per iteration.
                 x_halo = pending.wait()[num_owned:]

@@ -15,9 +15,13 @@ On CPU (float32/float64 tensors) :func:`mlp_tail` runs every ``act(LN(z))``
 and its backward as single-pass row kernels (:mod:`domainpar.kernels.rownorm`),
 the Linear bias gradients falling out of the norm's backward pass; ``lean``
 chooses whether a_i is kept (faster backward) or recomputed from z_i
-(half the memory). Elsewhere (CUDA, bf16 autocast) the lean mode is
-:func:`lean_tail` on PyTorch's own kernels and the plain mode is ordinary
-autograd.
+(half the memory). Where the caller asks for it (the model's ``compile``
+setting: on CUDA by default) the tail is :func:`tail_math` compiled by
+Inductor (:mod:`domainpar.kernels.compile`): one fused kernel per layer and
+direction, its saved tensors chosen by the compiler's recomputation
+partitioner. Elsewhere (CUDA without compile, bf16 autocast) the lean mode
+is :func:`lean_tail` on PyTorch's own kernels and the plain mode is
+ordinary autograd.
 
 Gradients are those of the plain formulation (``tests`` compare both in
 float64, parameters and inputs); the recomputed a_i are bitwise the ones of
@@ -30,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from domainpar.kernels import compile as compiler
 from domainpar.kernels import rownorm
 
 
@@ -227,17 +232,92 @@ class _FusedTail(torch.autograd.Function):
         return (grad_a, None, None, *flat)
 
 
-def mlp_tail(mlp: nn.Module, z1: torch.Tensor, lean: bool) -> torch.Tensor:
+# ----------------------------------------------------------------------------- compiled tail
+
+#: Activation module type → (static name, attribute holding its parameter or None).
+_COMPILABLE = {nn.ReLU: ("relu", None), nn.SiLU: ("silu", None), nn.Tanh: ("tanh", None), nn.ELU: ("elu", "alpha"),
+               nn.LeakyReLU: ("leaky_relu", "negative_slope"), nn.GELU: ("gelu", "approximate")}
+
+
+def tail_static(mlp: nn.Module) -> tuple | None:
+    """What :func:`tail_math` specialises on for ``mlp`` (activation, its parameter, norms, eps), or None if it cannot."""
+    entry = _COMPILABLE.get(type(mlp.activation))
+    if entry is None:
+        return None
+    name, attribute = entry
+    param = getattr(mlp.activation, attribute) if attribute else None
+    norms = []
+    for norm in mlp.norms:
+        if isinstance(norm, nn.LayerNorm):
+            if not (norm.elementwise_affine and norm.bias is not None and len(norm.normalized_shape) == 1):
+                return None
+            norms.append(float(norm.eps))
+        elif isinstance(norm, nn.Identity):
+            norms.append(None)
+        else:
+            return None
+    return name, param, tuple(norms)
+
+
+def _activate(name: str, param, y: torch.Tensor) -> torch.Tensor:
+    if name == "relu":
+        return F.relu(y)
+    if name == "silu":
+        return F.silu(y)
+    if name == "tanh":
+        return torch.tanh(y)
+    if name == "elu":
+        return F.elu(y, param)
+    if name == "leaky_relu":
+        return F.leaky_relu(y, param)
+    return F.gelu(y, approximate=param)
+
+
+def tail_math(static: tuple, z: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+    """``mlp.tail(z)`` in plain torch ops from ``tail_static(mlp)`` and ``_layer_params(mlp)`` (the compiled form)."""
+    name, param, norms = static
+    k = 0
+    a = z
+    for i, eps in enumerate(norms):
+        if i > 0:
+            z = F.linear(a, params[k + (2 if eps is not None else 0)], params[k + (3 if eps is not None else 1)])
+        if eps is not None:
+            y = F.layer_norm(z, (z.shape[-1],), params[k], params[k + 1], eps)
+            k += 2
+        else:
+            y = z
+        if i > 0:
+            k += 2
+        a = _activate(name, param, y)
+    return a
+
+
+def compiled_tail(mlp: nn.Module, z1: torch.Tensor) -> torch.Tensor | None:
+    """``mlp.tail(z1)`` through Inductor (differentiable; fused kernels), or None where ``mlp`` cannot be compiled."""
+    static = tail_static(mlp)
+    if static is None or z1.ndim != 2 or z1.shape[0] < 2:
+        return None
+    compiler.rows_dynamic(z1)
+    return compiler.compiled(tail_math, static)(z1, *_layer_params(mlp))
+
+
+def mlp_tail(mlp: nn.Module, z1: torch.Tensor, lean: bool, compiled: bool = False) -> torch.Tensor:
     """The MLP after its first Linear, from that Linear's output ``z1`` (rows, H), as one autograd node.
 
     Args:
         mlp: a :class:`~domainpar.model.interaction_network.MLP`.
         z1: (rows, H) output of ``mlp.linears[0]``.
         lean: keep only the z_i for backward (recompute LN and activation there) instead of z_i and a_i.
+        compiled: run the Inductor-compiled tail (the caller decided, :func:`domainpar.kernels.compile.use_compile`);
+            it chooses what to keep itself.
 
     Returns:
         (rows, H), equal to ``mlp.tail(z1)`` (bitwise between the two modes; to rounding against PyTorch's kernels).
     """
+    if compiled:
+        out = compiled_tail(mlp, z1)
+        if out is not None:
+            return out
     if _fusable(mlp, z1):
         return _FusedTail.apply(z1, mlp, lean, *_layer_params(mlp))
     return lean_tail(mlp, z1) if lean else mlp.tail(z1)

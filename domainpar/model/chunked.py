@@ -1,0 +1,286 @@
+"""Checkpointed edge MLPs, recomputed in row chunks: backward's transient memory is one chunk.
+
+An edge MLP of the Interaction Network is row-wise: edge k's output depends
+on edge k's row of its input and on the rows of its two end nodes only,
+
+    z_1 = W_in u_k + b + (W_src x)[src_k] + (W_dst x)[dst_k],   h_k = tail(z_1),
+
+with u = e (an iteration: out = e + h, plus the sums of out over each owned
+node's incoming and outgoing edges), u = edge_attr (the edge encoder: out =
+h, no node terms) or u = e (the head: out = w·h + c, one logit).
+
+:func:`chunked_edges` runs it as one autograd node that keeps only its
+inputs (u and the node rows x, x_halo; under ``save_on_cpu`` in host
+memory). The forward runs without autograd, chunk by chunk of edge rows.
+The backward recomputes and back-propagates chunk by chunk: for each chunk
+the gathered z_1 rows, the MLP with autograd (chunk-sized activations),
+its gradients; u's gradient is written into its rows, the node projections'
+gradients are summed per chunk over the chunk's edges grouped by node
+(:class:`EdgeChunk`, deterministic segment sums), and the parameters'
+gradients are summed over chunks in chunk order. So the E×H activations of
+the MLP (several tensors per layer) never exist at once — one chunk of
+them does — and every value is computed by the same kernels as the
+unchunked model: gradients are those of the plain formulation up to the
+association of the sums over chunks (bitwise equal with one chunk).
+
+An iteration's sums over incident edges are outputs of the node, so their
+gradients arrive as (n_owned, H) rows and are gathered per chunk, fused
+with the residual's gradient: the E×H gradient gathers of a separate sum
+never exist either. The exchange stays outside (the node rows x_halo are an
+input), so recomputation never repeats or skips a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, segment_sum
+from domainpar.model.lean import _layer_params
+
+#: The automatic chunk: an eighth of the edges (backward's transient ≈ one E×H tensor), at least this many rows.
+MIN_AUTO_ROWS = 4096
+AUTO_CHUNKS = 8
+#: At most this many chunks: each keeps two groupings with an offset per local row (O(rows) int64 each).
+MAX_CHUNKS = 64
+
+
+def chunk_rows(setting: int, num_edges: int) -> int:
+    """Rows per chunk for ``num_edges`` edges: ``setting`` if positive, else automatic (see :data:`AUTO_CHUNKS`).
+
+    A positive ``setting`` is raised where it would make more than :data:`MAX_CHUNKS` chunks.
+    """
+    if setting > 0:
+        return max(setting, -(-num_edges // MAX_CHUNKS))
+    return max(MIN_AUTO_ROWS, -(-num_edges // AUTO_CHUNKS))
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeChunk:
+    """A contiguous range of edge rows and, for the node terms' gradients, its edges grouped by node."""
+
+    start: int
+    """First edge row."""
+    stop: int
+    """One past the last edge row."""
+    src: Segments | None
+    """The chunk's edges by source row among the local rows (None: no node terms)."""
+    dst: Segments | None
+    """The chunk's edges by destination row among the local rows (None: no node terms)."""
+
+
+def edge_chunks(src: torch.Tensor | None, dst: torch.Tensor | None, num_edges: int, num_rows: int, rows: int) -> list[EdgeChunk]:
+    """Split ``num_edges`` edge rows into chunks of ``rows`` (at least one chunk, maybe empty).
+
+    Args:
+        src, dst: (E,) local row of every edge's ends (< ``num_rows``), or None for MLPs without node terms.
+        num_edges: E.
+        num_rows: local node rows (owned + halo).
+        rows: rows per chunk (positive).
+    """
+    bounds = list(range(0, num_edges, rows)) or [0]
+    chunks = []
+    for start in bounds:
+        stop = min(num_edges, start + rows)
+        grouped = src is not None
+        chunks.append(EdgeChunk(
+            start, stop,
+            build_segments(src[start:stop], num_rows, complete=True) if grouped else None,
+            build_segments(dst[start:stop], num_rows, complete=True) if grouped else None,
+        ))
+    return chunks
+
+
+@dataclass(frozen=True, eq=False)
+class EdgePlan:
+    """What one chunked edge MLP computes (everything but the tensors)."""
+
+    kind: str
+    """``"encoder"`` (out = h), ``"update"`` (out = u + h and its sums per owned node) or ``"head"`` (out = logit)."""
+    mlp: nn.Module
+    """The MLP (``linears``, ``norms``, ``activation``); for update and head its first layer reads [x_src, x_dst, u]."""
+    chunks: list[EdgeChunk]
+    """The edge rows in chunks."""
+    tail: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    """``tail(mlp, z1)``: the MLP after its first Linear, differentiable (fused, compiled or plain)."""
+    gather: Callable[..., torch.Tensor]
+    """``gather(base, rows_a, index_a, rows_b, index_b)`` = base + rows_a[index_a] + rows_b[index_b], no autograd."""
+    src: Segments | None = None
+    """Edges by source among the local rows (update, head)."""
+    dst: Segments | None = None
+    """Edges by destination among the local rows (update, head)."""
+    sum_in: Segments | None = None
+    """Edges by destination among the owned rows (update: the sum over incoming edges)."""
+    sum_out: Segments | None = None
+    """Edges by source among the owned rows (update: the sum over outgoing edges)."""
+    out: nn.Linear | None = None
+    """The head's output layer (H → 1)."""
+
+    @property
+    def has_nodes(self) -> bool:
+        return self.kind != "encoder"
+
+
+def _params(plan: EdgePlan) -> list[torch.Tensor]:
+    first = plan.mlp.linears[0]
+    params = [first.weight, first.bias, *_layer_params(plan.mlp)]
+    if plan.out is not None:
+        params += [plan.out.weight, plan.out.bias]
+    return params
+
+
+def _padded(rows: torch.Tensor) -> torch.Tensor:
+    # One zero row more: edges outside every segment (halo rows of an owned-rows sum) gather it.
+    return torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+
+
+class _ChunkedEdges(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None, x_halo: torch.Tensor | None, *params):  # type: ignore[override]
+        ctx.plan = plan
+        ctx.save_for_backward(u, x, x_halo)
+        first = plan.mlp.linears[0]
+        nodes = _node_terms(plan, first, x, x_halo)
+        w_in = first.weight[:, 2 * plan.mlp.linears[0].out_features :] if plan.has_nodes else first.weight
+        out = None
+        for chunk in plan.chunks:
+            u_c = u[chunk.start : chunk.stop]
+            z1 = _first_layer(plan, chunk, u_c, w_in, first.bias, nodes)
+            h = plan.tail(plan.mlp, z1)
+            del z1
+            if plan.kind == "head":
+                value = F.linear(h, plan.out.weight, plan.out.bias).squeeze(-1)
+            elif plan.kind == "update":
+                value = u_c + h
+            else:
+                value = h
+            del h
+            if out is None:
+                out = value.new_empty((u.shape[0],) + tuple(value.shape[1:]))
+            out[chunk.start : chunk.stop] = value
+            del value
+        if plan.kind != "update":
+            return out
+        sum_in = segment_sum(out, plan.sum_in)
+        sum_out = segment_sum(out, plan.sum_out)
+        return out, sum_in, sum_out
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, *grads: torch.Tensor | None):  # type: ignore[override]
+        plan: EdgePlan = ctx.plan
+        u, x, x_halo = ctx.saved_tensors
+        first = plan.mlp.linears[0]
+        hidden = first.out_features
+        params = _params(plan)
+        tail_params = _layer_params(plan.mlp) + ([plan.out.weight, plan.out.bias] if plan.out is not None else [])
+        with torch.no_grad():
+            nodes = _node_terms(plan, first, x, x_halo)
+            w_in = first.weight[:, 2 * hidden :] if plan.has_nodes else first.weight
+            grad_out = grads[0]
+            if grad_out is None:
+                shape = (u.shape[0],) if plan.kind == "head" else (u.shape[0], hidden)
+                grad_out = u.new_zeros(shape)
+            if plan.kind == "update":
+                grad_in = grads[1] if grads[1] is not None else u.new_zeros(plan.sum_in.num_segments, hidden)
+                grad_out_sum = grads[2] if grads[2] is not None else u.new_zeros(plan.sum_out.num_segments, hidden)
+                grad_in, grad_out_sum = _padded(grad_in), _padded(grad_out_sum)
+            grad_u = torch.empty_like(u) if ctx.needs_input_grad[1] else None
+            grad_w_in = grad_bias = None
+            grad_tail: list[torch.Tensor | None] = [None] * len(tail_params)
+            grad_src = grad_dst = None
+        for chunk in plan.chunks:
+            with torch.no_grad():
+                u_c = u[chunk.start : chunk.stop]
+                g = grad_out[chunk.start : chunk.stop]
+                if plan.kind == "update":
+                    # Residual and both sums read e' = u + h: their gradients meet here, gathered per chunk.
+                    g = plan.gather(g, grad_in, plan.sum_in.gather_index[chunk.start : chunk.stop],
+                                    grad_out_sum, plan.sum_out.gather_index[chunk.start : chunk.stop])
+                z1 = _first_layer(plan, chunk, u_c, w_in, first.bias, nodes)
+            with torch.enable_grad():
+                z1 = z1.detach().requires_grad_(True)
+                h = plan.tail(plan.mlp, z1)
+                top = F.linear(h, plan.out.weight, plan.out.bias).squeeze(-1) if plan.kind == "head" else h
+                wrt = [z1] + [p for p in tail_params if p.requires_grad]
+                got = list(torch.autograd.grad(top, wrt, g, allow_unused=True))
+            del h, top
+            with torch.no_grad():
+                grad_z1 = got[0]
+                rest = iter(got[1:])
+                for i, p in enumerate(tail_params):
+                    if p.requires_grad:
+                        grad_tail[i] = _accumulate(grad_tail[i], next(rest))
+                if grad_u is not None:
+                    # F.linear's input gradient, plus the residual's for an iteration.
+                    gu = grad_z1.mm(w_in)
+                    grad_u[chunk.start : chunk.stop] = gu + g if plan.kind == "update" else gu
+                    del gu
+                grad_w_in = _accumulate(grad_w_in, grad_z1.t().mm(u_c))
+                grad_bias = _accumulate(grad_bias, grad_z1.sum(0))
+                if plan.has_nodes:
+                    grad_src = _accumulate(grad_src, segment_sum(grad_z1, chunk.src))
+                    grad_dst = _accumulate(grad_dst, segment_sum(grad_z1, chunk.dst))
+            del grad_z1, got, g, z1
+        with torch.no_grad():
+            grad_x = grad_halo = None
+            if plan.has_nodes:
+                rows = nodes[2]
+                grad_rows = grad_src.mm(nodes[3]) + grad_dst.mm(nodes[4])
+                grad_weight = torch.cat([grad_src.t().mm(rows), grad_dst.t().mm(rows), grad_w_in], dim=1)
+                n_owned = x.shape[0]
+                grad_x = grad_rows[:n_owned] if ctx.needs_input_grad[2] else None
+                grad_halo = grad_rows[n_owned:] if ctx.needs_input_grad[3] else None
+            else:
+                grad_weight = grad_w_in
+            out_grads = [grad_weight, grad_bias, *grad_tail]
+            out_grads = [None if g is None else g.to(p.dtype) for g, p in zip(out_grads, params)]
+        return (None, grad_u, grad_x, grad_halo, *out_grads)
+
+
+def _accumulate(total: torch.Tensor | None, part: torch.Tensor | None) -> torch.Tensor | None:
+    """``total + part`` over chunks, in chunk order (the first part as is: one chunk is the unchunked value)."""
+    if part is None:
+        return total
+    if part.dtype in (torch.float16, torch.bfloat16):
+        part = part.float()  # autocast's half-precision products are summed over chunks in float32
+    return part if total is None else total.add_(part)
+
+
+def _node_terms(plan: EdgePlan, first: nn.Linear, x, x_halo):
+    """(W_src rows, W_dst rows, the node rows, W_src, W_dst) of update and head; None for the encoder."""
+    if not plan.has_nodes:
+        return None
+    hidden = first.out_features
+    rows = torch.cat([x, x_halo]) if x_halo is not None and x_halo.shape[0] else x
+    w_src, w_dst = first.weight[:, :hidden], first.weight[:, hidden : 2 * hidden]
+    return F.linear(rows, w_src), F.linear(rows, w_dst), rows, w_src, w_dst
+
+
+def _first_layer(plan: EdgePlan, chunk: EdgeChunk, u_c, w_in, bias, nodes) -> torch.Tensor:
+    """The first Linear's output z_1 of the chunk's edges (the same ops as the unchunked model)."""
+    base = F.linear(u_c, w_in, bias)
+    if nodes is None:
+        return base
+    return plan.gather(base, nodes[0], plan.src.index[chunk.start : chunk.stop], nodes[1], plan.dst.index[chunk.start : chunk.stop])
+
+
+def chunked_edges(plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None = None, x_halo: torch.Tensor | None = None):
+    """The edge MLP of ``plan`` on edge rows ``u``, keeping only (u, x, x_halo) for backward.
+
+    Args:
+        plan: what to compute (:class:`EdgePlan`).
+        u: (E, F) edge rows: edge_attr for the encoder, e for an iteration and the head.
+        x: (n_owned, H) owned node rows (update, head).
+        x_halo: (n_halo, H) halo node rows (update, head; may have no rows).
+
+    Returns:
+        encoder: (E, H) h; update: ((E, H) e' = u + h, (n_owned, H) sums of e' over incoming edges, same over outgoing);
+        head: (E,) logits.
+    """
+    return _ChunkedEdges.apply(plan, u, x, x_halo, *_params(plan))
