@@ -12,6 +12,8 @@ training step = forward + backward of a label-free loss of training's shape:
   (fake tensors on the host, :func:`bench.common.memory.traced_peak`) and the
   paper model's prediction (:mod:`bench.scaling_model`);
 * fp32 vs bf16 (``torch.autocast``, reductions and LayerNorm in fp32);
+* the model's ``compile`` setting: ``auto`` (Inductor-fused row pieces on CUDA) in every row, and
+  ``off`` (PyTorch's eager kernels) beside it for fp32 ± checkpointing and the reference comparison;
 * checkpointing ± offload (``torch.autograd.graph.save_on_cpu``, pinned host
   memory): with offload, what stays on the GPU is what ``max_memory_allocated`` sees;
 * the reference comparison at the size of issue 14 (3-layer MLPs with
@@ -41,14 +43,16 @@ from bench.common.workloads import Workload, missing_full_event
 
 DEVICES = ("cuda",)
 
-#: Default-size configurations: name → (checkpointing, offload, dtype).
+#: Default-size configurations: name → (checkpointing, offload, dtype, model compile setting).
 OURS = {
-    "fp32": (False, False, torch.float32),
-    "fp32, checkpointing": (True, False, torch.float32),
-    "fp32, checkpointing + offload": (True, True, torch.float32),
-    "bf16": (False, False, torch.bfloat16),
-    "bf16, checkpointing": (True, False, torch.bfloat16),
-    "bf16, checkpointing + offload": (True, True, torch.bfloat16),
+    "fp32": (False, False, torch.float32, "auto"),
+    "fp32, checkpointing": (True, False, torch.float32, "auto"),
+    "fp32, checkpointing + offload": (True, True, torch.float32, "auto"),
+    "bf16": (False, False, torch.bfloat16, "auto"),
+    "bf16, checkpointing": (True, False, torch.bfloat16, "auto"),
+    "bf16, checkpointing + offload": (True, True, torch.bfloat16, "auto"),
+    "fp32, compile off": (False, False, torch.float32, "off"),
+    "fp32, checkpointing, compile off": (True, False, torch.float32, "off"),
 }
 #: The issue-14 size for the reference comparison.
 REFERENCE_MODEL = {"hidden": 64, "num_iterations": 8, "mlp_layers": 3, "activation": "relu", "layer_norm": True}
@@ -188,12 +192,12 @@ def run(workload: Workload, *, repeats: int = 10, trace: bool = True, profile: b
         return traced_cache.get(key)
 
     # Our default model: precision × checkpointing × offload.
-    for name, (ckpt, offload, dtype) in OURS.items():
-        def one(ckpt=ckpt, offload=offload, dtype=dtype):
-            model, config = _model("ours", part, ckpt)
+    for name, (ckpt, offload, dtype, compile_setting) in OURS.items():
+        def one(ckpt=ckpt, offload=offload, dtype=dtype, compile_setting=compile_setting):
+            model, config = _model("ours", part, ckpt, compile=compile_setting)
             model = model.to(device)
             record = _measure(_Step(model, part, weights, dtype, offload), repeats, device)
-            tr = traced_for(config, offload) if dtype == torch.float32 else None
+            tr = traced_for(config, offload) if dtype == torch.float32 and compile_setting == "auto" else None
             if tr is not None:
                 record["traced_bytes"] = tr["total"]
                 record["flops"] = tr["flops"]
@@ -203,9 +207,10 @@ def run(workload: Workload, *, repeats: int = 10, trace: bool = True, profile: b
         record = _guarded(name, one)
         rows.append({"model": "ours (default: 2-layer MLPs, SiLU)", "configuration": name, **record})
     # The reference comparison at the issue's size.
-    for name, kind, ckpt in (("checkpointing", "ours", True), ("no checkpointing", "ours", False), ("checkpointing", "field", True)):
-        def one(kind=kind, ckpt=ckpt):
-            model, config = _model(kind, part, ckpt, **REFERENCE_MODEL)
+    for name, kind, ckpt, setting in (("checkpointing", "ours", True, "auto"), ("no checkpointing", "ours", False, "auto"),
+                                      ("checkpointing, compile off", "ours", True, "off"), ("checkpointing", "field", True, "auto")):
+        def one(kind=kind, ckpt=ckpt, setting=setting):
+            model, config = _model(kind, part, ckpt, **REFERENCE_MODEL, **({"compile": setting} if kind == "ours" else {}))
             model = model.to(device)
             record = _measure(_Step(model, part, weights, torch.float32, False), repeats, device)
             del model
