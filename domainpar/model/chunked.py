@@ -205,7 +205,9 @@ class _ChunkedEdges(torch.autograd.Function):
                 z1 = _first_layer(plan, chunk, u_c, w_in, first.bias, nodes)
             with torch.enable_grad():
                 z1 = z1.detach().requires_grad_(True)
-                h = plan.tail(plan.mlp, z1)
+                # The tail reads a view of the leaf: module hooks that watch their inputs' gradients (torch's
+                # MemTracker, register_multi_grad_hook) refuse a leaf inside this nested autograd.grad.
+                h = plan.tail(plan.mlp, z1.view_as(z1))
                 top = F.linear(h, plan.out.weight, plan.out.bias).squeeze(-1) if plan.kind == "head" else h
                 wrt = [z1] + [p for p in tail_params if p.requires_grad]
                 got = list(torch.autograd.grad(top, wrt, g, allow_unused=True))

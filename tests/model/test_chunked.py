@@ -203,3 +203,4 @@ def test_default_device_chunked_and_compiled_equal_plain():
     config = ModelConfig(compile="auto", checkpointing=True, chunk_rows=150, **case)
     first, second = (_device_grads(config, part, torch.float32)[1] for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
