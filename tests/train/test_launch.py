@@ -99,3 +99,33 @@ def test_spawn_rejects_zero_processes():
     with pytest.raises(DomainparError, match="nprocs must be at least 1"):
         spawn(_rank_and_world, 0)
 
+
+
+_ON_A_GPU_NODE = """
+import sys, torch, torch.distributed as dist
+# A node with 4 GPUs, as torch would see it; no CUDA call is made on the CPU path.
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 4
+torch.cuda.set_device = lambda index: None
+from domainpar.train.launch import init_from_env
+env = init_from_env(30, device=sys.argv[1], watchdog=None)
+print(env.device, env.backend, dist.get_backend())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_device_cpu_under_torchrun_on_a_gpu_node_uses_gloo(tmp_path):
+    # `torchrun ... domainpar train --device cpu` on a GPU node used to pick NCCL and fail at the first collective.
+    import os
+    import subprocess
+    import sys
+
+    from bench.common.jobs import free_port
+
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    done = subprocess.run([sys.executable, "-c", _ON_A_GPU_NODE, "cpu"], env=env, capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["cpu", "gloo", "gloo"]
