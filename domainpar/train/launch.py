@@ -201,10 +201,9 @@ def fail_rank(exc: BaseException) -> None:
         # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name.
         failure = watchdog.cause(timeout_s=2.0)
         if failure is None:
+            # Stopped with no failure to name (scancel, a user's kill): said, not published as this rank's failure.
             failure = Failure(watchdog.rank, f"rank {watchdog.rank} {exc}", "raised", watchdog.rank)
-            watchdog.report(failure)
             watchdog.finish_failed(failure, exc.exit_code, linger=False)
-        watchdog.report(failure)
         watchdog.finish_failed(failure, exc.exit_code)
     failure = watchdog.explain(exc)
     own = failure.rank == watchdog.rank

@@ -78,6 +78,27 @@ def test_spawn_names_a_rank_killed_during_start_up(graphs, tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_spawn_names_a_rank_that_stopped_responding(graphs, tmp_path):
+    # SIGSTOP: the process is alive (no pid check can see it), its heartbeat stops; its peer is blocked in a
+    # gloo collective with it, which no abort interrupts.
+    job = start("spawn", 2, graphs, tmp_path / "out", "--heartbeat", "8")
+    try:
+        job.wait_for_ranks(2)
+        job.wait_for_steps(2)
+        ranks = job.ranks()
+        os.kill(ranks[1], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        (output,) = job.finish(LIMIT_S + 30)
+        elapsed = time.monotonic() - stopped_at
+    finally:
+        job.kill_all()
+    assert 8 <= elapsed < LIMIT_S, (elapsed, output)
+    assert job.processes[0].returncode == 1
+    (line,) = output.strip().splitlines()
+    assert re.fullmatch(r"error: rank 1 of 2 stopped responding \(no heartbeat for \d+ s from \S+\)", line), output
+
+
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("victim", [1, 0])
 def test_torchrun_peers_name_the_killed_rank(graphs, tmp_path, victim):
     job = start("torchrun", 2, graphs, tmp_path / "out")
