@@ -220,6 +220,8 @@ class Watchdog:
         self._main_done = threading.Event()
         self._store_errors_since: float | None = None
         self._store_gone = False
+        self.before_exit: list[Callable[[], None]] = []
+        """Called (best effort) before the watchdog ends a failed process, e.g. to release the ``--out`` lock."""
         self._thread = threading.Thread(target=self._run, name=f"domainpar-watchdog-r{rank}", daemon=True)
 
     # ------------------------------------------------------------------ public
@@ -325,7 +327,7 @@ class Watchdog:
         if linger:
             self.linger_for_readers(failure)
         abort_process_groups()
-        _flush_and_exit(exit_code)
+        self._exit(exit_code)
 
     # ---------------------------------------------------------------- thread
 
@@ -473,7 +475,15 @@ class Watchdog:
         # The main thread usually unwinds now (an aborted or broken collective raises); a blocked gloo op may not.
         if not self._main_done.wait(self.config.grace_s):
             self.linger_for_readers(failure)
-            _flush_and_exit(1)
+            self._exit(1)
+
+    def _exit(self, code: int) -> None:
+        for callback in self.before_exit:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the process ends either way
+                pass
+        _flush_and_exit(code)
 
 
 def _flush_and_exit(code: int) -> None:

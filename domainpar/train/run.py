@@ -74,6 +74,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     the others through the rendezvous store, not in a barrier: no process-group timeout bounds the
     preparation, and a rank's failure reaches every rank within a poll with its line.
     """
+    from domainpar.comm.watchdog import current as current_watchdog
     from domainpar.train import launch, runlock
     from domainpar.train.prepare import prepare, prepare_distributed
     from domainpar.train.trainer import run_rank
@@ -87,6 +88,10 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
         nonlocal lock
         check_output_dir(config.run.out, "--out")
         lock = runlock.acquire(config.run.out)
+        watchdog = current_watchdog()
+        if watchdog is not None:  # a rank ended by its watchdog skips the finally below
+            held = lock
+            watchdog.before_exit.append(lambda: runlock.release(held))
 
     try:
         if env.world_size == 1:

@@ -162,3 +162,20 @@ def test_process_identity_and_liveness():
     assert process_gone(_gone_identity())
     # A reused pid (same number, later start) is not the process that was recorded.
     assert process_gone({**me, "start": "1"})
+
+
+def test_the_end_of_a_failed_rank_runs_its_before_exit_callbacks(store, monkeypatch):
+    # What the process must undo itself (rank 0's --out lock) before the watchdog ends it without unwinding.
+    import domainpar.comm.watchdog as watchdog_module
+
+    exits: list[int] = []
+    monkeypatch.setattr(watchdog_module, "_flush_and_exit", exits.append)
+    watchdog, reports = _watch(store, 0, 2)
+    calls: list[str] = []
+    watchdog.before_exit += [lambda: calls.append("raises") or 1 / 0, lambda: calls.append("second")]
+    try:
+        watchdog.finish_failed(Failure(0, "rank 0 raised ValueError: boom", "raised", 0), exit_code=3, linger=False)
+    finally:
+        watchdog.stop(done=False)
+    assert calls == ["raises", "second"] and exits == [3]
+    assert [failure.message for failure, _ in reports] == ["rank 0 raised ValueError: boom"]

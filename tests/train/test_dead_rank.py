@@ -115,6 +115,8 @@ def test_torchrun_peers_name_the_killed_rank(graphs, tmp_path, victim):
     # ... and torchrun's own summary agrees on the root cause.
     root = output[output.index("Root Cause"):]
     assert re.search(rf"rank\s*:\s*{victim} \(local_rank: {victim}\)", root), output
+    # Rank 0 held the --out lock: released when it stopped, left (stale, named by the next run) when it was killed.
+    assert (tmp_path / "out" / "train.lock").exists() == (victim == 0)
 
 
 @pytest.mark.timeout(180)
@@ -140,6 +142,7 @@ def test_srun_tasks_name_the_killed_rank(graphs, tmp_path, victim):
         assert len(lines) == 1 and lines[0].endswith(f"; rank {rank} stopped"), output
         assert lines[0].startswith(f"error: {reason}" if reason else f"error: rank {victim} died (its process "), output
         assert "Traceback" not in output
+    assert (tmp_path / "out" / "train.lock").exists() == (victim == 0)
 
 
 def _val_with_a_nan_for_rank_1(directory):
