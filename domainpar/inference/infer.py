@@ -14,24 +14,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domainpar.data.event_graph import EventGraph, load_graph, save_graph
+from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.model_io import LoadedModel, load_model
 
 
 def infer_single(loaded: LoadedModel, graph: EventGraph) -> np.ndarray:
-    """(E,) float64 logits of every edge of ``graph`` in one process (identity exchange)."""
-    from domainpar.model.exchange import IdentityExchange
-    from domainpar.partition.local_graph import local_graph
-    from domainpar.partition.plan import build_plan
+    """(E,) float64 logits of every edge of ``graph`` in one process (the one-part plan, identity exchange)."""
+    from domainpar.parallel.part import rank_part
 
-    plan = build_plan(graph.edge_index, np.zeros(graph.num_nodes, dtype=np.int64), 1, y=graph.y)
-    local = local_graph(graph, plan.parts[0]).to("cpu", loaded.dtype)
+    rp = rank_part(graph, dtype=loaded.dtype)
     with torch.no_grad():
-        logits = loaded.model(local, IdentityExchange())
-    result = np.empty(graph.num_edges, dtype=np.float64)
-    result[local.edge_ids.numpy()] = logits.double().numpy()
-    return result
+        logits = loaded.model(rp.graph, rp.exchange)
+    return rp.scatter_edges(logits.double()).numpy()
 
 
 def infer_exported(exported, graph: EventGraph) -> np.ndarray:
@@ -40,28 +35,19 @@ def infer_exported(exported, graph: EventGraph) -> np.ndarray:
     return exported.logits(graph.x, graph.edge_index, graph.edge_attr)
 
 
-def _partitioned_worker(
-    rank: int, world_size: int, checkpoint: str, graph_paths: list[str], owner_paths: list[str]
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """One rank of partitioned inference: (owned global edge ids, their logits) per event."""
-    from domainpar.comm.halo import HaloExchange
-    from domainpar.partition.local_graph import local_graph
-    from domainpar.partition.plan import build_plan
+def _partitioned_worker(rank: int, world_size: int, checkpoint: str, part_paths: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One rank of partitioned inference: (owned global edge ids, their logits) per event, from its own part files."""
+    from domainpar.parallel.part import rank_part
 
     loaded = load_model(checkpoint)
     results = []
-    for graph_path, owner_path in zip(graph_paths, owner_paths):
-        graph = load_graph(graph_path)
-        with np.load(owner_path, allow_pickle=False) as npz:
-            owner = npz["owner"]
-        plan = build_plan(graph.edge_index, owner, world_size, y=graph.y, graph_hash=graph.content_hash())
-        part = plan.parts[rank]
-        local = local_graph(graph, part).to("cpu", loaded.dtype)
-        exchange = HaloExchange(part, None, torch.device("cpu"))
+    for paths in part_paths:
+        # Only this rank's part file is read; the ranks check they hold the parts of one plan before exchanging.
+        rp = rank_part(paths[rank], rank, None, "cpu", loaded.dtype, expect={"num_parts": world_size})
         with torch.no_grad():
-            logits = loaded.model(local, exchange)
-        owned = local.edge_owned
-        results.append((local.edge_ids[owned].numpy().copy(), logits[owned].double().numpy().copy()))
+            logits = loaded.model(rp.graph, rp.exchange)
+        edge_ids, values = rp.owned_edges(logits)
+        results.append((edge_ids.numpy().copy(), values.double().numpy().copy()))
     return results
 
 
@@ -75,32 +61,30 @@ def infer_partitioned(
 ) -> tuple[list[np.ndarray], list[dict]]:
     """Logits of every event, each event split into ``num_parts`` parts on as many spawned processes.
 
-    The parent partitions every event once (so all ranks use the same owners)
-    and writes graphs and owners to a private temporary directory; rank p
-    computes part p with halo exchange and returns the logits of the edges it
-    owns, which are scattered back to global edge ids here.
+    The parent partitions every event once and writes its plan as part files
+    (:func:`domainpar.partition.io.save_plan`) to a private temporary
+    directory; rank p reads only its part file, computes part p with halo
+    exchange and returns the logits of the edges it owns, which are scattered
+    back to global edge ids here.
 
     Returns:
         ``(logits, partition_records)``: (E,) float64 logits per event, and per
         event the partition's cut and halo sizes.
     """
     from domainpar.partition import partition_graph
+    from domainpar.partition.io import part_file_name, save_plan
     from domainpar.train.launch import SpawnError, spawn
 
     records = []
     with tempfile.TemporaryDirectory(prefix="domainpar-evaluate-") as tmp:
-        graph_paths, owner_paths = [], []
+        part_paths = []
         for index, graph in enumerate(graphs):
             try:
                 plan = partition_graph(graph, num_parts, method=method, seed=seed, option="--parts")
             except DomainparError as exc:
                 raise DomainparError(f"event {graph.event_id}: {exc}") from None
-            graph_path = Path(tmp) / f"graph{index}.npz"
-            owner_path = Path(tmp) / f"owner{index}.npz"
-            save_graph(graph, graph_path)
-            np.savez(owner_path, owner=plan.owner)
-            graph_paths.append(str(graph_path))
-            owner_paths.append(str(owner_path))
+            plan_dir = save_plan(plan, Path(tmp) / f"event{index}", graph)
+            part_paths.append([str(plan_dir / part_file_name(p)) for p in range(num_parts)])
             records.append(
                 {
                     "num_cut_edges": plan.num_cut_edges,
@@ -113,7 +97,7 @@ def infer_partitioned(
             per_rank = spawn(
                 _partitioned_worker,
                 num_parts,
-                (str(checkpoint), graph_paths, owner_paths),
+                (str(checkpoint), part_paths),
                 timeout_s=timeout_s,
                 backend="gloo",
                 num_threads=threads,
