@@ -2,8 +2,10 @@
 
 :func:`verify_worker` runs inside every rank of a domain group (spawned by
 :func:`domainpar.train.launch.spawn` or started by torchrun). For each
-:class:`VerifyCase` it builds the part's local graph and a
-:class:`~domainpar.comm.halo.HaloExchange`, runs forward + backward of the
+:class:`VerifyCase` it gets its part through the seam
+(:func:`domainpar.parallel.part.rank_part`: local graph and
+:class:`~domainpar.comm.halo.HaloExchange`, the group checked to hold one
+plan), runs forward + backward of the
 :class:`~domainpar.model.interaction_network.InteractionNetwork`, sums the
 gradients over the group, gathers every rank's logits (every copy of a
 replicated cut edge) to rank 0, and compares them with the single-process
@@ -28,17 +30,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from domainpar.comm.halo import HaloExchange
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.errors import DomainparError
-from domainpar.model.exchange import Exchange, IdentityExchange
+from domainpar.model.exchange import Exchange
 from domainpar.model.interaction_network import InteractionNetwork
 from domainpar.model.loss import edge_loss
-from domainpar.partition.local_graph import LocalGraph, local_graph
+from domainpar.parallel.part import rank_part
+from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import build_plan
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import TOLERANCES, PygCase, VerifyCase, VerifyJob, VerifyResult
@@ -48,16 +49,14 @@ from domainpar.verification.faults import FaultyExchange
 def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
     """Logits (global edge order), loss and gradients of the plain single-process run."""
     dtype = _DTYPES[case.dtype]
-    plan = build_plan(case.graph.edge_index, np.zeros(case.graph.num_nodes, np.int64), 1, y=case.graph.y)
-    graph = local_graph(case.graph, plan.parts[0]).to(device, dtype)
+    whole = rank_part(case.graph, device=device, dtype=dtype)  # the one-part plan: identity exchange
     config = replace(case.config, checkpointing=False, overlap=False)
     torch.manual_seed(case.seed)
     model = InteractionNetwork(config).to(device=device, dtype=dtype)
-    logits = model(graph, IdentityExchange())
-    loss = edge_loss(logits, graph, case.pos_weight)
+    logits = model(whole.graph, whole.exchange)
+    loss = edge_loss(logits, whole.graph, case.pos_weight)
     loss.backward()
-    full_logits = torch.empty_like(logits)
-    full_logits[graph.edge_ids] = logits.detach()
+    full_logits = whole.scatter_edges(logits.detach())
     grads = {
         name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
         for name, p in model.named_parameters()
@@ -87,9 +86,8 @@ def partitioned_step(
     """
     dtype = _DTYPES[case.dtype]
     plan = build_plan(case.graph.edge_index, case.owner, world_size, y=case.graph.y)
-    part = plan.parts[rank]
-    graph = local_graph(case.graph, part).to(device, dtype)
-    exchange: Exchange = HaloExchange(part, group=group, device=device)
+    rp = rank_part(case.graph, rank, group, device, dtype, plan=plan)
+    graph, exchange = rp.graph, rp.exchange
     if case.fault is not None:
         exchange = FaultyExchange(exchange, case.fault)
     torch.manual_seed(case.seed)
@@ -121,11 +119,9 @@ def _pyg_run(case: PygCase, graph: LocalGraph, global_ids: torch.Tensor, exchang
 
 
 def _pyg_reference(case: PygCase, device: torch.device):
-    dtype = _DTYPES[case.dtype]
-    plan = build_plan(case.graph.edge_index, np.zeros(case.graph.num_nodes, np.int64), 1)
-    graph = local_graph(case.graph, plan.parts[0]).to(device, dtype)
-    global_ids = torch.tensor(plan.parts[0].owned_ids, device=device)
-    model, out, loss = _pyg_run(replace(case, global_degrees=True), graph, global_ids, IdentityExchange(), device)
+    whole = rank_part(case.graph, device=device, dtype=_DTYPES[case.dtype])  # the one-part plan: identity exchange
+    global_ids = torch.tensor(whole.data.plan.owned_ids, device=device)
+    model, out, loss = _pyg_run(replace(case, global_degrees=True), whole.graph, global_ids, whole.exchange, device)
     full = torch.empty_like(out)
     full[global_ids] = out
     grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone() for n, p in model.named_parameters()}
@@ -200,10 +196,10 @@ def verify_worker(
             raise DomainparError(f"dtype must be one of {', '.join(_DTYPES)} (got {case.dtype!r})")
         if isinstance(case, PygCase):
             plan = build_plan(case.graph.edge_index, case.owner, world_size)
-            part = plan.parts[rank]
-            graph = local_graph(case.graph, part).to(device, _DTYPES[case.dtype])
-            owned_ids = torch.tensor(part.owned_ids, device=device)
-            model, values, loss = _pyg_run(case, graph, owned_ids, HaloExchange(part, group=group, device=device), device)
+            rp = rank_part(case.graph, rank, group, device, _DTYPES[case.dtype], plan=plan)
+            graph = rp.graph
+            owned_ids = torch.tensor(rp.data.plan.owned_ids, device=device)
+            model, values, loss = _pyg_run(case, graph, owned_ids, rp.exchange, device)
             all_reduce_gradients(model, group)
             payload = (owned_ids.cpu(), values.cpu(), graph.num_halo)
             key = ("pyg", id(case.graph), case.layer, case.hidden, case.dtype, case.seed)
