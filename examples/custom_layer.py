@@ -19,7 +19,9 @@ needs its statistics reduced over the domain group first.
 
 The layer below is a GAT-style attention convolution written against the
 :class:`domainpar.model.exchange.Exchange` protocol, with no torch.distributed
-in sight; :func:`run_domain_parallel` runs it on N spawned gloo ranks and
+in sight; each rank gets its part and exchange from
+:func:`domainpar.parallel.part.rank_part` (the seam every domainpar caller
+uses); :func:`run_domain_parallel` runs it on N spawned gloo ranks and
 :func:`compare_with_single_process` checks the gradients against one process.
 
 Run it: ``python examples/custom_layer.py [--parts 2] [--method geometric]``.
@@ -35,9 +37,10 @@ import torch
 from torch import nn
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.model.exchange import Exchange, IdentityExchange
-from domainpar.partition import build_plan, partition_graph
-from domainpar.partition.local_graph import LocalGraph, local_graph
+from domainpar.model.exchange import Exchange
+from domainpar.parallel.part import rank_part
+from domainpar.partition import partition_graph
+from domainpar.partition.local_graph import LocalGraph
 
 
 def segment_softmax(scores: torch.Tensor, segment: torch.Tensor, num_segments: int) -> torch.Tensor:
@@ -161,9 +164,8 @@ def single_process_gradients(graph: EventGraph, seed: int = 0, **model_kw) -> tu
     """Loss and gradients of the whole graph on one process (a one-part plan, identity exchange)."""
     torch.manual_seed(seed)
     model = AttentionEdgeClassifier(**model_kw).double()
-    plan = build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y)
-    part = local_graph(graph, plan.parts[0]).to("cpu", torch.float64)
-    loss = part_loss(model(part, IdentityExchange()), part)
+    whole = rank_part(graph, dtype=torch.float64)  # the one-part plan: local graph = whole graph, identity exchange
+    loss = part_loss(model(whole.graph, whole.exchange), whole.graph)
     loss.backward()
     return loss.detach(), gradients(model)
 
@@ -172,15 +174,12 @@ def _rank_gradients(rank: int, world_size: int, graph: EventGraph, method: str, 
     """Body of one spawned rank: its part's loss share and its (unreduced) parameter gradients."""
     import torch.distributed as dist
 
-    from domainpar.comm.halo import HaloExchange
-
     torch.manual_seed(seed)  # identical initial weights on every rank
     model = AttentionEdgeClassifier(**model_kw).double()
     plan = partition_graph(graph, world_size, method=method, seed=seed)
-    part_plan = plan.parts[rank]
-    part = local_graph(graph, part_plan).to("cpu", torch.float64)
-    exchange = HaloExchange(part_plan)
-    loss = part_loss(model(part, exchange), part)
+    # This rank's local graph (owned nodes first, then halo) and the exchange that completes its halo rows.
+    rp = rank_part(graph, rank, None, "cpu", torch.float64, plan=plan)
+    loss = part_loss(model(rp.graph, rp.exchange), rp.graph)
     loss.backward()
     grads = gradients(model)
     # The domain group's rule: SUM the gradients (and the loss shares) over the ranks.
