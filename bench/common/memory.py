@@ -1,7 +1,8 @@
 """Memory: the one place the benchmarks measure memory, four ways that answer different questions.
 
 * **RSS** (:func:`current_rss_bytes`, :func:`peak_rss_bytes`, :func:`reset_peak_rss`):
-  the kernel's resident-set high-water mark of this process — what a real
+  the kernel's resident-set high-water mark of this process (primitives shared with the trainer,
+  :mod:`domainpar.train.memory`) — what a real
   CPU step costs, allocator and temporaries included. Measure it in a fresh
   process (:mod:`bench.common.probe`) with :data:`PROBE_ENV`, so freed blocks
   go back to the kernel and each repeat measures afresh.
@@ -22,13 +23,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from bench.common.exchanges import StandInExchange
+from domainpar.train.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 #: Environment of fresh measuring processes: glibc serves every large block by mmap and trims eagerly,
 #: so freed activations go back to the kernel and the RSS high-water mark of each step is its own.
@@ -36,32 +36,6 @@ PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536
 
 
 # ----------------------------------------------------------------------------- RSS
-
-def _proc_status_kib(key: str) -> int:
-    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"/proc/self/status has no {key} line")
-    return int(match.group(1))
-
-
-def current_rss_bytes() -> int:
-    """Resident set size of this process now."""
-    return _proc_status_kib("VmRSS") * 1024
-
-
-def peak_rss_bytes() -> int:
-    """High-water mark of the resident set size since start or the last :func:`reset_peak_rss`."""
-    return _proc_status_kib("VmHWM") * 1024
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark to the current RSS (Linux ≥ 4.0); False if refused."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
 
 def rss_peak_of(fn: Callable[[], Any]) -> int | None:
     """RSS high-water mark of one call of ``fn`` above the RSS just before it (None where it cannot be reset)."""

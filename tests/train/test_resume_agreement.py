@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from domainpar.train import state as state_module
 from domainpar.train import trainer as trainer_module
 from domainpar.train.checkpoint import checkpoint_files
 from domainpar.train.config import load_config
@@ -25,14 +26,14 @@ def _rank_with_its_own_file_system(rank: int, world_size: int, payload: dict, sh
         def listing(*args, **kwargs):
             raise AssertionError(f"rank {rank} listed checkpoints/ itself")
 
-        trainer_module.latest_checkpoint = listing
+        state_module.latest_checkpoint = listing
         if shown_instead is not None:
-            real = trainer_module.load_checkpoint
+            real = state_module.load_checkpoint
 
             def other_file(path, expected_digest=None, **kwargs):
                 return real(shown_instead, expected_digest, **kwargs)
 
-            trainer_module.load_checkpoint = other_file
+            state_module.load_checkpoint = other_file
     return trainer_module.run_rank(rank, world_size, payload)
 
 
