@@ -1,0 +1,481 @@
+"""Detector response per layer and true-segment shapes per layer pair: what the simulator is held to.
+
+Everything here is measured the same way on real and simulated events, so the
+two can be compared number for number (``tests/unit/data/test_calibration.py``,
+``bench`` physics section):
+
+Per layer (:func:`layer_response`):
+
+* **hit efficiency**, from the truth alone: along every particle (pT above
+  ``min_pt``), consecutive layer groups of its hits (as in
+  :mod:`domainpar.data.true_segments`) are joined by straight (r, z) segments.
+  A layer that such a segment crosses — more than ``margin`` mm inside the
+  layer's extent — is a *miss* of that layer; a layer group with hits of the
+  same particle before and after it is a *hit*. efficiency = hits / (hits +
+  misses). Only crossings between two hits of a particle count, so where a
+  particle starts or stops does not bias the figure; module gaps count as
+  inefficiency, as they do for the tracker.
+* **resolution**: the measured minus the true position (truth ``tx, ty, tz``)
+  projected on the module's local u and v axes; robust sigma (1.4826 × the
+  median absolute deviation) and RMS.
+* **clusters**: cells per hit, distinct channels along u and v, summed charge
+  (needs the cells table).
+* **noise**: the fraction of the layer's hits that belong to no particle.
+
+Per layer pair (:func:`segment_table`): every true segment between
+consecutive layer groups with its Δr, Δz, |Δφ| and whether it jumps a layer,
+summarised by :func:`segment_summary` (median and inter-quartile range per
+pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from domainpar.data.detector import layer_index_of, layer_table, load_detector
+from domainpar.errors import DomainparError
+
+#: Columns of :func:`layer_response`.
+RESPONSE_COLUMNS = (
+    "layer", "volume_id", "layer_id", "num_hits", "noise_fraction", "hits", "misses", "efficiency",
+    "sigma_u", "sigma_v", "rms_u", "rms_v", "cells", "channels_u", "channels_v", "charge",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EventTruth:
+    """One event's hits with per-hit truth, in hits order (the arrays every statistic needs)."""
+
+    hits: pd.DataFrame
+    """hit_id, x, y, z, volume_id, layer_id, module_id."""
+    particle_id: np.ndarray
+    """(N,) particle of every hit, 0 for noise."""
+    particle_pt: np.ndarray
+    """(N,) transverse momentum of every hit's particle, GeV (0 for noise)."""
+    vertex: np.ndarray
+    """(N, 3) production vertex of every hit's particle, mm."""
+    true_position: np.ndarray
+    """(N, 3) truth tx, ty, tz of every hit, mm."""
+    layer: np.ndarray
+    """(N,) global layer index of every hit."""
+    cells: pd.DataFrame | None = None
+    """The event's cells (hit_id, ch0, ch1, value), or None."""
+
+
+def event_truth(
+    hits: pd.DataFrame, truth: pd.DataFrame, particles: pd.DataFrame, cells: pd.DataFrame | None = None
+) -> EventTruth:
+    """Align truth and particles with the hits (one row per hit, in hits order).
+
+    Raises:
+        DomainparError: a hit without a truth row, or a missing column.
+    """
+    for name, frame, columns in (
+        ("hits", hits, ("hit_id", "x", "y", "z", "volume_id", "layer_id", "module_id")),
+        ("truth", truth, ("hit_id", "particle_id", "tx", "ty", "tz")),
+        ("particles", particles, ("particle_id", "vx", "vy", "vz", "px", "py")),
+    ):
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise DomainparError(f"{name} must have columns {missing} (got {list(frame.columns)})")
+    indexed = truth.drop_duplicates("hit_id").set_index("hit_id")
+    rows = indexed.index.get_indexer(hits["hit_id"].to_numpy())
+    if (rows < 0).any():
+        raise DomainparError(f"truth must have a row for every hit (got {int((rows < 0).sum())} hits without one)")
+    particle_id = indexed["particle_id"].to_numpy(np.int64)[rows]
+    table = particles.drop_duplicates("particle_id").set_index("particle_id")
+    known = table.index.get_indexer(particle_id)
+    found = known >= 0
+    pt = np.zeros(particle_id.size)
+    vertex = np.zeros((particle_id.size, 3))
+    pt[found] = np.hypot(table["px"].to_numpy(np.float64), table["py"].to_numpy(np.float64))[known[found]]
+    for axis, column in enumerate(("vx", "vy", "vz")):
+        vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+    pt[particle_id == 0] = 0.0
+    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    if (layer < 0).any():
+        raise DomainparError("hits: every (volume_id, layer_id) must be a layer of the TrackML detector")
+    return EventTruth(
+        hits=hits.reset_index(drop=True),
+        particle_id=particle_id,
+        particle_pt=pt,
+        vertex=vertex,
+        true_position=indexed[["tx", "ty", "tz"]].to_numpy(np.float64)[rows],
+        layer=layer.astype(np.int64),
+        cells=cells,
+    )
+
+
+def _layer_groups(event: EventTruth, min_pt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Layer groups along every particle above ``min_pt``, ordered by distance from its vertex.
+
+    Returns:
+        ``(hit, group_start, group_particle, group_layer)``: ``hit`` the hit
+        indices ordered by particle and distance; per group, its first position
+        in ``hit``, its particle and its layer.
+    """
+    pos = event.hits[["x", "y", "z"]].to_numpy(np.float64)
+    distance = np.linalg.norm(pos - event.vertex, axis=1)
+    chosen = np.flatnonzero((event.particle_id != 0) & (event.particle_pt > min_pt))
+    hit = chosen[np.lexsort((distance[chosen], event.particle_id[chosen]))]
+    pid, lay = event.particle_id[hit], event.layer[hit]
+    new = np.ones(hit.size, dtype=bool)
+    new[1:] = (pid[1:] != pid[:-1]) | (lay[1:] != lay[:-1])
+    start = np.flatnonzero(new)
+    return hit, start, pid[start], lay[start]
+
+
+def _crossed_layers(r_a, z_a, r_c, z_c, layers: pd.DataFrame, margin: float) -> np.ndarray:
+    """(S, L) bool: the straight (r, z) segment from a to c crosses layer l more than ``margin`` inside it."""
+    barrel = layers["barrel"].to_numpy()
+    radius, z_disc = layers["r"].to_numpy(), layers["z"].to_numpy()
+    r_lo, r_hi = layers["r_min"].to_numpy(), layers["r_max"].to_numpy()
+    z_lo, z_hi = layers["z_min"].to_numpy(), layers["z_max"].to_numpy()
+    r_a, z_a, r_c, z_c = (np.asarray(v, dtype=np.float64)[:, None] for v in (r_a, z_a, r_c, z_c))
+    inner_r, outer_r = np.minimum(r_a, r_c), np.maximum(r_a, r_c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z_at = z_a + (radius[None, :] - r_a) * (z_c - z_a) / (r_c - r_a)
+        through_barrel = (inner_r < radius) & (radius < outer_r) & (z_lo + margin < z_at) & (z_at < z_hi - margin)
+        r_at = r_a + (z_disc[None, :] - z_a) * (r_c - r_a) / (z_c - z_a)
+        between_z = (np.minimum(z_a, z_c) < z_disc) & (z_disc < np.maximum(z_a, z_c))
+        through_disc = between_z & (r_lo + margin < r_at) & (r_at < r_hi - margin)
+    return np.where(barrel[None, :], through_barrel, through_disc)
+
+
+def _robust_sigma(values: np.ndarray) -> float:
+    if values.size == 0:
+        return float("nan")
+    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+
+
+def _rms(values: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(values**2))) if values.size else float("nan")
+
+
+def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float = 20.0) -> pd.DataFrame:
+    """Per layer: hits, noise fraction, hit efficiency, resolution and cluster content (see the module docstring).
+
+    Args:
+        events: events with truth (real or simulated); their counts are summed.
+        min_pt: particles above this pT (GeV) measure the efficiency (straight segments need stiff tracks).
+        margin: a segment crosses a layer only this far (mm) inside the layer's extent.
+
+    Returns:
+        One row per layer of the detector (48), columns :data:`RESPONSE_COLUMNS`;
+        statistics of layers without entries are NaN.
+    """
+    layers = layer_table()
+    num_layers = len(layers)
+    modules = load_detector()
+    module_key = (modules["volume_id"].to_numpy(np.int64) * 1000 + modules["layer_id"].to_numpy(np.int64)) * 100_000
+    module_key = module_key + modules["module_id"].to_numpy(np.int64)
+    module_order = np.argsort(module_key)
+    axes_u = modules[["rot_xu", "rot_yu", "rot_zu"]].to_numpy()
+    axes_v = modules[["rot_xv", "rot_yv", "rot_zv"]].to_numpy()
+
+    hits_on = np.zeros(num_layers)
+    misses_on = np.zeros(num_layers)
+    num_hits = np.zeros(num_layers)
+    num_noise = np.zeros(num_layers)
+    residual_u: list[list[np.ndarray]] = [[] for _ in range(num_layers)]
+    residual_v: list[list[np.ndarray]] = [[] for _ in range(num_layers)]
+    cluster_rows: list[pd.DataFrame] = []
+    for event in events:
+        num_hits += np.bincount(event.layer, minlength=num_layers)
+        num_noise += np.bincount(event.layer[event.particle_id == 0], minlength=num_layers)
+        hit, start, group_pid, group_layer = _layer_groups(event, min_pt)
+        if start.size > 1:
+            linked = group_pid[:-1] == group_pid[1:]
+            interior = np.zeros(start.size, dtype=bool)
+            interior[1:-1] = linked[:-1] & linked[1:]
+            hits_on += np.bincount(group_layer[interior], minlength=num_layers)
+            first, second = hit[start[:-1][linked]], hit[start[1:][linked]]
+            pos = event.hits[["x", "y", "z"]].to_numpy(np.float64)
+            r = np.hypot(pos[:, 0], pos[:, 1])
+            crossed = _crossed_layers(r[first], pos[first, 2], r[second], pos[second, 2], layers, margin)
+            # The segment's own layers are never "crossed" (it starts and ends on them).
+            own = np.zeros_like(crossed)
+            own[np.arange(first.size), event.layer[first]] = True
+            own[np.arange(first.size), event.layer[second]] = True
+            misses_on += (crossed & ~own).sum(axis=0)
+        signal = np.flatnonzero(event.particle_id != 0)
+        hits = event.hits
+        key = (hits["volume_id"].to_numpy(np.int64) * 1000 + hits["layer_id"].to_numpy(np.int64)) * 100_000
+        key = key + hits["module_id"].to_numpy(np.int64)
+        where = np.searchsorted(module_key, key, sorter=module_order)
+        where = np.minimum(where, module_key.size - 1)
+        row = module_order[where]
+        valid = module_key[row] == key
+        signal = signal[valid[signal]]
+        delta = hits[["x", "y", "z"]].to_numpy(np.float64)[signal] - event.true_position[signal]
+        du = np.einsum("ij,ij->i", delta, axes_u[row[signal]])
+        dv = np.einsum("ij,ij->i", delta, axes_v[row[signal]])
+        for layer_index in np.unique(event.layer[signal]):
+            mask = event.layer[signal] == layer_index
+            residual_u[layer_index].append(du[mask])
+            residual_v[layer_index].append(dv[mask])
+        if event.cells is not None and len(event.cells):
+            cells = event.cells
+            per_hit = cells.groupby("hit_id").agg(
+                cells=("value", "size"), channels_u=("ch0", "nunique"), channels_v=("ch1", "nunique"), charge=("value", "sum")
+            )
+            layer_of = pd.Series(event.layer, index=hits["hit_id"].to_numpy())
+            per_hit = per_hit.assign(layer=layer_of.reindex(per_hit.index).to_numpy())
+            cluster_rows.append(per_hit.dropna(subset=["layer"]))
+    table = layers[["layer_index", "volume_id", "layer_id"]].rename(columns={"layer_index": "layer"}).copy()
+    table["num_hits"] = num_hits.astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["noise_fraction"] = np.where(num_hits > 0, num_noise / np.maximum(num_hits, 1), np.nan)
+        table["hits"] = hits_on.astype(np.int64)
+        table["misses"] = misses_on.astype(np.int64)
+        table["efficiency"] = np.where(hits_on + misses_on > 0, hits_on / (hits_on + misses_on), np.nan)
+    joined_u = [np.concatenate(v) if v else np.zeros(0) for v in residual_u]
+    joined_v = [np.concatenate(v) if v else np.zeros(0) for v in residual_v]
+    table["sigma_u"] = [_robust_sigma(v) for v in joined_u]
+    table["sigma_v"] = [_robust_sigma(v) for v in joined_v]
+    table["rms_u"] = [_rms(v) for v in joined_u]
+    table["rms_v"] = [_rms(v) for v in joined_v]
+    if cluster_rows:
+        clusters = pd.concat(cluster_rows).groupby("layer")[["cells", "channels_u", "channels_v", "charge"]].mean()
+        clusters = clusters.reindex(np.arange(num_layers))
+        for column in ("cells", "channels_u", "channels_v", "charge"):
+            table[column] = clusters[column].to_numpy()
+    else:
+        for column in ("cells", "channels_u", "channels_v", "charge"):
+            table[column] = np.nan
+    return table.loc[:, list(RESPONSE_COLUMNS)].reset_index(drop=True)
+
+
+def segment_table(events: list[EventTruth], min_pt: float = 0.0) -> pd.DataFrame:
+    """Every true segment between consecutive layer groups of a particle (first hit of each group).
+
+    Returns:
+        One row per segment: ``inner``, ``outer`` (layer indices, in the order
+        along the track), ``dr``, ``dz`` (outer minus inner, mm), ``dphi``
+        (|Δφ|, rad), ``pt`` (GeV).
+    """
+    frames = []
+    for event in events:
+        hit, start, group_pid, group_layer = _layer_groups(event, min_pt)
+        if start.size < 2:
+            continue
+        linked = np.flatnonzero(group_pid[:-1] == group_pid[1:])
+        first, second = hit[start[linked]], hit[start[linked + 1]]
+        pos = event.hits[["x", "y", "z"]].to_numpy(np.float64)
+        r = np.hypot(pos[:, 0], pos[:, 1])
+        phi = np.arctan2(pos[:, 1], pos[:, 0])
+        dphi = np.abs(np.mod(phi[second] - phi[first] + np.pi, 2 * np.pi) - np.pi)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "inner": event.layer[first],
+                    "outer": event.layer[second],
+                    "dr": r[second] - r[first],
+                    "dz": pos[second, 2] - pos[first, 2],
+                    "dphi": dphi,
+                    "pt": event.particle_pt[first],
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame({c: np.zeros(0) for c in ("inner", "outer", "dr", "dz", "dphi", "pt")})
+    return pd.concat(frames, ignore_index=True)
+
+
+def segment_summary(segments: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
+    """Per (inner, outer) layer pair: count, and median / inter-quartile range of dr, |dz| and dphi."""
+    work = segments.assign(adz=segments["dz"].abs())
+    grouped = work.groupby(["inner", "outer"])
+    quantiles = {}
+    for column in ("dr", "adz", "dphi"):
+        quantiles[f"{column}_median"] = grouped[column].median()
+        quantiles[f"{column}_iqr"] = grouped[column].quantile(0.75) - grouped[column].quantile(0.25)
+    summary = pd.DataFrame({"count": grouped.size(), **quantiles}).reset_index()
+    return summary[summary["count"] >= min_count].reset_index(drop=True)
+
+
+#: Probabilities at which :func:`residual_quantiles` samples each residual distribution.
+RESIDUAL_PROBABILITIES = (0.0, 0.005, 0.01, 0.025) + tuple(np.round(np.arange(0.05, 0.951, 0.05), 3)) + (0.975, 0.99, 0.995, 1.0)
+
+
+def module_rows(hits: pd.DataFrame) -> np.ndarray:
+    """Row of every hit's module in :func:`~domainpar.data.detector.load_detector` (-1 where unknown)."""
+    modules = load_detector()
+    key = (modules["volume_id"].to_numpy(np.int64) * 1000 + modules["layer_id"].to_numpy(np.int64)) * 100_000
+    key = key + modules["module_id"].to_numpy(np.int64)
+    order = np.argsort(key)
+    query = (hits["volume_id"].to_numpy(np.int64) * 1000 + hits["layer_id"].to_numpy(np.int64)) * 100_000
+    query = query + hits["module_id"].to_numpy(np.int64)
+    where = np.minimum(np.searchsorted(key, query, sorter=order), key.size - 1)
+    rows = order[where]
+    return np.where(key[rows] == query, rows, -1)
+
+
+def residual_quantiles(events: list[EventTruth], probabilities=RESIDUAL_PROBABILITIES) -> dict:
+    """Quantiles of the measured − true position along each module's u and v, in pitch units, per volume.
+
+    This is the measurement model the simulator draws from (``resolution="measured"``):
+    real clusters give non-Gaussian residuals (pixel-barrel hits are shifted
+    by a fifth of a pitch along u — the uncorrected Lorentz drift — with a
+    narrow core; binary strips are flat over a pitch along v), so the shape is
+    kept, not only its width.
+
+    Returns:
+        ``{"probabilities": [...], "volumes": {volume_id: {"u": [...], "v": [...], "count": n}}}``.
+    """
+    modules = load_detector()
+    axes = {axis: modules[[f"rot_x{axis}", f"rot_y{axis}", f"rot_z{axis}"]].to_numpy() for axis in ("u", "v")}
+    pitch = {axis: modules[f"pitch_{axis}"].to_numpy() for axis in ("u", "v")}
+    per_volume: dict[int, dict[str, list[np.ndarray]]] = {}
+    for event in events:
+        rows = module_rows(event.hits)
+        signal = np.flatnonzero((event.particle_id != 0) & (rows >= 0))
+        delta = event.hits[["x", "y", "z"]].to_numpy(np.float64)[signal] - event.true_position[signal]
+        volume = event.hits["volume_id"].to_numpy()[signal]
+        for axis in ("u", "v"):
+            scaled = np.einsum("ij,ij->i", delta, axes[axis][rows[signal]]) / pitch[axis][rows[signal]]
+            for volume_id in np.unique(volume):
+                per_volume.setdefault(int(volume_id), {"u": [], "v": []})[axis].append(scaled[volume == volume_id])
+    result = {"probabilities": [float(p) for p in probabilities], "volumes": {}}
+    for volume_id, axes_values in sorted(per_volume.items()):
+        u = np.concatenate(axes_values["u"])
+        v = np.concatenate(axes_values["v"])
+        result["volumes"][str(volume_id)] = {
+            "count": int(u.size),
+            "u": [round(float(q), 5) for q in np.quantile(u, probabilities)],
+            "v": [round(float(q), 5) for q in np.quantile(v, probabilities)],
+        }
+    return result
+
+
+#: Bin edges of the track-angle proxy of :func:`cluster_shapes`: |z|/r on barrels (cot θ of the ray from the origin), r/|z| on endcaps.
+BARREL_ANGLE_BINS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 12.0)
+ENDCAP_ANGLE_BINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.6)
+
+
+def cluster_shapes(hits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Mean cluster content per volume and bin of track angle (all hits, noise included; no truth needed).
+
+    The angle proxy is the ray from the origin through the hit: |z|/r (cot θ) on
+    barrel layers, where the cluster length along z grows with it, and r/|z|
+    (tan θ) on endcap discs. Measured alike on real and simulated events, it
+    is what the simulator's cluster model is fitted to.
+
+    Returns:
+        One row per (volume_id, bin): ``count``, mean ``cells``,
+        ``channels_u``, ``channels_v`` and median ``charge`` per hit.
+    """
+    per_hit = cells.groupby("hit_id").agg(
+        cells=("value", "size"), channels_u=("ch0", "nunique"), channels_v=("ch1", "nunique"), charge=("value", "sum")
+    )
+    frame = hits.set_index("hit_id")[["x", "y", "z", "volume_id"]].join(per_hit, how="inner")
+    r = np.hypot(frame["x"].to_numpy(), frame["y"].to_numpy())
+    z = np.abs(frame["z"].to_numpy())
+    barrel = frame["volume_id"].isin((8, 13, 17)).to_numpy()
+    rows = []
+    for is_barrel, edges, proxy in ((True, BARREL_ANGLE_BINS, z / np.maximum(r, 1e-9)), (False, ENDCAP_ANGLE_BINS, r / np.maximum(z, 1e-9))):
+        chosen = frame[barrel == is_barrel].assign(angle_bin=pd.cut(proxy[barrel == is_barrel], list(edges), labels=False))
+        grouped = chosen.dropna(subset=["angle_bin"]).groupby(["volume_id", "angle_bin"])
+        rows.append(
+            grouped.agg(
+                count=("cells", "size"), cells=("cells", "mean"), channels_u=("channels_u", "mean"),
+                channels_v=("channels_v", "mean"), charge=("charge", "median"),
+            ).reset_index()
+        )  # fmt: skip
+    result = pd.concat(rows, ignore_index=True)
+    result["angle_bin"] = result["angle_bin"].astype(np.int64)
+    return result
+
+
+#: Fitted parameters of the cluster model, their bounds (pixel volumes fit all; strips have no threshold or charge).
+_CLUSTER_BOUNDS = {
+    "tan_lorentz": (-0.6, 0.6),
+    "depth_u": (0.2, 4.0),
+    "depth_v": (0.2, 4.0),
+    "spread_u": (0.0, 2.5),
+    "spread_v": (0.0, 2.5),
+    "threshold": (0.0, 0.9),
+    "charge": (0.02, 2.0),
+}
+
+
+def fit_cluster_models(
+    real_hits: pd.DataFrame,
+    real_cells: pd.DataFrame,
+    sim_frames: dict[str, pd.DataFrame],
+    volumes: tuple[int, ...] | None = None,
+    min_count: int = 200,
+    seed: int = 0,
+    max_evaluations: int = 250,
+) -> dict[int, "ClusterModel"]:
+    """Fit every volume's :class:`~domainpar.data.simulate.ClusterModel` to real clusters.
+
+    The crossings of a simulated event (truth positions and momenta; noise
+    along the sensor normal) are re-digitised with candidate parameters and
+    their :func:`cluster_shapes` compared with the real event's, bin by bin
+    of track angle (bins with at least ``min_count`` real hits): the squared
+    relative differences of mean cells, channels along u and v and (pixels)
+    median charge are minimised by Nelder–Mead from the current models, with
+    common random numbers so the objective is smooth.
+
+    Returns:
+        ``{volume_id: ClusterModel}`` for the fitted volumes.
+    """
+    from dataclasses import astuple, fields
+
+    from scipy.optimize import minimize
+
+    from domainpar.data.simulate import CLUSTER_MODELS, ClusterModel, _cells
+
+    real = cluster_shapes(real_hits, real_cells)
+    hits, truth = sim_frames["hits"], sim_frames["truth"].set_index("hit_id").loc[sim_frames["hits"]["hit_id"]]
+    rows = module_rows(hits)
+    modules = load_detector()
+    position = truth[["tx", "ty", "tz"]].to_numpy(np.float64)
+    momentum = truth[["tpx", "tpy", "tpz"]].to_numpy(np.float64)
+    norm = np.linalg.norm(momentum, axis=1)
+    normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[rows]
+    direction = np.where(norm[:, None] > 0, momentum / np.maximum(norm, 1e-12)[:, None], normal)
+    names = [f.name for f in fields(ClusterModel)]
+    fitted = {}
+    for volume_id in volumes or tuple(sorted(real["volume_id"].unique())):
+        target = real[(real["volume_id"] == volume_id) & (real["count"] >= min_count)]
+        mask = hits["volume_id"].to_numpy() == volume_id
+        if target.empty or not mask.any():
+            continue
+        pixel = modules["pitch_v"].to_numpy()[rows[mask]].mean() < 0.5
+        free = [n for n in names if pixel or n not in ("threshold", "charge", "depth_v", "spread_v")]
+        start = CLUSTER_MODELS.get(int(volume_id), ClusterModel())
+        sub_hits = hits[mask]
+        quantities = ["cells", "channels_u", "channels_v"] + (["charge"] if pixel else [])
+
+        def model_of(values: np.ndarray) -> ClusterModel:
+            chosen = dict(zip(names, astuple(start)))
+            for name, value in zip(free, values):
+                low, high = _CLUSTER_BOUNDS[name]
+                chosen[name] = float(np.clip(value, low, high))
+            return ClusterModel(**chosen)
+
+        def loss(values: np.ndarray) -> float:
+            cells = _cells(
+                np.random.default_rng(seed), sub_hits["hit_id"].to_numpy(), rows[mask], position[mask],
+                direction[mask], modules, {int(volume_id): model_of(values)},
+            )  # fmt: skip
+            shapes = cluster_shapes(sub_hits, cells).merge(target, on=["volume_id", "angle_bin"], suffixes=("", "_real"))
+            if shapes.empty:
+                return 1e9
+            total = 0.0
+            for q in quantities:
+                total += float(np.sum(((shapes[q] - shapes[f"{q}_real"]) / shapes[f"{q}_real"]) ** 2))
+            return total / len(shapes)
+
+        x0 = np.array([getattr(start, n) for n in free])
+        # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
+        steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
+        simplex = np.vstack([x0, x0 + np.diag(steps)])
+        result = minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex})
+        fitted[int(volume_id)] = model_of(result.x)
+    return fitted
