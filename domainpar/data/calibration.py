@@ -21,6 +21,8 @@ Per layer (:func:`layer_response`):
 * **clusters**: cells per hit, distinct channels along u and v, summed charge
   (needs the cells table).
 * **noise**: the fraction of the layer's hits that belong to no particle.
+* **double hits**: the fraction of particle crossings of the layer (layer
+  groups) with two or more hits — overlapping modules.
 
 Per layer pair (:func:`segment_table`): every true segment between
 consecutive layer groups with its Δr, Δz, |Δφ| and whether it jumps a layer,
@@ -40,7 +42,8 @@ from domainpar.errors import DomainparError
 
 #: Columns of :func:`layer_response`.
 RESPONSE_COLUMNS = (
-    "layer", "volume_id", "layer_id", "num_hits", "noise_fraction", "hits", "misses", "efficiency",
+    "layer", "volume_id", "layer_id", "num_hits", "noise_fraction", "hits", "misses", "efficiency", "groups",
+    "double_fraction",
     "sigma_u", "sigma_v", "rms_u", "rms_v", "cells", "channels_u", "channels_v", "charge",
 )  # fmt: skip
 
@@ -178,6 +181,8 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
 
     hits_on = np.zeros(num_layers)
     misses_on = np.zeros(num_layers)
+    groups_on = np.zeros(num_layers)
+    doubles_on = np.zeros(num_layers)
     num_hits = np.zeros(num_layers)
     num_noise = np.zeros(num_layers)
     residual_u: list[list[np.ndarray]] = [[] for _ in range(num_layers)]
@@ -187,6 +192,9 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
         num_hits += np.bincount(event.layer, minlength=num_layers)
         num_noise += np.bincount(event.layer[event.particle_id == 0], minlength=num_layers)
         hit, start, group_pid, group_layer = _layer_groups(event, min_pt)
+        group_size = np.diff(np.append(start, hit.size))
+        groups_on += np.bincount(group_layer, minlength=num_layers)
+        doubles_on += np.bincount(group_layer[group_size >= 2], minlength=num_layers)
         if start.size > 1:
             linked = group_pid[:-1] == group_pid[1:]
             interior = np.zeros(start.size, dtype=bool)
@@ -232,6 +240,8 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
         table["hits"] = hits_on.astype(np.int64)
         table["misses"] = misses_on.astype(np.int64)
         table["efficiency"] = np.where(hits_on + misses_on > 0, hits_on / (hits_on + misses_on), np.nan)
+        table["groups"] = groups_on.astype(np.int64)
+        table["double_fraction"] = np.where(groups_on > 0, doubles_on / np.maximum(groups_on, 1), np.nan)
     joined_u = [np.concatenate(v) if v else np.zeros(0) for v in residual_u]
     joined_v = [np.concatenate(v) if v else np.zeros(0) for v in residual_v]
     table["sigma_u"] = [_robust_sigma(v) for v in joined_u]
@@ -314,40 +324,58 @@ def module_rows(hits: pd.DataFrame) -> np.ndarray:
     return np.where(key[rows] == query, rows, -1)
 
 
-def residual_quantiles(events: list[EventTruth], probabilities=RESIDUAL_PROBABILITIES) -> dict:
+def residual_quantiles(events: list[EventTruth], probabilities=RESIDUAL_PROBABILITIES, min_class_count: int = 40) -> dict:
     """Quantiles of the measured − true position along each module's u and v, in pitch units, per volume.
 
     This is the measurement model the simulator draws from (``resolution="measured"``):
     real clusters give non-Gaussian residuals (pixel-barrel hits are shifted
     by a fifth of a pitch along u — the uncorrected Lorentz drift — with a
     narrow core; binary strips are flat over a pitch along v), so the shape is
-    kept, not only its width.
+    kept, not only its width. The error depends on the cluster's size along
+    the axis (one channel: flat over the pitch; two: the charge sharing
+    locates the track), so each volume and axis has one distribution per size
+    class ("1", "2", "3" for three or more channels; needs the events' cells),
+    kept where a class has at least ``min_class_count`` hits, plus "all".
 
     Returns:
-        ``{"probabilities": [...], "volumes": {volume_id: {"u": [...], "v": [...], "count": n}}}``.
+        ``{"probabilities": [...], "volumes": {volume_id: {"count": n, "u": {class: [...]}, "v": {class: [...]}}}}``.
     """
+    from domainpar.data.features import cluster_summary
+
     modules = load_detector()
     axes = {axis: modules[[f"rot_x{axis}", f"rot_y{axis}", f"rot_z{axis}"]].to_numpy() for axis in ("u", "v")}
     pitch = {axis: modules[f"pitch_{axis}"].to_numpy() for axis in ("u", "v")}
-    per_volume: dict[int, dict[str, list[np.ndarray]]] = {}
+    collected: dict[int, dict[str, list[tuple[np.ndarray, np.ndarray]]]] = {}
     for event in events:
         rows = module_rows(event.hits)
         signal = np.flatnonzero((event.particle_id != 0) & (rows >= 0))
         delta = event.hits[["x", "y", "z"]].to_numpy(np.float64)[signal] - event.true_position[signal]
         volume = event.hits["volume_id"].to_numpy()[signal]
+        if event.cells is not None:
+            clusters = cluster_summary(event.hits["hit_id"].to_numpy()[signal], event.cells)
+            size = {"u": clusters[:, 2], "v": clusters[:, 3]}
+        else:
+            size = {"u": np.zeros(signal.size), "v": np.zeros(signal.size)}
         for axis in ("u", "v"):
             scaled = np.einsum("ij,ij->i", delta, axes[axis][rows[signal]]) / pitch[axis][rows[signal]]
             for volume_id in np.unique(volume):
-                per_volume.setdefault(int(volume_id), {"u": [], "v": []})[axis].append(scaled[volume == volume_id])
+                chosen = volume == volume_id
+                entry = collected.setdefault(int(volume_id), {"u": [], "v": []})
+                entry[axis].append((scaled[chosen], size[axis][chosen]))
     result = {"probabilities": [float(p) for p in probabilities], "volumes": {}}
-    for volume_id, axes_values in sorted(per_volume.items()):
-        u = np.concatenate(axes_values["u"])
-        v = np.concatenate(axes_values["v"])
-        result["volumes"][str(volume_id)] = {
-            "count": int(u.size),
-            "u": [round(float(q), 5) for q in np.quantile(u, probabilities)],
-            "v": [round(float(q), 5) for q in np.quantile(v, probabilities)],
-        }
+    for volume_id, per_axis in sorted(collected.items()):
+        entry = {}
+        for axis in ("u", "v"):
+            values = np.concatenate([v for v, _ in per_axis[axis]])
+            sizes = np.clip(np.concatenate([c for _, c in per_axis[axis]]), 0, 3)
+            classes = {"all": values}
+            for size_class in (1, 2, 3):
+                chosen = values[sizes == size_class]
+                if chosen.size >= min_class_count:
+                    classes[str(size_class)] = chosen
+            entry[axis] = {name: [round(float(q), 5) for q in np.quantile(v, probabilities)] for name, v in classes.items()}
+            entry[f"{axis}_counts"] = {name: int(v.size) for name, v in classes.items()}
+        result["volumes"][str(volume_id)] = {"count": int(values.size), **entry}
     return result
 
 
@@ -479,3 +507,142 @@ def fit_cluster_models(
         result = minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex})
         fitted[int(volume_id)] = model_of(result.x)
     return fitted
+
+
+@dataclass(frozen=True)
+class Margins:
+    """How far the simulation may be from the real event before :func:`compare_layers` / :func:`compare_segments` object.
+
+    Every comparison allows the set margin plus the statistical uncertainty of
+    the real event's small samples, tested at significance ``alpha`` per
+    comparison (Bonferroni-corrected over all comparisons made).
+    """
+
+    efficiency: float = 0.03
+    """A layer's hit efficiency may differ by this much (absolute) before its real miss count is tested."""
+    resolution: float = 0.40
+    """A layer's robust resolution (u and v) may differ by this fraction (the measurement model is per volume
+    and cluster size, so layers of one volume share it: the largest real deviation left is the pixel-endcap
+    layer 7:14 along v, simulated 1.55 × its real 5.6 µm)."""
+    double_fraction: float = 0.05
+    """A layer's fraction of crossings with two hits (overlapping modules) may differ by this much (absolute)."""
+    min_crossings: int = 60
+    """Layers with fewer real crossings (hits + misses) are not tested for efficiency."""
+    min_hits: int = 80
+    """Layers with fewer real signal hits are not tested for resolution."""
+    min_segments: int = 40
+    """Layer pairs with fewer real true segments are not tested."""
+    alpha: float = 0.01
+    """Family-wise significance of the whole comparison."""
+
+
+def compare_layers(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = Margins()) -> list[str]:
+    """Problems of a simulated :func:`layer_response` table against the real one (empty: consistent).
+
+    Double hits: the real count of crossings with two hits must be a
+    plausible binomial draw for some fraction within ``margins.double_fraction``
+    of the simulated one. Efficiency: the real layer's miss count must be a plausible Poisson draw
+    (two-sided, at the corrected significance) for some efficiency within
+    ``margins.efficiency`` of the simulated one. Resolution: the ratio of the
+    robust sigmas along u and along v must be within ``1 ± margins.resolution``
+    widened by three standard errors of the real estimate (1.17 σ / sqrt(2 n)
+    for a median absolute deviation).
+    """
+    from scipy.stats import poisson
+
+    merged = real.merge(sim, on="layer", suffixes=("_real", "_sim"))
+    eff_rows = merged[(merged["hits_real"] + merged["misses_real"]) >= margins.min_crossings]
+    res_rows = merged[(merged["num_hits_real"] * (1 - merged["noise_fraction_real"].fillna(0))) >= margins.min_hits]
+    # Volumes pool their layers' counts, so endcap discs with few crossings each are tested together.
+    pooled = {
+        name: table.groupby("volume_id")[["hits", "misses"]].sum() for name, table in (("real", real), ("sim", sim))
+    }
+    volumes = pooled["real"].add_suffix("_real").join(pooled["sim"].add_suffix("_sim"))
+    volumes = volumes[(volumes["hits_real"] + volumes["misses_real"]) >= margins.min_crossings]
+    double_rows = merged[merged["groups_real"] >= margins.min_crossings]
+    num_tests = max(len(eff_rows) + len(volumes) + 2 * len(res_rows) + len(double_rows), 1)
+    alpha = margins.alpha / num_tests
+    problems = []
+    efficiency_checks = [
+        (f"layer {row.volume_id_real}:{row.layer_id_real}", row.hits_real, row.misses_real, row.efficiency_sim)
+        for row in eff_rows.itertuples(index=False)
+    ]
+    for volume_id, row in volumes.iterrows():
+        total = row["hits_sim"] + row["misses_sim"]
+        efficiency_checks.append((f"volume {volume_id}", row["hits_real"], row["misses_real"], row["hits_sim"] / max(total, 1)))
+    for name, hits, observed, sim_efficiency in efficiency_checks:
+        crossings = hits + observed
+        low_eff = max(sim_efficiency - margins.efficiency, 0.0)
+        high_eff = min(sim_efficiency + margins.efficiency, 1.0)
+        # Expected misses range over the allowed efficiencies; the count must fit one of them.
+        most = crossings * (1 - low_eff)
+        least = crossings * (1 - high_eff)
+        too_many = observed > 0 and poisson.sf(observed - 1, most) < alpha / 2
+        too_few = poisson.cdf(observed, least) < alpha / 2
+        if too_many or too_few:
+            problems.append(
+                f"{name} efficiency: real {int(hits)}/{int(crossings)} ({1 - observed / crossings:.3f}) "
+                f"vs simulated {sim_efficiency:.3f}"
+            )
+    for row in double_rows.itertuples(index=False):
+        # Binomial: the real count of double crossings must fit some fraction within the margin of the simulated one.
+        from scipy.stats import binom
+
+        low = max(row.double_fraction_sim - margins.double_fraction, 0.0)
+        high = min(row.double_fraction_sim + margins.double_fraction, 1.0)
+        doubles = int(round(row.double_fraction_real * row.groups_real))
+        if binom.sf(doubles - 1, row.groups_real, high) < alpha / 2 or binom.cdf(doubles, row.groups_real, low) < alpha / 2:
+            problems.append(
+                f"layer {row.volume_id_real}:{row.layer_id_real} double hits: real {row.double_fraction_real:.3f} of "
+                f"{row.groups_real} crossings vs simulated {row.double_fraction_sim:.3f}"
+            )
+    for row in res_rows.itertuples(index=False):
+        count = row.num_hits_real * (1 - (row.noise_fraction_real or 0))
+        spread = 3 * 1.17 / np.sqrt(2 * count)
+        for axis in ("u", "v"):
+            real_sigma = getattr(row, f"sigma_{axis}_real")
+            sim_sigma = getattr(row, f"sigma_{axis}_sim")
+            if not (np.isfinite(real_sigma) and np.isfinite(sim_sigma)) or real_sigma <= 0:
+                continue
+            ratio = sim_sigma / real_sigma
+            if not (1 - margins.resolution - spread <= ratio <= 1 + margins.resolution + spread):
+                problems.append(
+                    f"layer {row.volume_id_real}:{row.layer_id_real} resolution {axis}: real {real_sigma:.4f} mm vs "
+                    f"simulated {sim_sigma:.4f} mm"
+                )
+    return problems
+
+
+def compare_segments(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = Margins()) -> list[str]:
+    """Problems of simulated true segments (:func:`segment_table`) against real ones, per layer pair.
+
+    For every (inner, outer) pair with at least ``margins.min_segments`` real
+    segments, the distributions of Δr, |Δz| and |Δφ| are compared with a
+    two-sample Kolmogorov–Smirnov test at the corrected significance; a pair
+    the simulation never produces is a problem too.
+    """
+    from scipy.stats import ks_2samp
+
+    real_counts = real.groupby(["inner", "outer"]).size()
+    tested = real_counts[real_counts >= margins.min_segments].index
+    num_tests = max(3 * len(tested), 1)
+    alpha = margins.alpha / num_tests
+    sim_groups = {key: frame for key, frame in sim.groupby(["inner", "outer"])}
+    real_groups = {key: frame for key, frame in real.groupby(["inner", "outer"])}
+    table = layer_table()
+    name = lambda index: f"{table['volume_id'].iloc[index]}:{table['layer_id'].iloc[index]}"  # noqa: E731
+    problems = []
+    for key in tested:
+        pair = f"{name(key[0])}->{name(key[1])}"
+        simulated = sim_groups.get(key)
+        if simulated is None or len(simulated) < margins.min_segments:
+            problems.append(f"pair {pair}: {real_counts[key]} real segments, {0 if simulated is None else len(simulated)} simulated")
+            continue
+        for column, values in (("dr", lambda f: f["dr"]), ("dz", lambda f: f["dz"].abs()), ("dphi", lambda f: f["dphi"])):
+            result = ks_2samp(values(simulated).to_numpy(), values(real_groups[key]).to_numpy())
+            if result.pvalue < alpha:
+                problems.append(
+                    f"pair {pair} {column}: KS {result.statistic:.3f} (p {result.pvalue:.1e}); median real "
+                    f"{np.median(values(real_groups[key])):.4g} vs simulated {np.median(values(simulated)):.4g}"
+                )
+    return problems

@@ -17,15 +17,20 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.atomic import atomic_path
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.npzfile import write_npz
 
-#: Bumped whenever the on-disk layout changes; files of another version are refused.
-GRAPH_FORMAT_VERSION = 1
+#: Bumped whenever the on-disk layout changes. Version 2 added the feature names and the build
+#: configuration; version 1 files (without them) are still read.
+GRAPH_FORMAT_VERSION = 2
+#: Versions :func:`load_graph` reads.
+READABLE_FORMAT_VERSIONS = (1, 2)
+#: Optional entries naming the features and recording the build configuration (format 2).
+METADATA = ("node_features", "edge_features", "build_config")
 
 #: Names of the columns of :attr:`EventGraph.x` in the default feature set.
 NODE_FEATURES = ("r", "phi", "z")
-#: Names of the columns of :attr:`EventGraph.edge_attr`.
+#: Names of the columns of :attr:`EventGraph.edge_attr` in the default feature set.
 EDGE_FEATURES = ("dr", "dphi", "dz", "dR")
 
 
@@ -39,7 +44,7 @@ class EventGraph:
     event_id: int
     """TrackML event number (``event000021000`` → 21000)."""
     x: np.ndarray
-    """(N, F) float32 node features: r/1000, phi/pi, z/1000 (plus optional cell features)."""
+    """(N, F) float32 node features (default r/1000, phi/pi, z/1000; named by ``node_features``)."""
     pos: np.ndarray
     """(N, 3) float32 hit position x, y, z in mm, for geometric partitioning and plots."""
     hit_id: np.ndarray
@@ -49,13 +54,20 @@ class EventGraph:
     edge_index: np.ndarray
     """(2, E) int64 node indices of every candidate segment, row 0 = inner (src), row 1 = outer (dst)."""
     edge_attr: np.ndarray
-    """(E, F_e) float32 edge features dr, dphi, dz, dR (scaled like x); F_e may be 0 (graphs of other tools)."""
+    """(E, F_e) float32 edge features (default dr, dphi, dz, dR scaled like x; named by ``edge_features``); F_e may be 0
+    (graphs of other tools)."""
     y: np.ndarray | None = None
     """(E,) float32 label: 1 when both hits are consecutive hits of one non-noise particle; None without truth."""
     particle_id: np.ndarray | None = None
     """(N,) int64 truth particle of every hit (0 = noise); None without truth."""
     particle_pt: np.ndarray | None = None
     """(N,) float32 transverse momentum (GeV) of each hit's particle (0 for noise); None without truth."""
+    node_features: tuple[str, ...] | None = None
+    """Name of every column of ``x`` (see :mod:`domainpar.data.features`); None when unknown (format 1 files)."""
+    edge_features: tuple[str, ...] | None = None
+    """Name of every column of ``edge_attr``; None when unknown (format 1 files)."""
+    build_config: str | None = None
+    """JSON of the :class:`~domainpar.data.graph.GraphConfig` that built the graph; None when unknown."""
 
     def __post_init__(self) -> None:
         validate_graph(self, source="EventGraph")
@@ -206,6 +218,24 @@ def validate_graph(graph: EventGraph, source: str) -> None:
     repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
     if repeated.size:
         raise _fail(source, "hit_id", "unique hit ids", f"{ordered[repeated[0]]} more than once")
+    for name, array in (("node_features", graph.x), ("edge_features", graph.edge_attr)):
+        names = getattr(graph, name)
+        if names is None:
+            continue
+        if not isinstance(names, tuple) or not all(isinstance(v, str) and v for v in names):
+            raise _fail(source, name, "a tuple of non-empty names", repr(names))
+        if len(names) != array.shape[1]:
+            column_array = "x" if name == "node_features" else "edge_attr"
+            raise _fail(source, name, f"one name per column of {column_array} ({array.shape[1]})", f"{len(names)} names")
+    if graph.build_config is not None:
+        import json
+
+        try:
+            parsed = json.loads(graph.build_config)
+        except (TypeError, ValueError):
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise _fail(source, "build_config", "a JSON object", shorten(graph.build_config))
 
 
 #: Entry of a graph file holding the JSON description of its inputs (:mod:`domainpar.data.features`).
@@ -229,6 +259,12 @@ def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | N
         value = getattr(graph, f.name)
         if isinstance(value, np.ndarray):
             arrays[f.name] = value
+    # Names and configuration as plain unicode arrays (np.load reads them without pickle).
+    for name in ("node_features", "edge_features"):
+        if getattr(graph, name) is not None:
+            arrays[name] = np.array(getattr(graph, name), dtype=np.str_)
+    if graph.build_config is not None:
+        arrays["build_config"] = np.array(graph.build_config, dtype=np.str_)
     with atomic_path(path) as tmp:
         # Reproducible bytes: the same graph gives the same file, whatever worker built it and when.
         # zlib level 1: 40 % less CPU than the default level for 3 % more bytes (a full event: 1.4 s vs 2.3 s).
@@ -309,9 +345,10 @@ def _check_scalars(path: Path, scalars: dict[str, int]) -> int:
     if "format_version" not in scalars:
         raise DomainparError(f"{path}: expected a domainpar graph file, found no format_version entry")
     version = scalars["format_version"]
-    if version != GRAPH_FORMAT_VERSION:
+    if version not in READABLE_FORMAT_VERSIONS:
         raise DomainparError(
-            f"{path}: graph format version must be {GRAPH_FORMAT_VERSION} (got {version}); rebuild it with `domainpar build`"
+            f"{path}: graph format version must be one of {list(READABLE_FORMAT_VERSIONS)} (got {version}); "
+            "rebuild it with `domainpar build`"
         )
     if "event_id" not in scalars:
         raise DomainparError(f"{path}: graph file is missing entries ['event_id']")
@@ -343,6 +380,16 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
     if missing:
         raise DomainparError(f"{path}: graph file is missing entries {missing}")
     n, e = check_structure({k: v for k, v in shapes.items() if k in ARRAY_DTYPES}, str(path))
+    for name, array in (("node_features", "x"), ("edge_features", "edge_attr")):
+        if name in shapes:
+            shape, dtype = shapes[name]
+            if dtype.kind != "U" or len(shape) != 1 or shape[0] != shapes[array][0][1]:
+                raise DomainparError(
+                    f"{path}: entry {name} must be one name per column of {array} ({shapes[array][0][1]}) "
+                    f"(got a {dtype.name} array of shape {_shape_text(shape)})"
+                )
+    if "build_config" in shapes and (shapes["build_config"][0] != () or shapes["build_config"][1].kind != "U"):
+        raise DomainparError(f"{path}: entry build_config must be one JSON string (got {shapes['build_config'][1].name})")
     return GraphHeader(
         path=path,
         event_id=event_id,
@@ -375,13 +422,18 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
     wanted = [k for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS]
     try:
         with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in wanted if k in npz.files}
+            arrays = {k: npz[k] for k in wanted + list(METADATA) if k in npz.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise _not_a_graph(path, one_line(exc, limit=160)) from None
     graph = object.__new__(EventGraph)
     for key in wanted:
         object.__setattr__(graph, key, arrays.get(key))
     object.__setattr__(graph, "event_id", header.event_id)
+    for name in ("node_features", "edge_features"):
+        value = arrays.get(name)
+        object.__setattr__(graph, name, None if value is None else tuple(str(v) for v in value))
+    config = arrays.get("build_config")
+    object.__setattr__(graph, "build_config", None if config is None else str(config))
     validate_graph(graph, source=str(path))
     return graph
 

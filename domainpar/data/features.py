@@ -1,16 +1,27 @@
-"""What the columns of a graph's ``x`` and ``edge_attr`` are: names, units and scaling.
+"""Named node and edge features of the hit graph: what each column of ``x`` and ``edge_attr`` holds.
 
-A trained edge classifier only works on inputs built exactly like its training
-graphs. This module is the one written description of those inputs, in the
+A graph's feature set is a tuple of names (``GraphConfig.node_features`` /
+``edge_features``); the graph file stores the names next to the arrays, so a
+model trained on one feature set refuses graphs of another by name, not only
+by width. Every feature has one fixed scale, chosen so that its typical size
+is of order one (the first three of each kind keep the scales of format-1
+graphs: r/1000, φ/π, z/1000 and dr/1000, dφ/π, dz/1000, ΔR).
+
+Edges point inner → outer (a = src, b = dst); Δ means b − a and Δφ is wrapped
+into [−π, π). Cluster features come from the event's cells table: a hit
+without cells (never the case in TrackML files) gets zeros.
+
+This module is also the one written description of those inputs, in the
 form a user outside Python needs to rebuild them (e.g. the C++ side of ACTS's
 ExaTrkX plugin): for every column its name, the raw quantity with its unit,
 and the scale it is divided by (``feature = raw / scale``, the convention of
-the field's pipelines' ``node_scales``). ``domainpar build`` stores the
-description of every graph it writes (:func:`graph_description`), training
-copies it into checkpoints, and ``domainpar export`` into the model's sidecar
-JSON. ``tests/unit/data/test_features.py`` recomputes the columns of a real
-event from this description, so a change of the graph builder that is not
-described here fails a test.
+the field's pipelines' ``node_scales``; clipped features say so in ``raw``).
+``domainpar build`` stores the description of every graph it writes
+(:func:`graph_description`), training copies it into checkpoints, and
+``domainpar export`` into the model's sidecar JSON.
+``tests/data/test_features.py`` recomputes the columns of a real event from
+this description, so a change of the graph builder that is not described here
+fails a test.
 """
 
 from __future__ import annotations
@@ -18,6 +29,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from domainpar.errors import DomainparError
 
 #: Bumped when the layout of a description changes.
 DESCRIPTION_VERSION = 1
@@ -41,15 +57,18 @@ class FeatureSpec:
         return asdict(self)
 
 
-#: Node feature columns, by name (the order of a graph's ``x`` is given by its description).
+#: Node feature columns, by name.
 NODE_FEATURE_SPECS: dict[str, FeatureSpec] = {
     spec.name: spec
     for spec in (
         FeatureSpec("r", "sqrt(x^2 + y^2) of the hit", "mm", 1000.0),
         FeatureSpec("phi", "atan2(y, x) of the hit, in [-pi, pi]", "rad", math.pi),
         FeatureSpec("z", "z of the hit", "mm", 1000.0),
+        FeatureSpec("eta", "asinh(z / r) of the hit (pseudorapidity seen from the origin)", "1", 3.0),
         FeatureSpec("cell_count", "number of cells of the hit (TrackML cells file)", "cells", 10.0),
         FeatureSpec("cell_charge", "sum of the cells' value (TrackML cells file)", "charge", 1.0),
+        FeatureSpec("cluster_u", "distinct ch0 values of the hit's cells (cluster length along u)", "channels", 4.0),
+        FeatureSpec("cluster_v", "distinct ch1 values of the hit's cells (cluster length along v)", "channels", 8.0),
     )
 }
 
@@ -63,8 +82,28 @@ EDGE_FEATURE_SPECS: dict[str, FeatureSpec] = {
         FeatureSpec(
             "dR", "sqrt(deta^2 + dphi^2), eta = asinh(z / r), dphi in rad wrapped to [-pi, pi)", "1", 1.0
         ),
+        FeatureSpec("deta", "eta_dst - eta_src, eta = asinh(z / r)", "1", 0.1),
+        FeatureSpec(
+            "phi_slope", "dphi / dr (dphi wrapped, rad), clipped to [-0.01, 0.01]; 0.3 / pT[GeV] / 1000 for a track "
+            "from the beam line in 2 T", "rad/mm", 0.001,
+        ),
+        FeatureSpec(
+            "z0", "z_src - r_src * dz / dr (the (r, z) line through both hits at r = 0), clipped to [-1000, 1000]",
+            "mm", 200.0,
+        ),
+        FeatureSpec(
+            "curvature", "2 (x_src y_dst - y_src x_dst) / (r_src r_dst |chord|): signed curvature of the transverse "
+            "circle through the origin and both hits", "1/mm", 1.0 / 300.0,
+        ),
     )
 }
+
+#: Node features: name → what the column holds.
+NODE_FEATURES: dict[str, str] = {name: f"{s.raw} / {s.scale:g} {s.unit}" for name, s in NODE_FEATURE_SPECS.items()}
+#: Node features that need the event's cells table.
+CELL_NODE_FEATURES = ("cell_count", "cell_charge", "cluster_u", "cluster_v")
+#: Edge features: name → what the column holds.
+EDGE_FEATURES: dict[str, str] = {name: f"{s.raw} / {s.scale:g} {s.unit}" for name, s in EDGE_FEATURE_SPECS.items()}
 
 #: How edges are directed in every graph domainpar builds.
 EDGE_DIRECTION = "edge_index[0] (src) is the inner hit, edge_index[1] (dst) the outer one: one directed edge per candidate segment"
@@ -109,8 +148,135 @@ def graph_description(
 
 def build_description(config: Any) -> dict[str, Any]:
     """The description of graphs made by ``domainpar build`` with ``config`` (a GraphConfig)."""
-    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
-    from domainpar.data.graph import CELL_FEATURES
+    return graph_description(config.node_feature_names, config.edge_features, "domainpar build", config.to_dict())
 
-    nodes = NODE_FEATURES + (CELL_FEATURES if config.cell_features else ())
-    return graph_description(nodes, EDGE_FEATURES, "domainpar build", asdict(config))
+
+def check_names(names: tuple[str, ...], kind: str, source: str) -> tuple[str, ...]:
+    """Validate a feature-name tuple against the catalogue of ``kind`` ("node" or "edge").
+
+    Raises:
+        DomainparError: empty, duplicated or unknown names.
+    """
+    catalogue = NODE_FEATURES if kind == "node" else EDGE_FEATURES
+    names = tuple(names)
+    if not names:
+        raise DomainparError(f"{source}: expected at least one {kind} feature (got none)")
+    unknown = [n for n in names if n not in catalogue]
+    if unknown:
+        raise DomainparError(f"{source}: unknown {kind} features {unknown} (expected names from {sorted(catalogue)})")
+    if len(set(names)) != len(names):
+        raise DomainparError(f"{source}: {kind} features must not repeat (got {list(names)})")
+    return names
+
+
+def cluster_summary(hit_id: np.ndarray, cells: pd.DataFrame) -> np.ndarray:
+    """(N, 4) float64 per hit: cells, summed value, distinct channels along u (ch0) and along v (ch1).
+
+    Args:
+        hit_id: (N,) hit ids of the graph's nodes.
+        cells: TrackML cells (hit_id, ch0, ch1, value).
+    """
+    missing = [c for c in ("hit_id", "ch0", "ch1", "value") if c not in cells.columns]
+    if missing:
+        raise DomainparError(f"cells must have columns {missing} (got {list(cells.columns)})")
+    hit_id = np.asarray(hit_id, dtype=np.int64)
+    result = np.zeros((hit_id.size, 4))
+    if hit_id.size == 0 or len(cells) == 0:
+        return result
+    cell_hits = cells["hit_id"].to_numpy(np.int64)
+    order = np.argsort(hit_id, kind="stable")
+    position = np.minimum(np.searchsorted(hit_id[order], cell_hits), hit_id.size - 1)
+    matched = hit_id[order][position] == cell_hits
+    node = order[position[matched]]
+    result[:, 0] = np.bincount(node, minlength=hit_id.size)
+    result[:, 1] = np.bincount(node, weights=cells["value"].to_numpy(np.float64)[matched], minlength=hit_id.size)
+    for column, channel in ((2, "ch0"), (3, "ch1")):
+        pairs = np.unique(np.stack([node, cells[channel].to_numpy(np.int64)[matched]]), axis=1)
+        result[:, column] = np.bincount(pairs[0], minlength=hit_id.size)
+    return result
+
+
+def node_feature_matrix(
+    names: tuple[str, ...], r: np.ndarray, phi: np.ndarray, z: np.ndarray, clusters: np.ndarray | None = None
+) -> np.ndarray:
+    """(N, F) float32 node features.
+
+    Args:
+        names: feature names (see :data:`NODE_FEATURES`).
+        r, phi, z: (N,) hit coordinates (mm, rad).
+        clusters: (N, 4) from :func:`cluster_summary`, needed by cluster features.
+    """
+    columns = []
+    for name in names:
+        if name in CELL_NODE_FEATURES and clusters is None:
+            raise DomainparError(f"node feature {name!r} needs the event's cells (got none)")
+        if name == "r":
+            columns.append(r / 1000.0)
+        elif name == "phi":
+            columns.append(phi / np.pi)
+        elif name == "z":
+            columns.append(z / 1000.0)
+        elif name == "eta":
+            columns.append(np.arcsinh(z / np.maximum(r, 1e-9)) / 3.0)
+        elif name == "cell_count":
+            columns.append(clusters[:, 0] / 10.0)
+        elif name == "cell_charge":
+            columns.append(clusters[:, 1])
+        elif name == "cluster_u":
+            columns.append(clusters[:, 2] / 4.0)
+        elif name == "cluster_v":
+            columns.append(clusters[:, 3] / 8.0)
+        else:
+            raise DomainparError(f"unknown node feature {name!r} (expected one of {sorted(NODE_FEATURES)})")
+    return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((r.size, 0), np.float32)
+
+
+def edge_feature_matrix(
+    names: tuple[str, ...], pos: np.ndarray, edge_index: np.ndarray
+) -> np.ndarray:
+    """(E, F) float32 edge features.
+
+    Args:
+        names: feature names (see :data:`EDGE_FEATURES`).
+        pos: (N, 3) hit positions, mm.
+        edge_index: (2, E) inner → outer node indices.
+    """
+    pos = np.asarray(pos, dtype=np.float64)
+    src, dst = edge_index
+    x, y, z = pos[:, 0], pos[:, 1], pos[:, 2]
+    r = np.hypot(x, y)
+    phi = np.arctan2(y, x)
+    dr = r[dst] - r[src]
+    dz = z[dst] - z[src]
+    dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
+    eta = np.arcsinh(z / np.maximum(r, 1e-9))
+    deta = eta[dst] - eta[src]
+    columns = []
+    for name in names:
+        if name == "dr":
+            columns.append(dr / 1000.0)
+        elif name == "dphi":
+            columns.append(dphi / np.pi)
+        elif name == "dz":
+            columns.append(dz / 1000.0)
+        elif name == "dR":
+            columns.append(np.hypot(deta, dphi))
+        elif name == "deta":
+            columns.append(10.0 * deta)
+        elif name == "phi_slope":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                slope = np.where(np.abs(dr) > 1e-6, 1000.0 * dphi / dr, np.sign(dphi) * np.inf)
+            columns.append(np.clip(np.nan_to_num(slope, nan=0.0), -10.0, 10.0))
+        elif name == "z0":
+            # z0 = z_a - r_a dz/dr, written as (z_a dr - r_a dz) / dr and clipped where dr is tiny (disc pairs).
+            numerator = z[src] * dr - r[src] * dz
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z0 = np.where(np.abs(dr) > 1e-6, numerator / dr, np.sign(numerator) * np.inf)
+            columns.append(np.clip(np.nan_to_num(z0 / 200.0, nan=0.0), -5.0, 5.0))
+        elif name == "curvature":
+            cross = x[src] * y[dst] - y[src] * x[dst]
+            chord = np.hypot(x[dst] - x[src], y[dst] - y[src])
+            columns.append(300.0 * 2.0 * cross / np.maximum(r[src] * r[dst] * chord, 1e-9))
+        else:
+            raise DomainparError(f"unknown edge feature {name!r} (expected one of {sorted(EDGE_FEATURES)})")
+    return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((src.size, 0), np.float32)

@@ -33,10 +33,13 @@ Cuts (all edges; the skip cuts replace the first two for layer-jumping ones):
 Labels and efficiency both use the true-segment definition of
 :mod:`domainpar.data.true_segments`.
 
-Node features ``x`` are r/1000, phi/pi, z/1000 (mm → m), plus, with
-``cell_features``, the number of cells of the hit / 10 and its summed charge.
-Edge features are dr/1000, dphi/pi, dz/1000 and the angular distance
-``dR = sqrt(deta^2 + dphi^2)`` (dphi in rad).
+Node and edge features are named (:mod:`domainpar.data.features`): by
+default ``x`` is r/1000, phi/pi, z/1000 (mm → m) — with ``cell_features`` also
+the cells of the hit / 10 and their summed charge — and ``edge_attr`` is
+dr/1000, dphi/pi, dz/1000 and ``dR = sqrt(deta^2 + dphi^2)`` (dphi in rad);
+``GraphConfig.node_features`` / ``edge_features`` choose others (cluster
+shape, phi slope, z0, curvature...). The graph file records the names and
+the whole configuration, so a later stage can rebuild the same graph.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from domainpar.data import features as feature_catalogue
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.data.event_graph import EventGraph, save_graph
 from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs, layers_between
@@ -94,8 +98,18 @@ class GraphConfig:
     """Truth-pT filter for studies: keep only hits of particles with pT >= min_pt GeV (0 keeps all hits, noise included)."""
     cell_features: bool = False
     """Append the cell count / 10 and summed cell charge of every hit to the node features."""
+    node_features: tuple[str, ...] = ("r", "phi", "z")
+    """Names of the node features (columns of x), see :data:`domainpar.data.features.NODE_FEATURES`."""
+    edge_features: tuple[str, ...] = ("dr", "dphi", "dz", "dR")
+    """Names of the edge features (columns of edge_attr), see :data:`domainpar.data.features.EDGE_FEATURES`."""
 
     def __post_init__(self) -> None:
+        for name in ("node_features", "edge_features"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (tuple, list)):
+                raise DomainparError(f"GraphConfig.{name} must be a list of feature names (got {value!r})")
+            kind = name.split("_")[0]
+            object.__setattr__(self, name, feature_catalogue.check_names(tuple(value), kind, f"GraphConfig.{name}"))
         positive = ("phi_slope_max", "z0_max", "skip_phi_slope_max", "skip_z0_max", "bridge_tolerance_xy", "bridge_tolerance_rz", "deta_max", "adjacency_min_pt", "adjacency_z0_max")
         for name in positive:
             value = getattr(self, name)
@@ -109,6 +123,46 @@ class GraphConfig:
             raise DomainparError(f"GraphConfig.min_pt must be a non-negative number (got {self.min_pt})")
         if not (isinstance(self.num_phi_bins, (int, np.integer)) and 1 <= self.num_phi_bins <= 4096):
             raise DomainparError(f"GraphConfig.num_phi_bins must be an integer in [1, 4096] (got {self.num_phi_bins})")
+
+    @property
+    def node_feature_names(self) -> tuple[str, ...]:
+        """The columns of x: ``node_features``, plus the legacy cell features with ``cell_features``."""
+        extra = tuple(n for n in CELL_FEATURES if self.cell_features and n not in self.node_features)
+        return self.node_features + extra
+
+    @property
+    def needs_cells(self) -> bool:
+        """Whether building needs the event's cells table."""
+        return any(n in feature_catalogue.CELL_NODE_FEATURES for n in self.node_feature_names)
+
+    def to_dict(self) -> dict:
+        """Plain dict (JSON- and YAML-safe; tuples become lists)."""
+        from dataclasses import asdict
+
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def to_json(self) -> str:
+        """The configuration as one JSON object (what a graph file records)."""
+        import json
+
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "graph config") -> "GraphConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        from dataclasses import fields
+
+        known = {f.name for f in fields(cls)}
+        if not isinstance(values, dict):
+            raise DomainparError(f"{source}: expected a mapping of graph settings (got {type(values).__name__})")
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise DomainparError(f"{source}: unknown graph settings {unknown} (expected a subset of {sorted(known)})")
+        converted = {k: tuple(v) if k in ("node_features", "edge_features") and isinstance(v, list) else v for k, v in values.items()}
+        try:
+            return cls(**converted)
+        except TypeError as exc:
+            raise DomainparError(f"{source}: invalid graph settings ({exc})") from None
 
     def layer_pair_config(self, max_skip: int = 0) -> LayerPairConfig:
         """How the layer pairs are traced (``max_skip=1`` adds the pairs one layer apart)."""
@@ -198,20 +252,6 @@ def _truth_per_hit(
         raise DomainparError("truth without a particles table must have columns tpx, tpy (for the particle pT)")
     pt[particle_id == 0] = 0.0
     return particle_id, pt, vertex
-
-
-def _cell_features(hit_ids: np.ndarray, cells: pd.DataFrame) -> np.ndarray:
-    """(N, 2) cell count / 10 and summed charge of every hit (zeros for hits without cells)."""
-    _require_columns(cells, "cells", ("hit_id", "value"))
-    cell_hits = cells["hit_id"].to_numpy(np.int64)
-    order = np.argsort(hit_ids, kind="stable")
-    position = np.searchsorted(hit_ids[order], cell_hits)
-    position = np.minimum(position, hit_ids.size - 1)
-    matched = hit_ids[order][position] == cell_hits
-    node = order[position[matched]]
-    count = np.bincount(node, minlength=hit_ids.size).astype(np.float64)
-    charge = np.bincount(node, weights=cells["value"].to_numpy(np.float64)[matched], minlength=hit_ids.size)
-    return np.stack([count / 10.0, charge], axis=1)
 
 
 def _search_edges(
@@ -314,17 +354,6 @@ def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np
     return np.concatenate([adjacent_src, skip_src[keep]]), np.concatenate([adjacent_dst, skip_dst[keep]])
 
 
-def _edge_features(r, phi, z, edge_index) -> np.ndarray:
-    """(E, 4) float32 dr/1000, dphi/pi, dz/1000, sqrt(deta^2 + dphi^2)."""
-    src, dst = edge_index
-    dr = r[dst] - r[src]
-    dz = z[dst] - z[src]
-    dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
-    eta = np.arcsinh(z / np.maximum(r, 1e-9))
-    deta = eta[dst] - eta[src]
-    return np.stack([dr / 1000.0, dphi / np.pi, dz / 1000.0, np.hypot(deta, dphi)], axis=1).astype(np.float32)
-
-
 def build_graph(
     hits: pd.DataFrame,
     truth: pd.DataFrame | None = None,
@@ -342,7 +371,7 @@ def build_graph(
             unlabelled graph.
         particles: TrackML particles (particle_id, vx, vy, vz, px, py) for the
             particle pT and production vertex; optional.
-        cells: TrackML cells, needed only with ``config.cell_features``.
+        cells: TrackML cells, needed only when the node features include cluster features (``config.needs_cells``).
         config: the cuts.
         event_id: stored in the graph.
 
@@ -356,8 +385,10 @@ def build_graph(
         raise DomainparError("hits must contain at least one hit (got an empty table)")
     if config.min_pt > 0 and truth is None:
         raise DomainparError(f"GraphConfig.min_pt={config.min_pt} filters by truth pT, so it needs truth (got none)")
-    if config.cell_features and cells is None:
-        raise DomainparError("GraphConfig.cell_features=True needs the cells table (got none)")
+    if config.needs_cells and cells is None:
+        if config.cell_features:
+            raise DomainparError("GraphConfig.cell_features=True needs the cells table (got none)")
+        raise DomainparError(f"GraphConfig.node_features {list(config.node_feature_names)} need the cells table (got none)")
     layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
     if (layer < 0).any():
         bad = hits.loc[layer < 0, ["volume_id", "layer_id"]].iloc[0]
@@ -377,10 +408,8 @@ def build_graph(
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
     edge_index = _search_edges(r, phi, z, layer, config)
-    features = [r / 1000.0, phi / np.pi, z / 1000.0]
-    x = np.stack(features, axis=1)
-    if config.cell_features:
-        x = np.concatenate([x, _cell_features(hit_id, cells)], axis=1)
+    clusters = feature_catalogue.cluster_summary(hit_id, cells) if config.needs_cells else None
+    x = feature_catalogue.node_feature_matrix(config.node_feature_names, r, phi, z, clusters)
     num_nodes = hit_id.size
     num_edges = edge_index.shape[1]
     y = stats_truth = None
@@ -406,10 +435,13 @@ def build_graph(
         hit_id=hit_id,
         layer=layer.astype(np.int64),
         edge_index=edge_index.astype(np.int64),
-        edge_attr=_edge_features(r, phi, z, edge_index),
+        edge_attr=feature_catalogue.edge_feature_matrix(config.edge_features, pos, edge_index),
         y=y,
         particle_id=None if truth is None else particle_id.astype(np.int64),
         particle_pt=None if truth is None else particle_pt.astype(np.float32),
+        node_features=config.node_feature_names,
+        edge_features=config.edge_features,
+        build_config=config.to_json(),
     )
     num_true, num_kept, efficiency, efficiency_pt1, purity = stats_truth or (None,) * 5
     stats = GraphStats(
@@ -441,7 +473,7 @@ def build_event_graph(prefix: str | os.PathLike, config: GraphConfig = GraphConf
             f"{prefix}: GraphConfig.min_pt {config.min_pt:g} keeps hits by truth pT, so it needs the event's truth file (found none)"
         )
     parts = ["hits"]
-    if config.cell_features:
+    if config.needs_cells:
         parts.append("cells")
     if labelled:
         parts += ["particles", "truth"]

@@ -28,9 +28,14 @@ Approximations (documented, and held against the real event 21000 by
   ``max_turns`` turns of its helix. The default of half a turn stops loopers at
   their apex, as the real files do; ``max_turns >= 1`` lets them re-cross barrel
   layers on the way in.
+* Module planes: each crossing of a layer's cylinder or disc is moved along the
+  track onto the plane of the nearest module (``module_planes``), so barrel
+  hits spread in radius and disc hits in z by the modules' tilt and stagger,
+  as in the real files (the true segments' Δr per layer pair then match the
+  real event's; ``tests/data/test_calibration.py``).
 * Module overlaps: a crossing in a ring whose neighbouring modules overlap also
   leaves a hit in the neighbour, with the ring's geometric overlap fraction as
-  probability.
+  probability (on the neighbour's own plane).
 * Measurement: the measured position is displaced from the true crossing along
   the module's local u (azimuthal) and v (z on barrels, radius on endcaps) axes
   by residuals drawn from the real event 1's per-volume residual distributions
@@ -76,6 +81,13 @@ NOISE_VOLUME_FRACTIONS = {7: 0.0446, 8: 0.0989, 9: 0.0398, 12: 0.0651, 13: 0.296
 OVERLAP_OFFSET_MM = {7: 4.5, 8: 1.9, 9: 4.0, 12: 3.0, 13: 5.8, 14: 3.0, 16: 5.0, 17: 5.4, 18: 5.0}
 #: Particle species drawn for ``particle_type`` (PDG code without sign) and their shares in event 21000.
 SPECIES = ((211, 0.79), (321, 0.07), (2212, 0.14))
+#: Module centres tried per crossing when finding the modules it passes through.
+_MODULE_CANDIDATES = 4
+#: Longest move (mm) of a crossing from its layer's cylinder or disc onto its module's plane, and the
+#: largest sagitta (mm) of the helix over that move for the straight step to stand for it (beyond it the
+#: straight step is no better than the layer surface, whose error is the modules' few-mm stagger).
+_MAX_PLANE_STEP_MM = 100.0
+_MAX_TANGENT_SAGITTA_MM = 1.0
 #: Measurement models of :attr:`SimulationConfig.resolution`.
 RESOLUTION_MODELS = ("measured", "pitch")
 
@@ -129,6 +141,9 @@ class SimulationConfig:
     """Measurement model: "measured" draws the residual along the module's u and v axes from the real event 1's
     per-volume residual distribution (``resources/measurement_model.json``: its shape, bias and width); "pitch"
     is a Gaussian of sigma pitch / sqrt(12)."""
+    layer_conditions: tuple[tuple[int, int, float, float], ...] = ()
+    """Per-layer overrides ``(volume_id, layer_id, hit_efficiency, resolution_scale)``: a dead, inefficient or
+    misaligned layer (the resolution scale multiplies that layer's measurement errors)."""
     hit_efficiency: float = 0.983
     """Probability that a layer crossing produces a hit (effective: includes gaps between modules). Fitted to
     real event 1 (:func:`domainpar.data.calibration.layer_response`: 15 missed of 1,277 crossings between hits,
@@ -137,6 +152,9 @@ class SimulationConfig:
     """Noise hits as a fraction of all hits (0.142 in event 21000: hits minus the particles' nhits)."""
     module_overlaps: bool = True
     """Add the second hit of crossings through overlapping modules (probability: the ring's geometric overlap fraction)."""
+    module_planes: bool = True
+    """Put every hit on its module's plane (the detector's flat, tilted, staggered modules) rather than on the
+    ideal cylinder or disc of its layer, so hit radii on barrels and z on discs spread as in the real events."""
     max_turns: float = 0.5
     """Helix turns followed (fractional allowed). 0.5 stops a looper at its apex, which matches the
     real files (event 21000: primaries of 0.15-0.3 GeV at |eta| < 1 have 9.3 hits on average; 0.5
@@ -175,6 +193,14 @@ class SimulationConfig:
         for name, ok in checks.items():
             if not ok:
                 raise DomainparError(f"SimulationConfig.{name} is out of range (got {getattr(self, name)!r})")
+        for entry in self.layer_conditions:
+            if not (
+                isinstance(entry, tuple) and len(entry) == 4 and 0.0 <= entry[2] <= 1.0 and entry[3] >= 0
+            ):
+                raise DomainparError(
+                    "SimulationConfig.layer_conditions must hold (volume_id, layer_id, efficiency in [0, 1], "
+                    f"resolution scale >= 0) tuples (got {entry!r})"
+                )
 
     def helix_radius_mm(self, pt_gev: np.ndarray | float) -> np.ndarray | float:
         """Transverse radius of curvature in mm: R[m] = pT[GeV] / (0.3 B[T])."""
@@ -452,27 +478,62 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     else:
         position[~barrel, 2] = layers["z"].to_numpy()[layer][~barrel]
 
-    # Nearest module centre of every crossing's layer (and the runner-up, its overlapping neighbour).
-    nearest_row = np.empty((len(s), 2), dtype=np.int64)
-    for layer_index in np.unique(layer):
-        mask = layer == layer_index
-        _, nearest = geometry.trees[layer_index].query(position[mask], k=2)
-        nearest_row[mask] = geometry.module_rows[layer_index][nearest]
-
-    # Module overlaps: where neighbouring modules of a ring overlap, the crossing also passes
-    # through the neighbour a few mm further on (radial stagger on barrels, the other disc face
-    # on endcaps). The probability is the geometric overlap fraction of the module's ring.
-    if config.module_overlaps:
-        overlap_probability = geometry.overlap_probability[nearest_row[:, 0]]
+    if config.module_planes:
+        # The modules the crossing passes through: of the few nearest module centres, those whose
+        # plane the track meets inside the module. The first is its hit; a second one (an overlap of
+        # neighbouring modules, by the detector's own geometry) leaves a second hit on the layer.
+        candidates = np.empty((len(s), _MODULE_CANDIDATES), dtype=np.int64)
+        for layer_index in np.unique(layer):
+            mask = layer == layer_index
+            k = min(_MODULE_CANDIDATES, geometry.module_rows[layer_index].size)
+            _, nearest = geometry.trees[layer_index].query(position[mask], k=k)
+            nearest = nearest.reshape(int(mask.sum()), k)
+            if k < _MODULE_CANDIDATES:
+                nearest = np.concatenate([nearest, np.repeat(nearest[:, :1], _MODULE_CANDIDATES - k, axis=1)], axis=1)
+            candidates[mask] = geometry.module_rows[layer_index][nearest]
+        first, second, landing, passes_second = _modules_crossed(position, direction, candidates, geometry.modules)
+        radius = config.helix_radius_mm(p * np.hypot(direction[:, 0], direction[:, 1]))
+        # The move follows the straight tangent; where the helix would leave that tangent by more than
+        # 1 mm over it (a looper grazing a layer at its apex) — as far as the modules' stagger the move
+        # corrects — the crossing keeps its layer-surface point and nearest module.
+        moved = landing - position[:, None, :]
+        transverse = np.hypot(moved[..., 0], moved[..., 1])
+        straight = (transverse**2 / (2.0 * np.maximum(radius, 1e-9))[:, None] <= _MAX_TANGENT_SAGITTA_MM) & (
+            np.linalg.norm(moved, axis=2) <= _MAX_PLANE_STEP_MM
+        )
+        rows = np.arange(len(s))
+        use_first = straight[rows, first]
+        primary_position = np.where(use_first[:, None], landing[rows, first], position)
+        primary_row = np.where(use_first, candidates[rows, first], candidates[:, 0])
+        overlap = np.flatnonzero(passes_second & straight[rows, second] & use_first) if config.module_overlaps else np.zeros(0, np.int64)
+        step_of = lambda choice: np.einsum("ij,ij->i", landing[rows, choice] - position, direction)  # noqa: E731
+        s_first = s + np.where(use_first, step_of(first), 0.0) * np.hypot(direction[:, 0], direction[:, 1])
+        s_second = s + step_of(second) * np.hypot(direction[:, 0], direction[:, 1])
+        module_row = np.concatenate([primary_row, candidates[overlap, second[overlap]]])
+        s = np.concatenate([s_first, s_second[overlap] + np.where(s_second[overlap] == s_first[overlap], 1e-6, 0.0)])
+        position = np.concatenate([primary_position, landing[overlap, second[overlap]]])
+        direction = np.concatenate([direction, direction[overlap]])
     else:
-        overlap_probability = np.zeros(len(s))
-    overlap = np.flatnonzero(rng.random(len(s)) < overlap_probability)
-    offset = geometry.overlap_offset[nearest_row[overlap, 0]]
-    step = _step_to_staggered_surface(position[overlap], direction[overlap], barrel[overlap], offset)[:, None] * direction[overlap]
-    position = np.concatenate([position, position[overlap] + step])
-    direction = np.concatenate([direction, direction[overlap]])
-    s = np.concatenate([s, s[overlap] + np.hypot(step[:, 0], step[:, 1]) + 1e-6])
-    module_row = np.concatenate([nearest_row[:, 0], nearest_row[overlap, 1]])
+        # Nearest module centre of every crossing's layer (and the runner-up, its overlapping neighbour).
+        nearest_row = np.empty((len(s), 2), dtype=np.int64)
+        for layer_index in np.unique(layer):
+            mask = layer == layer_index
+            _, nearest = geometry.trees[layer_index].query(position[mask], k=2)
+            nearest_row[mask] = geometry.module_rows[layer_index][nearest]
+        # Module overlaps: where neighbouring modules of a ring overlap, the crossing also passes
+        # through the neighbour a few mm further on (radial stagger on barrels, the other disc face
+        # on endcaps). The probability is the geometric overlap fraction of the module's ring.
+        if config.module_overlaps:
+            overlap_probability = geometry.overlap_probability[nearest_row[:, 0]]
+        else:
+            overlap_probability = np.zeros(len(s))
+        overlap = np.flatnonzero(rng.random(len(s)) < overlap_probability)
+        module_row = np.concatenate([nearest_row[:, 0], nearest_row[overlap, 1]])
+        offset = geometry.overlap_offset[nearest_row[overlap, 0]]
+        step = _step_to_staggered_surface(position[overlap], direction[overlap], barrel[overlap], offset)[:, None] * direction[overlap]
+        position = np.concatenate([position, position[overlap] + step])
+        direction = np.concatenate([direction, direction[overlap]])
+        s = np.concatenate([s, s[overlap] + np.hypot(step[:, 0], step[:, 1]) + 1e-6])
     part, layer, p, barrel = (np.concatenate([a, a[overlap]]) for a in (part, layer, p, barrel))
     order = np.lexsort((s, part))
     part, layer, p, barrel, s, position, direction, module_row = (
@@ -485,7 +546,10 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
         (position[:, 2] >= layers["z_min"].to_numpy()[layer]) & (position[:, 2] <= layers["z_max"].to_numpy()[layer]),
         (r_now >= layers["r_min"].to_numpy()[layer]) & (r_now <= layers["r_max"].to_numpy()[layer]),
     )
-    detected = inside & (rng.random(len(s)) < config.hit_efficiency)
+    efficiency = np.full(len(s), config.hit_efficiency)
+    for condition_volume, condition_layer, layer_efficiency, _ in config.layer_conditions:
+        efficiency[layer == _layer_position(layers, condition_volume, condition_layer)] = layer_efficiency
+    detected = inside & (rng.random(len(s)) < efficiency)
     part, layer, position, direction, p = part[detected], layer[detected], position[detected], direction[detected], p[detected]
     module_row = module_row[detected]
     modules = geometry.modules
@@ -494,25 +558,12 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     pitch_u = modules["pitch_u"].to_numpy()
     pitch_v = modules["pitch_v"].to_numpy()
 
-    measured = position.copy()
-    if config.smear:
-        rows = module_row
-        if config.resolution == "pitch":
-            offset_u = rng.normal(size=len(rows)) * pitch_u[rows] / np.sqrt(12.0)
-            offset_v = rng.normal(size=len(rows)) * pitch_v[rows] / np.sqrt(12.0)
-        else:
-            offset_u, offset_v = _measured_residuals(rng, modules["volume_id"].to_numpy()[rows])
-            offset_u *= pitch_u[rows]
-            offset_v *= pitch_v[rows]
-        measured += offset_u[:, None] * axis_u[rows] + offset_v[:, None] * axis_v[rows]
-
     # Noise: per-volume shares of the real labelled event, uniform over the volume's modules.
     num_signal = len(part)
     num_noise = int(round(config.noise_fraction / (1.0 - config.noise_fraction) * num_signal))
     noise_rows, noise_position = _noise_hits(rng, num_noise, modules)
 
     all_rows = np.concatenate([module_row, noise_rows])
-    all_measured = np.concatenate([measured, noise_position])
     particle_id = np.concatenate([particles["particle_id"].to_numpy()[part], np.zeros(num_noise, dtype=np.int64)])
     true_position = np.concatenate([position, noise_position])
     true_momentum = np.concatenate([direction * p[:, None], np.zeros((num_noise, 3))])
@@ -536,6 +587,32 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     hit_order_in_file = np.lexsort((rng.random(len(all_rows)), module_id, layer_id, volume_id))
     hit_id = np.arange(1, len(all_rows) + 1, dtype=np.int32)
     sel = hit_order_in_file
+
+    # Clusters first (from the true crossing), then the measured position, whose error depends on the
+    # cluster's size: a noise hit is measured where it is.
+    noise_normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[noise_rows]
+    true_direction = np.concatenate([direction, noise_normal])
+    cells = _cells(rng, hit_id, all_rows[sel], true_position[sel], true_direction[sel], modules)
+    all_measured = true_position[sel].copy()
+    if config.smear:
+        rows = all_rows[sel]
+        signal_rows = particle_id[sel] != 0
+        if config.resolution == "pitch":
+            offset_u = rng.normal(size=len(rows)) * pitch_u[rows] / np.sqrt(12.0)
+            offset_v = rng.normal(size=len(rows)) * pitch_v[rows] / np.sqrt(12.0)
+        else:
+            channels = _channels_per_hit(cells, len(rows))
+            offset_u, offset_v = _measured_residuals(rng, modules["volume_id"].to_numpy()[rows], channels[:, 0], channels[:, 1])
+            offset_u *= pitch_u[rows]
+            offset_v *= pitch_v[rows]
+        offset = offset_u[:, None] * axis_u[rows] + offset_v[:, None] * axis_v[rows]
+        for condition_volume, condition_layer, _, scale in config.layer_conditions:
+            on_layer = (modules["volume_id"].to_numpy()[rows] == condition_volume) & (
+                modules["layer_id"].to_numpy()[rows] == condition_layer
+            )
+            offset[on_layer] *= scale
+        all_measured += np.where(signal_rows[:, None], offset, 0.0)
+    all_measured = all_measured[np.argsort(sel)]  # back to creation order; every table below indexes with sel
 
     hits = pd.DataFrame(
         {
@@ -561,10 +638,6 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
             "weight": weight[sel].astype(np.float32),
         }
     )
-    # Noise clusters: a crossing along the sensor normal at the noise point.
-    noise_normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[noise_rows]
-    true_direction = np.concatenate([direction, noise_normal])
-    cells = _cells(rng, hit_id, all_rows[sel], true_position[sel], true_direction[sel], modules)
     particles_out = particles.drop(columns="secondary").assign(nhits=nhits.astype(np.int32))
     particles_out = particles_out.astype(
         {"vx": np.float32, "vy": np.float32, "vz": np.float32, "px": np.float32, "py": np.float32, "pz": np.float32}
@@ -582,21 +655,87 @@ def measurement_model() -> dict:
     return json.loads(text)
 
 
-def _measured_residuals(rng: np.random.Generator, volume_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(K,), (K,) residuals along u and v in pitch units, drawn from the measured distribution of each hit's volume.
+def _channels_per_hit(cells: pd.DataFrame, num_hits: int) -> np.ndarray:
+    """(num_hits, 2) distinct channels along u and v of hits 1..num_hits (hit_id - 1 indexes the rows)."""
+    result = np.zeros((num_hits, 2), dtype=np.int64)
+    hit = cells["hit_id"].to_numpy(np.int64) - 1
+    for column, channel in enumerate(("ch0", "ch1")):
+        pairs = np.unique(np.stack([hit, cells[channel].to_numpy(np.int64)]), axis=1)
+        result[:, column] = np.bincount(pairs[0], minlength=num_hits)
+    return result
+
+
+def _measured_residuals(
+    rng: np.random.Generator, volume_id: np.ndarray, channels_u: np.ndarray, channels_v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(K,), (K,) residuals along u and v in pitch units, drawn from the measured distribution of each hit's
+    volume and cluster size along that axis (1, 2 or 3+ channels; the volume's whole distribution where a
+    size class had too few real hits).
 
     Inverse-CDF sampling with linear interpolation between the stored quantiles.
     """
     model = measurement_model()
     probabilities = np.asarray(model["probabilities"])
-    offset_u = np.zeros(volume_id.size)
-    offset_v = np.zeros(volume_id.size)
+    offsets = {"u": np.zeros(volume_id.size), "v": np.zeros(volume_id.size)}
     draws = rng.random((2, volume_id.size))
-    for key, quantiles in model["volumes"].items():
-        mask = volume_id == int(key)
-        offset_u[mask] = np.interp(draws[0, mask], probabilities, quantiles["u"])
-        offset_v[mask] = np.interp(draws[1, mask], probabilities, quantiles["v"])
-    return offset_u, offset_v
+    for key, per_axis in model["volumes"].items():
+        in_volume = volume_id == int(key)
+        for row, (axis, channels) in enumerate((("u", channels_u), ("v", channels_v))):
+            size_class = np.clip(channels, 1, 3).astype(str)
+            for name, quantiles in per_axis[axis].items():
+                mask = in_volume & (size_class == name) if name != "all" else in_volume & ~np.isin(size_class, list(per_axis[axis]))
+                offsets[axis][mask] = np.interp(draws[row, mask], probabilities, quantiles)
+    return offsets["u"], offsets["v"]
+
+
+def _modules_crossed(
+    position: np.ndarray, direction: np.ndarray, candidates: np.ndarray, modules: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Which candidate modules a straight track through ``position`` crosses, and where.
+
+    Args:
+        position: (K, 3) crossings of a layer's ideal surface, mm.
+        direction: (K, 3) unit directions there.
+        candidates: (K, C) module rows to try, nearest centre first.
+        modules: the detector table.
+
+    Returns:
+        ``(first, second, landing, passes_second)``: per crossing the column of
+        the candidate it hits (the nearest one that contains the point where
+        the track meets its plane, else the one it misses by least), the next
+        such column, the (K, C, 3) points on every candidate's plane, and
+        whether the second one contains its point too (an overlap).
+    """
+    centre = modules[["cx", "cy", "cz"]].to_numpy()[candidates]
+    normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[candidates]
+    axis_u = modules[["rot_xu", "rot_yu", "rot_zu"]].to_numpy()[candidates]
+    axis_v = modules[["rot_xv", "rot_yv", "rot_zv"]].to_numpy()[candidates]
+    min_u = modules["module_minhu"].to_numpy()[candidates]
+    max_u = modules["module_maxhu"].to_numpy()[candidates]
+    half_v = modules["module_hv"].to_numpy()[candidates]
+    along = np.einsum("kj,kcj->kc", direction, normal)
+    distance = np.einsum("kcj,kcj->kc", centre - position[:, None, :], normal)
+    safe = np.where(np.abs(along) < 1e-3, np.where(along < 0, -1e-3, 1e-3), along)
+    landing = position[:, None, :] + (distance / safe)[..., None] * direction[:, None, :]
+    local = landing - centre
+    v = np.einsum("kcj,kcj->kc", local, axis_v)
+    # Trapezoids (endcaps): the half-width grows from module_minhu at v = -hv to module_maxhu at v = +hv.
+    half_u = min_u + (max_u - min_u) * np.clip((v / np.maximum(half_v, 1e-9) + 1.0) / 2.0, 0.0, 1.0)
+    excess = np.maximum(np.abs(np.einsum("kcj,kcj->kc", local, axis_u)) - half_u, np.abs(v) - half_v)
+    inside = excess <= 0
+    rank = np.arange(candidates.shape[1])[None, :]
+    # Inside beats outside; among the inside ones the nearest centre, among the outside ones the least miss.
+    score = np.where(inside, rank, 1e3 + excess)
+    # Repeated candidates (a layer with few modules) must not count twice.
+    duplicate = np.zeros_like(inside)
+    for c in range(1, candidates.shape[1]):
+        duplicate[:, c] = (candidates[:, :c] == candidates[:, c : c + 1]).any(axis=1)
+    score = np.where(duplicate, np.inf, score)
+    order = np.argsort(score, axis=1, kind="stable")
+    first, second = order[:, 0], order[:, 1]
+    rows = np.arange(candidates.shape[0])
+    passes_second = inside[rows, second] & ~duplicate[rows, second]
+    return first, second, landing, passes_second
 
 
 def _step_to_staggered_surface(position: np.ndarray, direction: np.ndarray, barrel: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -622,6 +761,14 @@ def _step_to_staggered_surface(position: np.ndarray, direction: np.ndarray, barr
     barrel_step = np.where(radial >= 0, -radial + np.sqrt(disc), -radial - np.sqrt(disc)) / d_xy_sq
     endcap_step = offset / np.maximum(np.abs(direction[:, 2]), 1e-6)
     return np.where(barrel, barrel_step, endcap_step)
+
+
+def _layer_position(layers: pd.DataFrame, volume_id: int, layer_id: int) -> int:
+    """Row of (volume_id, layer_id) in the layer table; a layer the detector lacks is an error."""
+    match = np.flatnonzero((layers["volume_id"].to_numpy() == volume_id) & (layers["layer_id"].to_numpy() == layer_id))
+    if match.size == 0:
+        raise DomainparError(f"SimulationConfig.layer_conditions: no layer {volume_id}:{layer_id} in the TrackML detector")
+    return int(match[0])
 
 
 def _rank_within(group: np.ndarray) -> np.ndarray:
@@ -675,15 +822,18 @@ class ClusterModel:
 #: Per volume cluster models, fitted to the real event 21000's clusters (per volume and bin of track angle:
 #: mean cells, channels along u and v, median summed charge; :func:`domainpar.data.calibration.fit_cluster_models`).
 CLUSTER_MODELS = {
-    7: ClusterModel(0.0, 1.0, 1.0, 0.0, 0.0, 0.25, 0.30),
-    8: ClusterModel(0.28, 1.0, 1.0, 0.0, 0.0, 0.25, 0.16),
-    9: ClusterModel(0.0, 1.0, 1.0, 0.0, 0.0, 0.25, 0.30),
-    12: ClusterModel(),
-    13: ClusterModel(0.28),
-    14: ClusterModel(),
-    16: ClusterModel(),
-    17: ClusterModel(0.28),
-    18: ClusterModel(),
+    # Pixel endcaps (7 fitted; 9 is its mirror image), pixel barrel.
+    7: ClusterModel(tan_lorentz=0.0, depth_u=4.0, depth_v=3.27, spread_u=0.09, spread_v=0.0, threshold=0.0, charge=0.301),
+    8: ClusterModel(tan_lorentz=0.504, depth_u=0.977, depth_v=0.949, spread_u=0.0, spread_v=0.470, threshold=0.033, charge=0.150),
+    9: ClusterModel(tan_lorentz=0.0, depth_u=4.0, depth_v=3.27, spread_u=0.09, spread_v=0.0, threshold=0.0, charge=0.301),
+    # Short-strip endcaps (12 and 14 averaged) and barrel.
+    12: ClusterModel(tan_lorentz=0.0, depth_u=2.97, depth_v=1.0, spread_u=0.0, spread_v=0.0, threshold=0.0, charge=1.0),
+    13: ClusterModel(tan_lorentz=0.430, depth_u=0.749, depth_v=1.0, spread_u=0.051, spread_v=0.0, threshold=0.0, charge=1.0),
+    14: ClusterModel(tan_lorentz=0.0, depth_u=2.97, depth_v=1.0, spread_u=0.0, spread_v=0.0, threshold=0.0, charge=1.0),
+    # Long-strip endcaps (16 and 18 averaged) and barrel.
+    16: ClusterModel(tan_lorentz=0.0, depth_u=2.17, depth_v=1.0, spread_u=0.01, spread_v=0.0, threshold=0.0, charge=1.0),
+    17: ClusterModel(tan_lorentz=0.6, depth_u=0.731, depth_v=1.0, spread_u=0.0, spread_v=0.0, threshold=0.0, charge=1.0),
+    18: ClusterModel(tan_lorentz=0.0, depth_u=2.17, depth_v=1.0, spread_u=0.01, spread_v=0.0, threshold=0.0, charge=1.0),
 }
 #: Charge samples per pitch of the charge line (resolution of the path-in-cell integration).
 _SAMPLES_PER_PITCH = 6

@@ -362,7 +362,7 @@ def test_unreadable_or_mismatched_graph_files(tmp_path, small_graph):
     with pytest.raises(DomainparError, match="edge_attr must be of shape"):
         load_graph(tmp_path / "mismatched.npz")
     np.savez(tmp_path / "future.npz", **dict(original, format_version=np.int64(999)))
-    with pytest.raises(DomainparError, match="graph format version must be 1 \\(got 999\\)"):
+    with pytest.raises(DomainparError, match="graph format version must be one of \\[1, 2\\] \\(got 999\\)"):
         load_graph(tmp_path / "future.npz")
 
 
