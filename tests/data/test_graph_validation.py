@@ -45,7 +45,7 @@ CASES = [
     (lambda a: a.__setitem__("format_version", np.array("1")), r"entry format_version must be an int64 scalar \(got a str32 scalar\)"),
     (lambda a: a.__setitem__("format_version", np.array([1, 1])), r"entry format_version must be an int64 scalar \(got a int64 array of shape \(2,\)\)"),
     (lambda a: a.__setitem__("event_id", np.int32(1)), r"entry event_id must be an int64 scalar \(got a int32 scalar\)"),
-    (lambda a: a.__setitem__("format_version", np.int64(7)), r"graph format version must be 1 \(got 7\)"),
+    (lambda a: a.__setitem__("format_version", np.int64(7)), r"graph format version must be one of \[1, 2\] \(got 7\)"),
     (lambda a: a.pop("format_version"), r"found no format_version entry"),
     (lambda a: a.__setitem__("event_id", np.int64(-1)), r"event_id must be a non-negative integer \(got -1\)"),
     (lambda a: a.__setitem__("x", np.float32(1)), r"x must be 2-dimensional \(N, F\) \(got shape \(\)\)"),
