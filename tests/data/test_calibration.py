@@ -12,7 +12,6 @@ planes) each fail, so the comparison would catch such a drift.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,7 +29,9 @@ from domainpar.data.simulate import SimulationConfig, measurement_model, simulat
 from domainpar.data.trackml import load_event
 from domainpar.errors import DomainparError
 
-REAL = Path(__file__).parent / "trackml" / "event000000001"
+from fixtures import EVENT1
+
+REAL = EVENT1
 #: Enough simulated particles that the simulation's own statistical error is small next to the real event's.
 SIM = SimulationConfig(num_particles=2500)
 NUM_SIM_EVENTS = 3
