@@ -372,13 +372,16 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     edge_names = None
     if edge_attr is None and cylindrical is not None:
         from domainpar.data.event_graph import EDGE_FEATURES
-        from domainpar.data.graph import _edge_features as edge_features
+        from domainpar.data.features import edge_feature_matrix
 
         r, phi, z = cylindrical
         edges = _integers(path, "edge_index", edge_index)
         if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
             raise DomainparError(f"{path}: edge_index must be within [0, {num_nodes}) (got values in [{edges.min()}, {edges.max()}])")
-        edge_attr, attr_name, edge_names = edge_features(r, phi, z, edges), "computed from r,phi,z", list(EDGE_FEATURES)
+        r64, phi64 = np.asarray(r, np.float64), np.asarray(phi, np.float64)
+        pos64 = np.stack([r64 * np.cos(phi64), r64 * np.sin(phi64), np.asarray(z, np.float64)], axis=1)
+        edge_attr = edge_feature_matrix(EDGE_FEATURES, pos64, edges)
+        attr_name, edge_names = "computed from r,phi,z", list(EDGE_FEATURES)
     if edge_attr is None:
         edge_attr, attr_name, edge_names = np.zeros((num_edges, 0), dtype=np.float32), "none", []
     used["edge_attr"] = attr_name
