@@ -54,6 +54,25 @@ def real_graph() -> EventGraph:
 
 
 @lru_cache(maxsize=None)
+def recipe_case() -> tuple[EventGraph, ModelConfig]:
+    """A simulated event built with the physics recipe's graph (cuts, cell and cluster features) and the recipe's
+    model (width, iterations, activation, normalisation), so the exactness matrix covers what the recipe trains.
+    (The recipe's edge filter only removes edges: a pruned graph is a graph like this one.)"""
+    from pathlib import Path
+
+    from domainpar.data.graph import build_graph
+    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.pipeline.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "examples" / "physics.yaml")
+    event = simulate_event(SimulationConfig(num_particles=400), 3, 7)
+    graph, _ = build_graph(event["hits"], event["truth"], event["particles"], event["cells"], config=recipe.graph, event_id=3)
+    model = recipe.train.model
+    config = ModelConfig(**{**model.to_dict(), "node_features": graph.x.shape[1], "edge_features": graph.edge_attr.shape[1]})
+    return graph, config
+
+
+@lru_cache(maxsize=None)
 def dense_graph() -> EventGraph:
     """Random edges: most edges are cut, every part talks to every other."""
     return random_graph(240, 900, seed=3)
@@ -108,6 +127,10 @@ def cases_for(world_size: int) -> tuple[list[VerifyCase], list[PygCase]]:
                 cases.append(VerifyCase(name + "/float64", graph, owner, config, dtype="float64"))
                 if checkpointing == overlap:  # float32 at the issue's tolerance: plain and both features on
                     cases.append(VerifyCase(name + "/float32", graph, owner, config, dtype="float32"))
+    recipe_graph, recipe_config = recipe_case()
+    owner = partition_graph(recipe_graph, world_size, "metis", seed=0).owner
+    cases.append(VerifyCase("recipe/metis/float64", recipe_graph, owner, recipe_config, dtype="float64"))
+    cases.append(VerifyCase("recipe/metis/float32", recipe_graph, owner, recipe_config, dtype="float32"))
     dense = dense_graph()
     dense_owner = np.random.default_rng(world_size).integers(0, world_size, dense.num_nodes)
     dense_owner[:world_size] = np.arange(world_size)

@@ -40,6 +40,7 @@ ORDER = (
     "faults",
     "scaling_inputs",
     "gpu",
+    "physics",
 )
 
 T = TypeVar("T")

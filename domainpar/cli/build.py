@@ -31,6 +31,10 @@ _DEFAULTS = GraphConfig()
 @click.option("--min-pt", type=float, default=_DEFAULTS.min_pt, show_default=True, help="Keep only hits of particles with truth pT >= this, GeV (0: all hits; needs truth).")
 @click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
 @click.option("--format", "fmt", type=click.Choice(["npz", "pyg"]), default="npz", show_default=True, help="npz: domainpar graph files; pyg: PyTorch Geometric Data files (event<id>.pyg) in the Exa.TrkX/acorn layout.")
+@click.option("--node-features", default=",".join(_DEFAULTS.node_features), show_default=True,
+              help="Comma-separated node features (r, phi, z, eta, cell_count, cell_charge, cluster_u, cluster_v; cluster ones need cells files).")
+@click.option("--edge-features", default=",".join(_DEFAULTS.edge_features), show_default=True,
+              help="Comma-separated edge features (dr, dphi, dz, dR, deta, phi_slope, z0, curvature).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one JSON record per event (event_id, num_nodes, num_edges, efficiency, efficiency_pt1, purity, seconds).")
 @click.option("--workers", type=int, default=None, help="Events built in parallel processes (default: the cores available to this process).")
 @click.option("--shard", default=None, metavar="I/N", help="Build only every N-th event starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
@@ -51,6 +55,8 @@ def build(
     min_pt: float,
     cell_features: bool,
     fmt: str,
+    node_features: str,
+    edge_features: str,
     json_path: str | None,
     workers: int | None,
     shard: str | None,
@@ -81,6 +87,8 @@ def build(
         "crossing_margin": crossing_margin,
         "min_pt": min_pt,
         "cell_features": cell_features,
+        "node_features": tuple(name.strip() for name in node_features.split(",") if name.strip()),
+        "edge_features": tuple(name.strip() for name in edge_features.split(",") if name.strip()),
     }
     try:
         config = GraphConfig(**options)
@@ -124,7 +132,7 @@ def build(
 def _option_names(message: str, options: dict) -> str:
     """Name the command-line option, not the dataclass field, in a one-line error."""
     for name in options:
-        message = message.replace(f"GraphConfig.{name} ", f"--{name.replace('_', '-')} ")
+        message = message.replace(f"GraphConfig.{name}", f"--{name.replace('_', '-')}")
     return message
 
 

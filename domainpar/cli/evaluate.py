@@ -57,6 +57,9 @@ def format_table(summary: dict) -> str:
               help="Track building from edge scores: walk-through with branch resolution, or connected components.")
 @click.option("--events", "events_dir", type=click.Path(path_type=Path), default=None,
               help="Raw events holding the truth of graph inputs, for the TrackML score (graph files carry no hit weights).")
+@click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,
+              help="Edge filter (filter.pt of a recipe run) the model's training graphs were pruned with; "
+                   "applied to graphs built from raw events.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write the overall and per-event figures as JSON.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), default=None,
@@ -77,6 +80,7 @@ def evaluate(
     threshold: float | None,
     track_method: str,
     events_dir: Path | None,
+    edge_filter: Path | None,
     json_path: Path | None,
     plots_dir: Path | None,
     submissions_dir: Path | None,
@@ -111,6 +115,7 @@ def evaluate(
         threshold=threshold,
         track_method=track_method,
         events_dir=events_dir,
+        edge_filter=edge_filter,
         seed=seed,
         timeout_s=timeout_s,
         progress=not quiet,

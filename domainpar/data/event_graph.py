@@ -492,6 +492,33 @@ def has_graph_files(path: str | os.PathLike) -> bool:
     return any(path.glob("*.npz")) or bool(pyg_files_in(path))
 
 
+def read_graph_metadata(path: str | os.PathLike) -> dict:
+    """The feature names and build configuration of a graph file, without reading its arrays.
+
+    Returns:
+        ``{"node_features": [...] | None, "edge_features": [...] | None, "build_config": str | None}``
+        (None for format-1 files, which do not record them).
+
+    Raises:
+        DomainparError: the file cannot be read as a graph file.
+    """
+    path = Path(path)
+    if _is_pyg(path) and path.is_file():
+        # PyG files of other tools name their columns in their description, not in these entries.
+        return {"node_features": None, "edge_features": None, "build_config": None}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            names = set(npz.files)
+            meta = {
+                "node_features": [str(v) for v in npz["node_features"]] if "node_features" in names else None,
+                "edge_features": [str(v) for v in npz["edge_features"]] if "edge_features" in names else None,
+                "build_config": str(npz["build_config"]) if "build_config" in names else None,
+            }
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
+    return meta
+
+
 def graph_files(path: str | os.PathLike) -> list[Path]:
     """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
     a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""

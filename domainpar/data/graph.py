@@ -48,6 +48,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -161,6 +162,8 @@ class GraphConfig:
         converted = {k: tuple(v) if k in ("node_features", "edge_features") and isinstance(v, list) else v for k, v in values.items()}
         try:
             return cls(**converted)
+        except DomainparError as exc:
+            raise DomainparError(f"{source}: {exc}") from None
         except TypeError as exc:
             raise DomainparError(f"{source}: invalid graph settings ({exc})") from None
 

@@ -56,7 +56,7 @@ Approximations (documented, and held against the real event 21000 by
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -152,6 +152,10 @@ class SimulationConfig:
     """Noise hits as a fraction of all hits (0.142 in event 21000: hits minus the particles' nhits)."""
     module_overlaps: bool = True
     """Add the second hit of crossings through overlapping modules (probability: the ring's geometric overlap fraction)."""
+    cluster_variation: float = 0.0
+    """Domain randomisation of the clusters: per event, every volume's cluster lengths (collection depths, spreads,
+    Lorentz drift) and pixel threshold are scaled by factors drawn uniformly in [1 - v, 1 + v], so that training
+    events span the cluster calibration's uncertainty (0: the calibrated model exactly)."""
     module_planes: bool = True
     """Put every hit on its module's plane (the detector's flat, tilted, staggered modules) rather than on the
     ideal cylinder or disc of its layer, so hit radii on barrels and z on discs spread as in the real events."""
@@ -185,6 +189,7 @@ class SimulationConfig:
             "support_x0": self.support_x0 >= 0,
             "hit_efficiency": 0.0 <= self.hit_efficiency <= 1.0,
             "resolution": self.resolution in RESOLUTION_MODELS,
+            "cluster_variation": 0.0 <= self.cluster_variation < 1.0,
             "noise_fraction": 0.0 <= self.noise_fraction < 1.0,
             "max_turns": self.max_turns > 0,
             "tracker_radius": self.tracker_radius > 0,
@@ -592,7 +597,8 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     # cluster's size: a noise hit is measured where it is.
     noise_normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[noise_rows]
     true_direction = np.concatenate([direction, noise_normal])
-    cells = _cells(rng, hit_id, all_rows[sel], true_position[sel], true_direction[sel], modules)
+    cluster_models = _varied_cluster_models(rng, config.cluster_variation) if config.cluster_variation > 0 else None
+    cells = _cells(rng, hit_id, all_rows[sel], true_position[sel], true_direction[sel], modules, cluster_models)
     all_measured = true_position[sel].copy()
     if config.smear:
         rows = all_rows[sel]
@@ -837,6 +843,23 @@ CLUSTER_MODELS = {
 }
 #: Charge samples per pitch of the charge line (resolution of the path-in-cell integration).
 _SAMPLES_PER_PITCH = 6
+
+
+def _varied_cluster_models(rng: np.random.Generator, variation: float) -> dict[int, ClusterModel]:
+    """:data:`CLUSTER_MODELS` with every length and the threshold scaled by a factor in [1 - v, 1 + v] (per volume)."""
+    varied = {}
+    for volume_id, model in CLUSTER_MODELS.items():
+        factor = lambda: float(rng.uniform(1.0 - variation, 1.0 + variation))  # noqa: E731
+        varied[volume_id] = replace(
+            model,
+            tan_lorentz=model.tan_lorentz * factor(),
+            depth_u=model.depth_u * factor(),
+            depth_v=model.depth_v * factor(),
+            spread_u=model.spread_u * factor(),
+            spread_v=model.spread_v * factor(),
+            threshold=model.threshold * factor(),
+        )
+    return varied
 
 
 def _cells(

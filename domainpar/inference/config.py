@@ -32,6 +32,8 @@ class EvaluateConfig:
     """Track building: components or walk (see :mod:`domainpar.tracks.build`)."""
     events_dir: Path | None = None
     """Raw events holding the truth of graph inputs (for the TrackML score); None for raw inputs."""
+    edge_filter: Path | None = None
+    """The edge filter the model's training graphs were pruned with (applied to graphs built from raw events)."""
     pt_min: float = 1.0
     """Reconstructable particles have pT above this (GeV)."""
     min_layers: int = 3

@@ -48,28 +48,76 @@ def _attach_truth(event: EventInput, hits: pd.DataFrame, particles: pd.DataFrame
     event.particles = ParticleTable.from_momenta(particles["particle_id"], particles["px"], particles["py"], particles["pz"])
 
 
-def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
-    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth)."""
+def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: dict | None):
+    """The GraphConfig (and edge filter) that rebuild the training graphs from raw events.
+
+    The checkpoint records how its training graphs were built; without that
+    record (older checkpoints) the default cuts are used, with the legacy cell
+    features when the model's input width asks for them.
+    """
+    import json
+
+    from domainpar.data.graph import CELL_FEATURES, GraphConfig
+
+    build = None if not graph_meta else graph_meta.get("build_config")
+    if build is None:
+        return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
+    settings = json.loads(build)
+    recorded_filter = settings.pop("edge_filter", None)
+    graph_config = GraphConfig.from_dict(settings, source=f"{config.checkpoint}: graph build configuration")
+    if recorded_filter is None:
+        if config.edge_filter is not None:
+            raise DomainparError(
+                f"--filter {config.edge_filter}: the model was trained on unfiltered graphs (its checkpoint records no edge filter)"
+            )
+        return graph_config, None
+    if config.edge_filter is None:
+        raise DomainparError(
+            f"{config.checkpoint}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
+            "pass its filter file with --filter (filter.pt of the recipe run) or evaluate graph files built with it"
+        )
+    from domainpar.filter.edge_filter import load_filter
+
+    edge_filter = load_filter(config.edge_filter)
+    if edge_filter.content_hash != recorded_filter.get("hash"):
+        raise DomainparError(
+            f"--filter {config.edge_filter}: expected the edge filter the model was trained with (hash {recorded_filter.get('hash')}), "
+            f"got hash {edge_filter.content_hash}"
+        )
+    return graph_config, edge_filter
+
+
+def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | None = None) -> list[EventInput]:
+    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth).
+
+    Args:
+        config: what to evaluate.
+        node_features: the model's input width.
+        graph_meta: the checkpoint's record of its training graphs (feature names, build configuration),
+            used to rebuild the same graph from raw events and to check graph files' feature names.
+    """
     from tqdm import tqdm
 
     data = Path(config.data)
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
     if raw:
-        from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
+        from domainpar.data.graph import build_graph
         from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
 
-        cell_features = node_features == 3 + len(CELL_FEATURES)
+        graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
         for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
             if not has_truth(prefix):
                 raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
-            parts = ("hits", "particles", "truth") + (("cells",) if cell_features else ())
+            parts = ("hits", "particles", "truth") + (("cells",) if graph_config.needs_cells else ())
             frames = load_event(prefix, parts=parts)
             hits, particles, truth = frames[:3]
             graph, _ = build_graph(
-                hits, truth, particles, frames[3] if cell_features else None,
-                config=GraphConfig(cell_features=cell_features), event_id=event_id_of(prefix),
+                hits, truth, particles, frames[3] if graph_config.needs_cells else None,
+                config=graph_config, event_id=event_id_of(prefix),
             )  # fmt: skip
+            if edge_filter is not None:
+                graph = edge_filter.apply(graph)
             event = EventInput(graph=graph, source=str(prefix))
             _attach_truth(event, hits, particles, truth)
             events.append(event)
@@ -96,6 +144,14 @@ def load_events(config: EvaluateConfig, node_features: int) -> list[EventInput]:
                 f"{path}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
                 "(build the graphs with the same --cell-features setting as the training graphs)"
             )
+        for kind in ("node_features", "edge_features"):
+            expected = None if not graph_meta else graph_meta.get(kind)
+            found = getattr(graph, kind)
+            if expected is not None and found is not None and list(found) != list(expected):
+                raise DomainparError(
+                    f"{path}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
+                    f"(got {list(found)}; build the graphs with the same features)"
+                )
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))

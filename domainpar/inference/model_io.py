@@ -23,6 +23,8 @@ class LoadedModel:
     """The training run's threshold, when the checkpoint records one."""
     step: int | None
     """Optimiser steps of the checkpoint."""
+    graph: dict | None = None
+    """The training graphs' ``node_features``, ``edge_features`` and ``build_config`` (JSON), when recorded."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -61,5 +63,6 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         if not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
-    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step)
+    graph = state.get("graph")
+    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None)
 

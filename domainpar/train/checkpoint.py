@@ -378,6 +378,16 @@ def _rng_state(value: Any) -> bool:
     return cuda is None or (isinstance(cuda, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in cuda))
 
 
+def _graph_metadata(value: Any) -> bool:
+    names_ok = lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))  # noqa: E731
+    return (
+        isinstance(value, dict)
+        and names_ok(value.get("node_features"))
+        and names_ok(value.get("edge_features"))
+        and (value.get("build_config") is None or isinstance(value.get("build_config"), str))
+    )
+
+
 def _finite_number_dict(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) and math.isfinite(v) for k, v in value.items())
 
@@ -406,6 +416,7 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     _check(path, state, "world_size", *positive, required=False)
     _check(path, state, "domain_size", *positive, required=False)
     _check(path, state, "metrics", lambda v: isinstance(v, dict), "a dict", required=False)
+    _check(path, state, "graph", _graph_metadata, "a dict of the training graphs' feature names and build configuration", required=False)
     schedule = state.get("schedule")
     if isinstance(schedule, dict):
         for key, (ok, expected) in {

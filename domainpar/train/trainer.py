@@ -29,7 +29,7 @@ from domainpar.comm.collectives import broadcast_tensors, max_value
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
-from domainpar.data.event_graph import read_graph_description
+from domainpar.data.event_graph import read_graph_description, read_graph_metadata
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     checkpoint_dir,
@@ -125,6 +125,8 @@ class Trainer:
         self.model_config = model_config_for(config, node_features, edge_features)
         # What the input columns are and how the graphs were built: exported with the model.
         self.data_description = read_graph_description(train_files[0])
+        # How the training graphs were built (features, cuts, edge filter): inference rebuilds the same graph.
+        self.graph_metadata = read_graph_metadata(train_files[0])
         self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
         # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
         broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
@@ -282,6 +284,7 @@ class Trainer:
             "step": self.progress.global_step,
             "model": model_weights(self.model),
             "model_config": self.model_config.to_dict(),
+            "graph": dict(self.graph_metadata),
             "config": self.config.to_dict(),
             "data": self.data_description,
             "metrics": record or {},

@@ -171,6 +171,8 @@ def with_cell_features(source: Path, target: Path) -> Path:
     with np.load(source, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     arrays["x"] = np.concatenate([arrays["x"], np.ones((arrays["x"].shape[0], 2), np.float32)], axis=1)
+    if "node_features" in arrays:
+        arrays["node_features"] = np.concatenate([arrays["node_features"], np.array(["cell_count", "cell_charge"])])
     target.parent.mkdir(parents=True, exist_ok=True)
     np.savez(target, **arrays)
     return target

@@ -4,6 +4,7 @@ ONE spawned gloo job of four processes (``tests/engine_jobs.py``) runs every
 configuration inside the children, to pay process start-up once: world sizes
 1, 2, 3 and 4 are domain groups of the four ranks. Cases: a reduced simulated event
 (1000 particles, ~10k hits) and the real small event (5.5k hits), METIS and geometric plans,
+a simulated event built with the physics recipe's graph features run by the recipe's model,
 with and without activation checkpointing and with and without overlap, in
 float64 (tolerance 1e-10) and float32 (1e-5), plus synthetic graphs with
 many cut edges, a part without neighbours, a node whose halo comes from three
@@ -44,6 +45,7 @@ def test_partitioned_equals_single_process(world_size):
                 for c in (0, 1) for o in (0, 1)}
     expected |= {f"{g}/{m}/ckpt={c}/overlap={c}/float32" for g in ("simulated", "real") for m in ("metis", "geometric")
                  for c in (0, 1)}
+    expected |= {"recipe/metis/float64", "recipe/metis/float32"}  # the physics recipe's graph features and model
     assert expected <= set(results)
     for result in exact:
         assert result.tolerance == TOLERANCES[result.dtype]
@@ -54,6 +56,7 @@ def test_partitioned_equals_single_process(world_size):
         assert sum(results["simulated/metis/ckpt=0/overlap=0/float64"].num_halo) > 0
         assert sum(results["simulated/geometric/ckpt=0/overlap=0/float64"].num_halo) > 0
         assert sum(results["dense/random-owner/float64"].num_halo) > 0
+        assert sum(results["recipe/metis/float64"].num_halo) > 0
 
 
 @pytest.mark.timeout(660)

@@ -1,0 +1,323 @@
+"""The edge filter: prune the hit graph with a per-edge classifier before the GNN.
+
+The geometric cuts of :mod:`domainpar.data.graph` keep every segment a
+particle above ~0.15 GeV could make, so most candidate edges are fakes. Most
+of them can be told from true segments by the two hits alone — their
+positions and, above all, their clusters: a pixel cluster's length along z
+measures the track's polar angle, its width along u the crossing angle, and
+a segment whose direction contradicts its hits' clusters is a fake. The
+filter is that test, learned: an MLP on ``[x_src, x_dst, edge_attr]`` (the
+graph's own node and edge features, standardised with the training edges'
+mean and spread), trained on simulated truth, applied with a threshold chosen
+on held-out training events so that it keeps a set fraction of the true
+segments (overall, and of particles above 1 GeV). As in the Exa.TrkX and
+GNN4ITk pipelines, the GNN then trains and runs on a graph several times
+purer and smaller, at the same efficiency.
+
+The filter is a row-wise function of each edge, so a filtered graph is a
+graph like any other: partitioning, halo exchange and the exactness of
+domain-parallel training do not change. A filtered graph records the
+filter's threshold, target and content hash in its build configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from domainpar.atomic import atomic_path
+from domainpar.data.event_graph import EventGraph, load_graph
+from domainpar.errors import DomainparError
+
+#: Bumped whenever the saved layout changes.
+FILTER_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """How the edge filter is built, trained and thresholded."""
+
+    hidden: int = 64
+    """Width of every hidden layer of the MLP."""
+    layers: int = 3
+    """Hidden layers of the MLP."""
+    steps: int = 1500
+    """Optimiser steps (each a random batch of edges from all training graphs)."""
+    batch_edges: int = 8192
+    """Edges per step."""
+    lr: float = 3e-3
+    """Peak learning rate (one-cycle schedule, AdamW)."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    efficiency: float = 0.995
+    """Fraction of the true edges of the held-out training events the threshold keeps."""
+    efficiency_pt1: float = 0.998
+    """... and of the true edges of particles above 1 GeV (the lower of the two thresholds is used)."""
+    holdout_every: int = 5
+    """Every n-th training graph is held out to choose the threshold (not trained on)."""
+    seed: int = 0
+    """Seed of weights and batches."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "hidden": isinstance(self.hidden, int) and self.hidden >= 1,
+            "layers": isinstance(self.layers, int) and self.layers >= 1,
+            "steps": isinstance(self.steps, int) and self.steps >= 1,
+            "batch_edges": isinstance(self.batch_edges, int) and self.batch_edges >= 1,
+            "lr": self.lr > 0,
+            "weight_decay": self.weight_decay >= 0,
+            "efficiency": 0 < self.efficiency <= 1,
+            "efficiency_pt1": 0 < self.efficiency_pt1 <= 1,
+            "holdout_every": isinstance(self.holdout_every, int) and self.holdout_every >= 2,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise DomainparError(f"filter.{name} is out of range (got {getattr(self, name)!r})")
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "filter") -> "FilterConfig":
+        """From a plain mapping (a YAML section); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise DomainparError(f"{source}: unknown filter settings {unknown} (expected a subset of {sorted(known)})")
+        return cls(**values)
+
+
+class FilterNet(nn.Module):
+    """Standardise ``[x_src, x_dst, edge_attr]``, then an MLP to one logit per edge."""
+
+    def __init__(self, num_inputs: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_inputs))
+        self.register_buffer("scale", torch.ones(num_inputs))
+        blocks: list[nn.Module] = []
+        width = num_inputs
+        for _ in range(layers):
+            blocks += [nn.Linear(width, hidden), nn.LayerNorm(hidden), nn.SiLU()]
+            width = hidden
+        blocks.append(nn.Linear(width, 1))
+        self.mlp = nn.Sequential(*blocks)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(E, num_inputs) → (E,) logits."""
+        return self.mlp((inputs - self.mean) / self.scale).squeeze(-1)
+
+
+def edge_inputs(graph: EventGraph) -> np.ndarray:
+    """(E, 2 F + F_e) float32: source node features, destination node features, edge features."""
+    src, dst = graph.edge_index
+    return np.concatenate([graph.x[src], graph.x[dst], graph.edge_attr], axis=1).astype(np.float32, copy=False)
+
+
+@dataclass
+class EdgeFilter:
+    """A trained edge filter: network, threshold and the features it expects."""
+
+    net: FilterNet
+    """The classifier (eval mode, CPU)."""
+    threshold: float
+    """Edges whose logit is below it are dropped."""
+    node_features: tuple[str, ...] | None
+    """Names of the node features it was trained on (None: unnamed graphs of that width)."""
+    edge_features: tuple[str, ...] | None
+    """Names of the edge features it was trained on."""
+    config: FilterConfig
+    """How it was trained."""
+    record: dict
+    """What training measured (held-out efficiency and purity before/after, timings)."""
+
+    @property
+    def content_hash(self) -> str:
+        """Hash of weights and threshold: what a filtered graph records."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.net.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().numpy().tobytes())
+        digest.update(np.float64(self.threshold).tobytes())
+        return digest.hexdigest()[:16]
+
+    def check_graph(self, graph: EventGraph, source: str) -> None:
+        """Refuse a graph whose features are not the ones the filter was trained on."""
+        for name, expected, found in (
+            ("node", self.node_features, graph.node_features),
+            ("edge", self.edge_features, graph.edge_features),
+        ):
+            if expected is not None and found is not None and tuple(found) != tuple(expected):
+                raise DomainparError(f"{source}: {name} features must be {list(expected)} for this filter (got {list(found)})")
+        width = self.net.mean.numel()
+        if graph.x.shape[1] * 2 + graph.edge_attr.shape[1] != width:
+            raise DomainparError(
+                f"{source}: the filter expects {width} inputs per edge (2 × node + edge features), "
+                f"got {graph.x.shape[1] * 2 + graph.edge_attr.shape[1]}"
+            )
+
+    def logits(self, graph: EventGraph, chunk: int = 1 << 18) -> np.ndarray:
+        """(E,) float32 logits of every edge of ``graph``."""
+        self.check_graph(graph, f"event {graph.event_id}")
+        inputs = edge_inputs(graph)
+        out = np.empty(inputs.shape[0], dtype=np.float32)
+        with torch.no_grad():
+            for start in range(0, inputs.shape[0], chunk):
+                out[start : start + chunk] = self.net(torch.from_numpy(inputs[start : start + chunk])).numpy()
+        return out
+
+    def apply(self, graph: EventGraph) -> EventGraph:
+        """The graph with only the edges the filter keeps (nodes unchanged, edge order kept)."""
+        keep = self.logits(graph) >= self.threshold
+        build = json.loads(graph.build_config) if graph.build_config else {}
+        build["edge_filter"] = {"hash": self.content_hash, "threshold": self.threshold, "efficiency": self.config.efficiency}
+        return replace(
+            graph,
+            edge_index=np.ascontiguousarray(graph.edge_index[:, keep]),
+            edge_attr=np.ascontiguousarray(graph.edge_attr[keep]),
+            y=None if graph.y is None else np.ascontiguousarray(graph.y[keep]),
+            build_config=json.dumps(build, sort_keys=True),
+        )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write weights and settings to ``path`` (torch, loaded with ``weights_only=True``), atomically."""
+        path = Path(path)
+        state = {
+            "format_version": FILTER_FORMAT_VERSION,
+            "weights": self.net.state_dict(),
+            "meta": json.dumps(
+                {
+                    "threshold": self.threshold,
+                    "node_features": None if self.node_features is None else list(self.node_features),
+                    "edge_features": None if self.edge_features is None else list(self.edge_features),
+                    "config": asdict(self.config),
+                    "record": self.record,
+                    "num_inputs": int(self.net.mean.numel()),
+                }
+            ),
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+        return path
+
+
+def load_filter(path: str | os.PathLike) -> EdgeFilter:
+    """Read a filter written by :meth:`EdgeFilter.save`.
+
+    Raises:
+        DomainparError: missing or corrupted file, another format version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DomainparError(f"{path}: edge filter file not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        meta = json.loads(state["meta"])
+        version = state["format_version"]
+    except Exception as exc:  # torch raises many types for a damaged file
+        raise DomainparError(f"{path}: expected a domainpar edge filter, could not read it ({type(exc).__name__})") from None
+    if version != FILTER_FORMAT_VERSION:
+        raise DomainparError(f"{path}: edge filter format version must be {FILTER_FORMAT_VERSION} (got {version})")
+    config = FilterConfig.from_dict(meta["config"], source=str(path))
+    net = FilterNet(int(meta["num_inputs"]), config.hidden, config.layers)
+    try:
+        net.load_state_dict(state["weights"])
+    except RuntimeError as exc:
+        raise DomainparError(f"{path}: edge filter weights do not fit its settings ({str(exc).splitlines()[0]})") from None
+    net.eval()
+    names = lambda value: None if value is None else tuple(value)  # noqa: E731
+    return EdgeFilter(net, float(meta["threshold"]), names(meta["node_features"]), names(meta["edge_features"]), config, meta["record"])
+
+
+def _threshold_for(logits: np.ndarray, labels: np.ndarray, high_pt: np.ndarray, config: FilterConfig) -> float:
+    """The largest threshold that keeps ``config.efficiency`` of the true edges and ``efficiency_pt1`` of the stiff ones."""
+    candidates = []
+    for mask, target in ((labels, config.efficiency), (labels & high_pt, config.efficiency_pt1)):
+        true_logits = np.sort(logits[mask])
+        if true_logits.size:
+            # Keep at least ceil(target * n) true edges: the threshold is the logit of the last one kept.
+            drop = int(np.floor((1.0 - target) * true_logits.size))
+            candidates.append(float(true_logits[drop]))
+    return min(candidates) if candidates else float("-inf")
+
+
+def train_filter(
+    files: list[str | os.PathLike], config: FilterConfig = FilterConfig(), progress: bool = False
+) -> EdgeFilter:
+    """Train an edge filter on labelled graph files and choose its threshold on held-out ones.
+
+    Args:
+        files: graph files with truth (every ``config.holdout_every``-th is held out).
+        config: the filter's settings.
+        progress: print a line every few hundred steps.
+
+    Returns:
+        The filter, with ``record`` holding the held-out edge efficiency and
+        purity before and after filtering and the training time.
+    """
+    if len(files) < 2:
+        raise DomainparError(f"the edge filter needs at least 2 training graphs (got {len(files)})")
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    graphs = [load_graph(f) for f in files]
+    for path, graph in zip(files, graphs):
+        if graph.y is None or graph.particle_pt is None:
+            raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
+    names = {(g.node_features, g.edge_features) for g in graphs}
+    if len(names) > 1 or len({(g.x.shape[1], g.edge_attr.shape[1]) for g in graphs}) > 1:
+        raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
+    holdout = [g for i, g in enumerate(graphs) if i % config.holdout_every == config.holdout_every - 1]
+    train = [g for i, g in enumerate(graphs) if i % config.holdout_every != config.holdout_every - 1]
+    inputs = torch.from_numpy(np.concatenate([edge_inputs(g) for g in train]))
+    labels = torch.from_numpy(np.concatenate([g.y for g in train]).astype(np.float32))
+    if inputs.shape[0] == 0:
+        raise DomainparError("the edge filter's training graphs have no edges")
+    generator = torch.Generator().manual_seed(config.seed)
+    torch.manual_seed(config.seed)
+    net = FilterNet(inputs.shape[1], config.hidden, config.layers)
+    net.mean.copy_(inputs.mean(dim=0))
+    net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
+    optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=config.lr, total_steps=config.steps)
+    # Balance the classes: true edges weigh the fakes' share of the batch.
+    positive = float(labels.mean())
+    pos_weight = torch.tensor((1.0 - positive) / max(positive, 1e-6))
+    net.train()
+    for step in range(config.steps):
+        batch = torch.randint(0, inputs.shape[0], (config.batch_edges,), generator=generator)
+        loss = nn.functional.binary_cross_entropy_with_logits(net(inputs[batch]), labels[batch], pos_weight=pos_weight)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        schedule.step()
+        if progress and (step + 1) % 500 == 0:
+            print(f"  filter step {step + 1}/{config.steps}: loss {float(loss):.4f}", flush=True)
+    net.eval()
+    first = graphs[0]
+    edge_filter = EdgeFilter(net, 0.0, first.node_features, first.edge_features, config, {})
+    held_logits = [edge_filter.logits(g) for g in holdout]
+    held_labels = [g.y > 0.5 for g in holdout]
+    held_high = [g.particle_pt[g.edge_index[0]] > 1.0 for g in holdout]
+    all_logits, all_labels, all_high = (np.concatenate(v) for v in (held_logits, held_labels, held_high))
+    edge_filter.threshold = _threshold_for(all_logits, all_labels, all_high, config)
+    kept = all_logits >= edge_filter.threshold
+    edge_filter.record = {
+        "train_graphs": len(train),
+        "holdout_graphs": len(holdout),
+        "holdout_edges": int(all_labels.size),
+        "holdout_kept_fraction": float(kept.mean()),
+        "holdout_efficiency": float(kept[all_labels].mean()),
+        "holdout_efficiency_pt1": float(kept[all_labels & all_high].mean()) if (all_labels & all_high).any() else None,
+        "holdout_purity_before": float(all_labels.mean()),
+        "holdout_purity_after": float(all_labels[kept].mean()) if kept.any() else None,
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
+    }
+    return edge_filter
