@@ -94,14 +94,20 @@ class DemoConfig:
         from domainpar.model.interaction_network import ModelConfig
         from domainpar.train.config import check_model_size
 
-        check_model_size(ModelConfig(hidden=self.hidden, num_iterations=self.iterations), options="--hidden/--iterations")
+        from domainpar.pipeline.recipe import load_recipe, packaged_recipe_path
+
+        recipe = load_recipe(self.recipe if self.recipe is not None else packaged_recipe_path("physics"))
+        hidden = self.hidden if self.hidden is not None else recipe.train.model.hidden
+        iterations = self.iterations if self.iterations is not None else recipe.train.model.num_iterations
+        check_model_size(ModelConfig(hidden=hidden, num_iterations=iterations), options="--hidden/--iterations")
         real = Path(self.real)
         if real.is_dir() and any(real.glob("event*-truth.csv*")):
             from domainpar.data.trackml import event_prefixes, load_event
 
             # The real events are evaluated last: a damaged one must fail now, not after the training.
+            parts = ("hits", "particles", "truth") + (("cells",) if recipe.graph.needs_cells else ())
             for prefix in event_prefixes(real):
-                load_event(prefix, parts=("hits", "particles", "truth"))
+                load_event(prefix, parts=parts)
 
 
 def reference_figures() -> dict | None:

@@ -73,6 +73,7 @@ def run_recipe(
     echo: Callable[[str], None] = print,
     progress: bool = False,
     num_parts: int = 1,
+    events_cache: str | Path | None = None,
 ) -> dict:
     """Run ``recipe`` under ``out`` and return (and write) ``eval.json``'s content.
 
@@ -84,6 +85,8 @@ def run_recipe(
         echo: where progress lines and the closing table go.
         progress: show progress bars.
         num_parts: evaluate with this many parts per event (halo exchange).
+        events_cache: keep the simulated events here, keyed by the simulation settings and the simulator's
+            source, and reuse them in later runs (None: simulate under ``out``).
 
     Returns:
         ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "real": ...}, "seconds", ...}``.
@@ -107,16 +110,23 @@ def run_recipe(
     def stage(name: str, begin: float, cpu_begin: float) -> None:
         result["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
 
-    # 1. Simulated events.
+    # 1. Simulated events (reused from events_cache when the same simulation was run before).
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     echo(f"== simulate {sim.train_events} + {sim.val_events} events of {sim.particles} particles")
-    events = {"train": out / "events" / "train", "val": out / "events" / "val"}
-    for directory in events.values():
-        shutil.rmtree(directory, ignore_errors=True)
-    simulate_dataset(events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1, progress=progress)
-    simulate_dataset(
-        events["val"], sim.val_events, recipe.validation_simulation(), seed=sim.val_seed, first_event_id=100_001, progress=progress
-    )
+    root = out / "events" if events_cache is None else Path(events_cache) / _simulation_key(recipe)
+    events = {"train": root / "train", "val": root / "val"}
+    if not (root / "complete").is_file():
+        for directory in events.values():
+            shutil.rmtree(directory, ignore_errors=True)
+        simulate_dataset(
+            events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1, progress=progress
+        )
+        simulate_dataset(
+            events["val"], sim.val_events, recipe.validation_simulation(), seed=sim.val_seed, first_event_id=100_001,
+            progress=progress,
+        )  # fmt: skip
+        if events_cache is not None:
+            (root / "complete").write_text("")
     stage("simulate", begin, cpu_begin)
 
     # 2. Graphs (the real events too: built now with the same settings, scored only at the end).
@@ -234,6 +244,18 @@ def run_recipe(
         echo(line)
     echo(f"done in {result['seconds']:.0f} s ({result['cpu_seconds']:.0f} CPU s); model {model_path}, figures {out / 'eval.json'}")
     return result
+
+
+def _simulation_key(recipe: Recipe) -> str:
+    """Name of a cached event set: the simulation settings and the simulator's own source, hashed."""
+    import hashlib
+    from dataclasses import asdict
+
+    import domainpar.data.simulate as simulate_module
+
+    digest = hashlib.sha256(json.dumps(asdict(recipe.simulation), sort_keys=True).encode())
+    digest.update(Path(simulate_module.__file__).read_bytes())
+    return f"events-{digest.hexdigest()[:16]}"
 
 
 def _json_default(value):
