@@ -11,7 +11,8 @@ from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
 from domainpar.pipeline.recipe import load_recipe, packaged_recipe_path, recipe_from_dict
 
-REPO = Path(__file__).resolve().parents[2]
+from fixtures import REPO
+
 RECIPE = REPO / "examples" / "physics.yaml"
 
 
