@@ -9,6 +9,7 @@ import numpy as np
 
 from domainpar.data.event_graph import EventGraph, load_graph
 from domainpar.partition import build_plan, partition_graph
+from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartitionPlan
 
 
@@ -25,6 +26,18 @@ def plan_for(path: Path, num_parts: int, method: str) -> PartitionPlan:
     if num_parts == 1:
         return build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y, graph_hash=graph.content_hash())
     return partition_graph(graph, num_parts, method=method, seed=0)
+
+
+def part_at(path: Path, num_parts: int, method: str, part: int) -> LocalGraph:
+    """Part ``part`` of :func:`plan_for`'s plan as a rank gets it, on the CPU in float32.
+
+    Through the seam every caller uses (:func:`domainpar.parallel.part.load_host_part`
+    then :func:`~domainpar.parallel.part.stage`), so a benchmark measures the
+    tensors training runs on; no exchange (that needs a group: use ``rank_part``).
+    """
+    from domainpar.parallel.part import load_host_part, stage
+
+    return stage(load_host_part(graph_at(path), part, plan=plan_for(path, num_parts, method)), "cpu").graph
 
 
 def largest_part_index(plan: PartitionPlan) -> int:

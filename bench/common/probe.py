@@ -39,15 +39,14 @@ from bench.common.memory import PROBE_ENV, SavedTensors, current_rss_bytes, peak
 def run_probe(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
-    from bench.common.plans import graph_at, largest_part_index, plan_for
+    from bench.common.plans import graph_at, largest_part_index, part_at, plan_for
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.partition.local_graph import local_graph
 
     torch.set_num_threads(args.threads)
     path = Path(args.graph)
     plan = plan_for(path, args.parts, args.method)
     part_index = largest_part_index(plan) if args.part < 0 else args.part
-    part = local_graph(graph_at(path), plan.parts[part_index])
+    part = part_at(path, args.parts, args.method, part_index)
     graph_at.cache_clear()
     plan_for.cache_clear()
     del plan

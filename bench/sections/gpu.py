@@ -158,12 +158,11 @@ def _predicted_ms(flops: int, activation_bytes: int) -> tuple[float, float]:
 
 def run(workload: Workload, *, repeats: int = 10, trace: bool = True, profile: bool = True) -> Section:
     """The GPU section (see the module docstring)."""
-    from bench.common.plans import graph_at, plan_for
-    from domainpar.partition.local_graph import local_graph
+    from bench.common.plans import part_at
 
     start = time.perf_counter()
     device = torch.device("cuda")
-    host_part = local_graph(graph_at(workload.path), plan_for(workload.path, 1, "metis").parts[0])
+    host_part = part_at(workload.path, 1, "metis", 0)
     part = host_part.to(device)
     weights = torch.linspace(-1.0, 1.0, part.num_edges, device=device)
     rows: list[dict] = []

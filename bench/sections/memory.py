@@ -14,25 +14,23 @@ from __future__ import annotations
 import time
 
 from bench.common.memory import activation_peak_meta, check_meta_accounting, traced_peak
-from bench.common.plans import graph_at, largest_part_index, plan_for
+from bench.common.plans import graph_at, largest_part_index, part_at, plan_for
 from bench.common.probe import probe_subprocess
 from bench.common.report import Column, Section, ratio
 from bench.common.workloads import Workload
 from domainpar.model.interaction_network import ModelConfig
-from domainpar.partition.local_graph import local_graph
 
 MIB = 2**20
 
 
 def traced_rows(workload: Workload, parts: tuple[int, ...], method: str, hidden: int, iterations: int) -> list[dict]:
     """Traced peak of the largest part for every part count, without and with checkpointing."""
-    graph = graph_at(workload.path)
     rows = []
     for checkpointing, offload in ((False, False), (True, False), (True, True)):
         single = None
         for num_parts in parts:
             plan = plan_for(workload.path, num_parts, method)
-            part = local_graph(graph, plan.parts[largest_part_index(plan)])
+            part = part_at(workload.path, num_parts, method, largest_part_index(plan))
             config = ModelConfig(
                 node_features=int(part.x.shape[1]),
                 edge_features=int(part.edge_attr.shape[1]),

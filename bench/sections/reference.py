@@ -30,7 +30,7 @@ import time
 import torch
 
 from bench.common.memory import SavedTensors, traced_peak
-from bench.common.plans import graph_at, plan_for
+from bench.common.plans import part_at
 from bench.common.probe import probe_subprocess
 from bench.common.report import Column, Section, ratio
 from bench.common.timing import alternate, load_average
@@ -60,12 +60,10 @@ def build(kind: str, checkpointing: bool, part) -> torch.nn.Module:
 
 def compare_time(workload: Workload, rounds: int, threads: int) -> dict:
     """Alternating forward+backward timings of the configurations in this process."""
-    from domainpar.partition.local_graph import local_graph
-
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        part = local_graph(graph_at(workload.path), plan_for(workload.path, 1, "metis").parts[0])
+        part = part_at(workload.path, 1, "metis", 0)
         weights = torch.linspace(-1.0, 1.0, part.num_edges)
         models = {name: build(kind, ckpt, part) for name, (kind, ckpt) in CONFIGS.items()}
 
@@ -82,9 +80,7 @@ def compare_time(workload: Workload, rounds: int, threads: int) -> dict:
 
 def traced(workload: Workload) -> dict[str, dict]:
     """Traced peak (fake tensors) and saved bytes at the end of the forward of every configuration."""
-    from domainpar.partition.local_graph import local_graph
-
-    part = local_graph(graph_at(workload.path), plan_for(workload.path, 1, "metis").parts[0])
+    part = part_at(workload.path, 1, "metis", 0)
     out = {}
     for name, (kind, ckpt) in CONFIGS.items():
         model = build(kind, ckpt, part)

@@ -30,11 +30,10 @@ import time
 import numpy as np
 
 from bench.common.memory import traced_peak
-from bench.common.plans import graph_at, largest_part_index, plan_for
+from bench.common.plans import largest_part_index, part_at, plan_for
 from bench.common.report import Column, Section
 from bench.common.workloads import Workload, missing_full_event
 from domainpar.model.interaction_network import ModelConfig
-from domainpar.partition.local_graph import local_graph
 
 
 def plan_traffic(path, num_parts: int, method: str, gpus_per_node: int) -> dict:
@@ -101,13 +100,11 @@ def run(
 ) -> Section:
     """Measure the scaling inputs; the section's ``rows`` are one record per part count."""
     start = time.perf_counter()
-    graph = graph_at(full.path)
     rows = []
     for num_parts in parts:
         record = plan_traffic(full.path, num_parts, method, gpus_per_node)
         if num_parts in trace_parts:
-            plan = plan_for(full.path, num_parts, method)
-            part = local_graph(graph, plan.parts[record["largest_part"]])
+            part = part_at(full.path, num_parts, method, record["largest_part"])
             for checkpointing in (False, True):
                 config = ModelConfig(
                     node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]),
@@ -177,7 +174,7 @@ def cpu_probe(ctx) -> dict:
 
     small = ctx.small()
     record = probe_subprocess(small.path, parts=1, repeats=ctx.size(2, 3))
-    part = local_graph(graph_at(small.path), plan_for(small.path, 1, "metis").parts[0])
+    part = part_at(small.path, 1, "metis", 0)
     config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]))
     record["flops"] = traced_peak(part, config)["flops"]
     return record

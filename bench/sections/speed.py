@@ -31,21 +31,18 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
     import torch.distributed as dist
 
     from bench.common.plans import graph_at, plan_for
-    from domainpar.comm.halo import HaloExchange
     from domainpar.comm.reduce import all_reduce_gradients
-    from domainpar.model.exchange import IdentityExchange
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
     from domainpar.model.loss import edge_loss
-    from domainpar.partition.local_graph import local_graph
+    from domainpar.parallel.part import rank_part
 
     path = Path(graph_path)
-    plan = plan_for(path, world_size, method)
-    graph = graph_at(path)
-    part = local_graph(graph, plan.parts[rank])
+    # The part and exchange as training gets them (identity exchange for one part).
+    rp = rank_part(graph_at(path), rank, None, "cpu", plan=plan_for(path, world_size, method))
+    part, exchange = rp.graph, rp.exchange
     config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), **model_kw)
     torch.manual_seed(0)
     model = InteractionNetwork(config)
-    exchange = HaloExchange(plan.parts[rank]) if world_size > 1 else IdentityExchange()
     params = [p for p in model.parameters()]
 
     def step() -> None:

@@ -39,21 +39,19 @@ def _rank_rounds(rank: int, world_size: int, graph_path: str, model_kw: dict, ro
     import torch.distributed as dist
 
     from bench.common.plans import graph_at, plan_for
-    from domainpar.comm.halo import HaloExchange
     from domainpar.comm.reduce import all_reduce_gradients
-    from domainpar.model.exchange import IdentityExchange
     from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.partition.local_graph import local_graph
+    from domainpar.parallel.part import rank_part
 
     path = Path(graph_path)
     graph = graph_at(path)
-    halves = plan_for(path, world_size, method)
-    part = local_graph(graph, halves.parts[rank])
-    whole = local_graph(graph, plan_for(path, 1, method).parts[0]) if rank == 0 else None
+    # Parts and exchanges as training gets them: the halves with a halo exchange, the whole graph with none.
+    half = rank_part(graph, rank, None, "cpu", plan=plan_for(path, world_size, method))
+    part, exchange = half.graph, half.exchange
+    whole = rank_part(graph, plan=plan_for(path, 1, method)) if rank == 0 else None
     config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), **model_kw)
     torch.manual_seed(0)
     model = InteractionNetwork(config)
-    exchange = HaloExchange(halves.parts[rank])
     weights = torch.linspace(-1.0, 1.0, graph.num_edges)
 
     def loss_of(local, ex) -> torch.Tensor:
@@ -63,7 +61,7 @@ def _rank_rounds(rank: int, world_size: int, graph_path: str, model_kw: dict, ro
 
     def step_1x1() -> None:
         if rank == 0:
-            loss_of(whole, IdentityExchange()).backward()
+            loss_of(whole.graph, whole.exchange).backward()
             model.zero_grad(set_to_none=True)
 
     def step_2x1() -> None:
@@ -90,7 +88,7 @@ def _rank_rounds(rank: int, world_size: int, graph_path: str, model_kw: dict, ro
         "walls": walls,
         "cpus": cpus,
         "local_edges": part.num_edges,
-        "whole_edges": None if whole is None else whole.num_edges,
+        "whole_edges": None if whole is None else whole.graph.num_edges,
     }
 
 
