@@ -48,6 +48,8 @@ class DemoConfig:
     """Partitioner: metis or geometric."""
     epochs: int = 6
     """Training epochs."""
+    filter_steps: int = 300
+    """Optimiser steps of the edge filter (the recipe's 1500 cost ~330 s CPU: most of the demo's budget)."""
     hidden: int | None = None
     """Hidden width of the Interaction Network (default: the recipe's)."""
     iterations: int | None = None
@@ -81,6 +83,7 @@ class DemoConfig:
         local = 4 * (os.cpu_count() or 1)
         for name, value, low, high in (("--events", self.events, 2, 10**6), ("--val-events", self.val_events, 1, 10**6),
                                        ("--ranks", self.ranks, 1, local), ("--epochs", self.epochs, 1, 10**6),
+                                       ("--filter-steps", self.filter_steps, 1, 10**6),
                                        ("--particles", self.particles, 10, 10**6), ("--hidden", self.hidden, 1, MAX_HIDDEN),
                                        ("--iterations", self.iterations, 1, MAX_ITERATIONS), ("--seed", self.seed, 0, INT_LIMIT)):  # fmt: skip
             if value is None:
@@ -152,7 +155,9 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
 
     config.validate()
     recipe = load_recipe(config.recipe if config.recipe is not None else packaged_recipe_path("physics"))
-    recipe = recipe.scaled(config.events, config.val_events, epochs=config.epochs, particles=config.particles)
+    recipe = recipe.scaled(
+        config.events, config.val_events, epochs=config.epochs, particles=config.particles, filter_steps=config.filter_steps
+    )
     out_dir, ranks, method = Path(config.out), config.ranks, config.method
     check_output_dir(out_dir, "--out")
     started = time.perf_counter()

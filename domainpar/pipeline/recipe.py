@@ -118,8 +118,15 @@ class Recipe:
 
         return SimulationConfig(num_particles=self.simulation.particles)
 
-    def scaled(self, train_events: int, val_events: int, epochs: int | None = None, particles: int | None = None) -> "Recipe":
-        """The same recipe on fewer (or more) events and epochs (``make run``'s budget, smoke tests)."""
+    def scaled(
+        self,
+        train_events: int,
+        val_events: int,
+        epochs: int | None = None,
+        particles: int | None = None,
+        filter_steps: int | None = None,
+    ) -> "Recipe":
+        """The same recipe on fewer (or more) events, epochs and edge-filter steps (``make run``'s budget, smoke tests)."""
         simulation = replace(
             self.simulation,
             train_events=train_events,
@@ -127,7 +134,10 @@ class Recipe:
             particles=self.simulation.particles if particles is None else particles,
         )
         train = self.train if epochs is None else self.train.replace(**{"run.epochs": epochs})
-        return replace(self, simulation=simulation, train=train)
+        edge_filter = self.filter
+        if filter_steps is not None and edge_filter is not None:
+            edge_filter = replace(edge_filter, steps=filter_steps)
+        return replace(self, simulation=simulation, train=train, filter=edge_filter)
 
     def to_dict(self) -> dict:
         """Plain nested dict (YAML-safe), the inverse of :func:`recipe_from_dict`."""

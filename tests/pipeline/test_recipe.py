@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ def test_scaled_recipe_keeps_everything_but_the_sizes():
     assert (small.simulation.train_events, small.simulation.val_events, small.simulation.particles) == (3, 1, 300)
     assert small.train.run.epochs == 2
     assert small.graph == recipe.graph and small.filter == recipe.filter and small.train.model == recipe.train.model
+    fewer = recipe.scaled(train_events=3, val_events=1, filter_steps=7)
+    assert fewer.filter.steps == 7 and replace(fewer.filter, steps=recipe.filter.steps) == recipe.filter
 
 
 def _write(tmp_path: Path, change) -> Path:
