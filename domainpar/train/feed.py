@@ -84,6 +84,14 @@ class _Stop:
     """End of the order (or the feeder was closed)."""
 
 
+#: Held while any feeder reads a part from disk: reads of all feeders of the process (training and validation
+#: run at once) happen one at a time. numpy parses every ``.npy`` header with ``ast.literal_eval``, and CPython
+#: 3.11's AST constructor keeps its recursion depth in per-interpreter state that two threads corrupt
+#: ("SystemError: AST constructor recursion depth mismatch", cpython gh-106905), so concurrent reads fail at
+#: random. Prefetching still overlaps reading with the step, which is what it is for.
+READ_LOCK = threading.Lock()
+
+
 class Feeder:
     """Parts of the events of ``order``, prepared ``depth`` events ahead in a background thread.
 
@@ -130,7 +138,8 @@ class Feeder:
         key = (self.kind, index)
         data = self.cache.get(key) if self.cache is not None else None
         if data is None:
-            data = self._load(index)
+            with READ_LOCK:
+                data = self._load(index)
             self.fresh += 1
             if self.cache is not None:
                 self.cache.put(key, data)

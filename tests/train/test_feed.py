@@ -123,3 +123,29 @@ def test_cached_parts_are_not_read_again(parts):
     with Feeder(loader, order, depth=2, device=torch.device("cpu"), dtype=None, cache=cache) as feeder:
         _consume(feeder, order, step_s=0)
     assert [i for i, _ in loader.loaded] == [0, 1] and feeder.fresh == 2 and cache.hits == 2
+
+
+def test_feeders_never_read_at_the_same_time(parts):
+    """Training and validation feeders prefetch at once; their reads must not overlap (numpy header parsing
+    through ``ast`` is not thread-safe on CPython 3.11). Fails without ``feed.READ_LOCK``."""
+    active, most = [0], [0]
+    guard = threading.Lock()
+
+    def load(index):
+        with guard:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.05)
+        with guard:
+            active[0] -= 1
+        return parts[index]
+
+    feeders = [Feeder(load, range(len(parts)), depth=3, device="cpu", dtype=torch.float32, kind=kind) for kind in ("train", "val")]
+    try:
+        for index in range(len(parts)):
+            for feeder in feeders:
+                feeder.next(index)
+    finally:
+        for feeder in feeders:
+            feeder.close()
+    assert most[0] == 1
