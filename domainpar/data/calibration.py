@@ -430,6 +430,14 @@ _CLUSTER_BOUNDS = {
 }
 
 
+def _bounded_cluster_model(start: ClusterModel, free: list[str], values: np.ndarray) -> ClusterModel:
+    """``start`` with its ``free`` parameters set to ``values``, each clipped to its :data:`_CLUSTER_BOUNDS`."""
+    from dataclasses import replace
+
+    chosen = {name: float(np.clip(value, *_CLUSTER_BOUNDS[name])) for name, value in zip(free, values)}
+    return replace(start, **chosen)
+
+
 def fit_cluster_models(
     real_hits: pd.DataFrame,
     real_cells: pd.DataFrame,
@@ -452,7 +460,7 @@ def fit_cluster_models(
     Returns:
         ``{volume_id: ClusterModel}`` for the fitted volumes.
     """
-    from dataclasses import astuple, fields
+    from dataclasses import fields
 
     from scipy.optimize import minimize
 
@@ -481,11 +489,7 @@ def fit_cluster_models(
         quantities = ["cells", "channels_u", "channels_v"] + (["charge"] if pixel else [])
 
         def model_of(values: np.ndarray) -> ClusterModel:
-            chosen = dict(zip(names, astuple(start)))
-            for name, value in zip(free, values):
-                low, high = _CLUSTER_BOUNDS[name]
-                chosen[name] = float(np.clip(value, low, high))
-            return ClusterModel(**chosen)
+            return _bounded_cluster_model(start, free, values)
 
         def loss(values: np.ndarray) -> float:
             cells = _cells(
@@ -669,7 +673,7 @@ def fit_cluster_models_to_truth(
     Returns:
         ``{volume_id: ClusterModel}`` for the fitted volumes.
     """
-    from dataclasses import astuple, fields
+    from dataclasses import fields
 
     from scipy.optimize import minimize
 
@@ -700,11 +704,7 @@ def fit_cluster_models_to_truth(
         target = observed[mask]
 
         def model_of(values: np.ndarray) -> ClusterModel:
-            chosen = dict(zip(names, astuple(start)))
-            for name, value in zip(free, values):
-                low, high = _CLUSTER_BOUNDS[name]
-                chosen[name] = float(np.clip(value, low, high))
-            return ClusterModel(**chosen)
+            return _bounded_cluster_model(start, free, values)
 
         def loss(values: np.ndarray) -> float:
             simulated = _cells(
