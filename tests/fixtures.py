@@ -36,6 +36,15 @@ SHARED_TRACKML = Path(os.environ.get("DOMAINPAR_TRACKML_DIR", REPO.parent / "sha
 FULL_EVENT = SHARED_TRACKML / "event000021000"
 
 
+def copy_event1(directory: Path) -> Path:
+    """The real labelled event 000000001 alone in ``directory`` (raw TrackML layout: hits, cells, particles, truth)."""
+    import shutil
+
+    for part in ("hits", "cells", "particles", "truth"):
+        shutil.copy(f"{EVENT1}-{part}.csv.gz", directory)
+    return directory
+
+
 def tiny_graph(path: Path, labels: bool = True, num_tracks: int = 6, hits_per_track: int = 5) -> Path:
     """A small labelled graph: ``num_tracks`` straight chains of hits, one hit per layer."""
     rng = np.random.default_rng(0)

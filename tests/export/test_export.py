@@ -14,7 +14,7 @@ from domainpar.errors import DomainparError
 from domainpar.train.checkpoint import write_checkpoint
 
 from fixtures import EVENT1 as EVENT
-from fixtures import TRACKML_DIR
+from fixtures import TRACKML_DIR, copy_event1
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -148,10 +148,7 @@ def checkpoint(tmp_path_factory, description) -> Path:
 
 @pytest.fixture(scope="module")
 def event_dir(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("events")
-    for part in ("hits", "cells", "particles", "truth"):
-        shutil.copy(f"{EVENT}-{part}.csv.gz", directory)
-    return directory
+    return copy_event1(tmp_path_factory.mktemp("events"))
 
 
 @pytest.fixture(scope="module")

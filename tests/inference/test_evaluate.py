@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import torch
 
 from domainpar.errors import DomainparError
 
-from fixtures import TRACKML_DIR
+from fixtures import TRACKML_DIR, copy_event1
 EVENT = TRACKML_DIR / "event000000001"
 HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
 
@@ -29,10 +28,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def event_dir(tmp_path_factory) -> Path:
     """The real labelled event alone in a directory (raw TrackML layout)."""
-    directory = tmp_path_factory.mktemp("events")
-    for part in ("hits", "cells", "particles", "truth"):
-        shutil.copy(f"{EVENT}-{part}.csv.gz", directory)
-    return directory
+    return copy_event1(tmp_path_factory.mktemp("events"))
 
 
 @pytest.fixture(scope="module")
