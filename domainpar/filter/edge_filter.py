@@ -14,6 +14,13 @@ segments (overall, and of particles above 1 GeV). As in the Exa.TrkX and
 GNN4ITk pipelines, the GNN then trains and runs on a graph several times
 purer and smaller, at the same efficiency.
 
+``FilterConfig.node_features`` / ``edge_features`` choose, by name, what the
+filter reads. The threshold is a tail cut (it keeps 99.5 % of the true
+segments of simulated events), so a feature whose tails the simulation does
+not reproduce moves real true segments below it; a filter trained on
+simulation and applied to real events should read only features whose
+simulated distributions agree with the real ones out to their tails.
+
 The filter is a row-wise function of each edge, so a filtered graph is a
 graph like any other: partitioning, halo exchange and the exactness of
 domain-parallel training do not change. A filtered graph records the
@@ -66,8 +73,19 @@ class FilterConfig:
     """Every n-th training graph is held out to choose the threshold (not trained on)."""
     seed: int = 0
     """Seed of weights and batches."""
+    node_features: tuple[str, ...] | None = None
+    """Node features the filter reads, by name, for both ends of an edge (None: every node feature of the graph)."""
+    edge_features: tuple[str, ...] | None = None
+    """Edge features the filter reads, by name (None: every edge feature of the graph)."""
 
     def __post_init__(self) -> None:
+        for name in ("node_features", "edge_features"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+                raise DomainparError(f"filter.{name} must be a list of distinct feature names (got {value!r})")
+            object.__setattr__(self, name, tuple(value))
         checks = {
             "hidden": isinstance(self.hidden, int) and self.hidden >= 1,
             "layers": isinstance(self.layers, int) and self.layers >= 1,
@@ -113,10 +131,34 @@ class FilterNet(nn.Module):
         return self.mlp((inputs - self.mean) / self.scale).squeeze(-1)
 
 
-def edge_inputs(graph: EventGraph) -> np.ndarray:
-    """(E, 2 F + F_e) float32: source node features, destination node features, edge features."""
+def edge_inputs(graph: EventGraph, node_columns: np.ndarray | None = None, edge_columns: np.ndarray | None = None) -> np.ndarray:
+    """(E, 2 F + F_e) float32: source node features, destination node features, edge features.
+
+    Args:
+        graph: the graph.
+        node_columns, edge_columns: the columns of ``x`` / ``edge_attr`` to read (None: all), so F and F_e are
+            their lengths.
+    """
     src, dst = graph.edge_index
-    return np.concatenate([graph.x[src], graph.x[dst], graph.edge_attr], axis=1).astype(np.float32, copy=False)
+    x = graph.x if node_columns is None else graph.x[:, node_columns]
+    edge_attr = graph.edge_attr if edge_columns is None else graph.edge_attr[:, edge_columns]
+    return np.concatenate([x[src], x[dst], edge_attr], axis=1).astype(np.float32, copy=False)
+
+
+def feature_columns(wanted: tuple[str, ...] | None, have: tuple[str, ...] | None, kind: str, source: str) -> np.ndarray | None:
+    """Columns of the ``kind`` ("node"/"edge") features named ``wanted`` among a graph's ``have`` (None: all).
+
+    Raises:
+        DomainparError: a wanted name the graph does not have, or a selection on a graph without feature names.
+    """
+    if wanted is None:
+        return None
+    if have is None:
+        raise DomainparError(f"{source}: filter.{kind}_features selects by name, but the graph's {kind} features are unnamed")
+    missing = [name for name in wanted if name not in have]
+    if missing:
+        raise DomainparError(f"{source}: filter.{kind}_features {missing} are not {kind} features of the graph (it has {list(have)})")
+    return np.array([list(have).index(name) for name in wanted], dtype=np.int64)
 
 
 @dataclass
@@ -154,17 +196,26 @@ class EdgeFilter:
         ):
             if expected is not None and found is not None and tuple(found) != tuple(expected):
                 raise DomainparError(f"{source}: {name} features must be {list(expected)} for this filter (got {list(found)})")
+        node_columns, edge_columns = self.columns(graph, source)
         width = self.net.mean.numel()
-        if graph.x.shape[1] * 2 + graph.edge_attr.shape[1] != width:
-            raise DomainparError(
-                f"{source}: the filter expects {width} inputs per edge (2 × node + edge features), "
-                f"got {graph.x.shape[1] * 2 + graph.edge_attr.shape[1]}"
-            )
+        found = 2 * (graph.x.shape[1] if node_columns is None else node_columns.size) + (
+            graph.edge_attr.shape[1] if edge_columns is None else edge_columns.size
+        )
+        if found != width:
+            raise DomainparError(f"{source}: the filter expects {width} inputs per edge (2 × node + edge features), got {found}")
+
+    def columns(self, graph: EventGraph, source: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The node and edge feature columns of ``graph`` the filter reads (None: all)."""
+        return (
+            feature_columns(self.config.node_features, graph.node_features, "node", source),
+            feature_columns(self.config.edge_features, graph.edge_features, "edge", source),
+        )
 
     def logits(self, graph: EventGraph, chunk: int = 1 << 18) -> np.ndarray:
         """(E,) float32 logits of every edge of ``graph``."""
-        self.check_graph(graph, f"event {graph.event_id}")
-        inputs = edge_inputs(graph)
+        source = f"event {graph.event_id}"
+        self.check_graph(graph, source)
+        inputs = edge_inputs(graph, *self.columns(graph, source))
         out = np.empty(inputs.shape[0], dtype=np.float32)
         with torch.no_grad():
             for start in range(0, inputs.shape[0], chunk):
@@ -273,9 +324,16 @@ def train_filter(
     names = {(g.node_features, g.edge_features) for g in graphs}
     if len(names) > 1 or len({(g.x.shape[1], g.edge_attr.shape[1]) for g in graphs}) > 1:
         raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
-    holdout = [g for i, g in enumerate(graphs) if i % config.holdout_every == config.holdout_every - 1]
-    train = [g for i, g in enumerate(graphs) if i % config.holdout_every != config.holdout_every - 1]
-    inputs = torch.from_numpy(np.concatenate([edge_inputs(g) for g in train]))
+    held = [i % config.holdout_every == config.holdout_every - 1 for i in range(len(graphs))]
+    if not any(held):
+        held[-1] = True  # fewer graphs than holdout_every: the last one chooses the threshold
+    holdout = [g for g, h in zip(graphs, held) if h]
+    train = [g for g, h in zip(graphs, held) if not h]
+    columns = (
+        feature_columns(config.node_features, graphs[0].node_features, "node", str(files[0])),
+        feature_columns(config.edge_features, graphs[0].edge_features, "edge", str(files[0])),
+    )
+    inputs = torch.from_numpy(np.concatenate([edge_inputs(g, *columns) for g in train]))
     labels = torch.from_numpy(np.concatenate([g.y for g in train]).astype(np.float32))
     if inputs.shape[0] == 0:
         raise DomainparError("the edge filter's training graphs have no edges")
