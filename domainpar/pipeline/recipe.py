@@ -106,6 +106,18 @@ class Recipe:
     tracks: TracksSection = field(default_factory=TracksSection)
     """Track building and working point."""
 
+    def __post_init__(self) -> None:
+        if self.filter is None:
+            return
+        # A filter reading a feature the graphs will not have would fail only after simulating and building.
+        for kind, wanted, have in (
+            ("node", self.filter.node_features, self.graph.node_feature_names),
+            ("edge", self.filter.edge_features, self.graph.edge_features),
+        ):
+            missing = [name for name in wanted or () if name not in have]
+            if missing:
+                raise DomainparError(f"filter.{kind}_features {missing} are not in graph.{kind}_features (it has {list(have)})")
+
     def training_simulation(self):
         """The :class:`~domainpar.data.simulate.SimulationConfig` of the training events."""
         from domainpar.data.simulate import SimulationConfig
@@ -206,7 +218,10 @@ def recipe_from_dict(nested: Mapping[str, Any], source: str = "recipe") -> Recip
     if train.run.threshold != tracks.threshold:
         # One working point: the training metrics and the evaluation use the same cut.
         train = train.replace(**{"run.threshold": tracks.threshold})
-    return Recipe(name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks)
+    try:
+        return Recipe(name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks)
+    except DomainparError as exc:
+        raise DomainparError(f"{source}: {exc}") from None
 
 
 def load_recipe(path: str | os.PathLike) -> Recipe:

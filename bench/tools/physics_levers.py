@@ -1,0 +1,100 @@
+"""One lever at a time: the physics recipe's base run, then one training or tracking change per row.
+
+    python -m bench.tools.physics_levers --out DIR --levers LEVERS.json [--recipe FILE] [--deadline S]
+
+The base row is :func:`domainpar.pipeline.physics.run_recipe` on the recipe as written (simulate → build →
+filter → train → evaluate, into ``DIR/base``). Every lever then retrains the GNN on the base row's filtered
+graphs with a few training settings changed (dotted keys of :class:`~domainpar.train.config.TrainConfig`,
+e.g. ``{"run.epochs": 30, "optim.lr": 0.004}``) and evaluates it on the held-out simulated events and on the
+real labelled event, with each track building asked for. One JSON line per (lever, track building) goes to
+``DIR/levers.jsonl`` as soon as it is measured, so a run cut short keeps what it measured.
+
+``LEVERS.json`` is a list of ``{"name": str, "train": {key: value}, "tracks": [[method, threshold], ...]}``;
+``"reuse": "base/model.pt"`` evaluates a trained model instead of training one (track-building levers).
+bench/results/h100-2026-11-23-physics-levers.md was measured with it. Slow on CPU (each lever is a training
+run): it is meant for a GPU machine, where the base row takes about 100 s and a 600-step lever about 40 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from bench.sections.physics import REAL_EVENTS, RECIPE
+
+#: The figures a row keeps, per evaluated dataset.
+KEYS = ("auc", "efficiency", "purity", "trackml_score", "tracking_efficiency", "perfect_efficiency", "fake_rate", "duplicate_rate")
+
+
+def _figures(summary: dict) -> dict:
+    return {k: round(summary[k], 4) if isinstance(summary.get(k), float) else summary.get(k) for k in KEYS}
+
+
+def run(out: Path, levers: list[dict], recipe_path: Path = RECIPE, real: Path = REAL_EVENTS, deadline: float = float("inf")) -> list[dict]:
+    """The base row, then every lever (skipped once ``deadline`` seconds have passed); returns the rows."""
+    from domainpar.inference.config import EvaluateConfig
+    from domainpar.inference.evaluation import evaluate
+    from domainpar.pipeline.physics import _json_default, run_recipe
+    from domainpar.pipeline.recipe import load_recipe
+    from domainpar.train.run import train
+
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = load_recipe(recipe_path)
+    rows: list[dict] = []
+    sink = (out / "levers.jsonl").open("a")
+
+    def emit(row: dict) -> None:
+        rows.append(row)
+        sink.write(json.dumps(row, default=_json_default) + "\n")
+        sink.flush()
+        print(json.dumps(row, default=_json_default), flush=True)
+
+    base = out / "base"
+    result = run_recipe(recipe, base, real=real, echo=lambda line: print(f"[base] {line}", flush=True), events_cache=out / "events")
+    emit({"name": "base", "steps": result["train"]["steps"], "timings": result["timings"],
+          "sim": _figures(result["evaluate"]["simulated"]), "real": _figures(result["evaluate"].get("real", {}))})  # fmt: skip
+    graphs = base / "filtered" if result.get("filter") else base / "graphs"
+    events = {"val": next(p for p in (out / "events").iterdir() if p.is_dir()) / "val", "real": real}
+    for lever in levers:
+        if time.perf_counter() - started > deadline:
+            print(f"deadline: {lever['name']} not run", flush=True)
+            continue
+        run_dir = out / "levers" / lever["name"]
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if lever.get("reuse"):
+            model, steps, final = out / lever["reuse"], None, {}
+        else:
+            overrides = {"data.train": str(graphs / "train"), "data.val": str(graphs / "val"), "run.out": str(run_dir), "run.progress": False}
+            summary = train(recipe.train.replace(**overrides, **lever.get("train", {})))
+            model, steps, final = Path(summary["model"]), summary.get("steps"), summary.get("final") or {}
+        for method, threshold in lever.get("tracks", [[recipe.tracks.method, recipe.tracks.threshold]]):
+            figures = {}
+            for label, kind in (("sim", "val"), ("real", "real")):
+                if not (graphs / kind).is_dir():
+                    continue
+                report = evaluate(EvaluateConfig(checkpoint=model, data=graphs / kind, events_dir=events[kind], num_parts=1,
+                                                 threshold=threshold, track_method=method, progress=False))  # fmt: skip
+                figures[label] = _figures(report.summary)
+            emit({"name": lever["name"], "train": lever.get("train", {}), "tracks": [method, threshold], "steps": steps,
+                  "val_loss": final.get("val_loss"), **figures})  # fmt: skip
+    sink.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--levers", type=Path, required=True, help="JSON list of levers (see the module docstring)")
+    parser.add_argument("--recipe", type=Path, default=RECIPE, help="recipe file (default: examples/physics.yaml)")
+    parser.add_argument("--real", type=Path, default=REAL_EVENTS, help="real labelled events evaluated after training")
+    parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds after which no lever starts")
+    args = parser.parse_args(argv)
+    run(args.out, json.loads(args.levers.read_text()), args.recipe, args.real, args.deadline)
+
+
+if __name__ == "__main__":
+    main()
