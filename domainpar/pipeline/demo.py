@@ -46,7 +46,7 @@ class DemoConfig:
     """Local processes of the domain group (parts per event)."""
     method: str = "metis"
     """Partitioner: metis or geometric."""
-    epochs: int = 6
+    epochs: int = 12
     """Training epochs."""
     filter_steps: int = 300
     """Optimiser steps of the edge filter (the recipe's 1500 cost ~330 s CPU: most of the demo's budget)."""
