@@ -58,6 +58,7 @@ def run_probe(args: argparse.Namespace) -> dict:
         mlp_layers=args.mlp_layers,
         activation=args.activation,
         checkpointing=args.checkpointing,
+        chunk_rows=args.chunk_rows,
     )
     torch.manual_seed(0)
     model = InteractionNetwork(config)
@@ -130,6 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--mlp-layers", type=int, default=2)
     parser.add_argument("--activation", default="silu", help="hidden activation of our model")
+    parser.add_argument("--chunk-rows", type=int, default=0, help="edge rows recomputed at a time under checkpointing (0: automatic)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="measured steps (after one warm-up)")
     return parser.parse_args(argv)

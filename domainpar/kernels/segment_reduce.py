@@ -130,22 +130,30 @@ def _numba_ok(*tensors: torch.Tensor) -> bool:
     )
 
 
-def segment_sum(values: torch.Tensor, segments: Segments) -> torch.Tensor:
+def segment_sum(values: torch.Tensor, segments: Segments, out: torch.Tensor | None = None) -> torch.Tensor:
     """(E, H) values → (S, H) sums of each segment's edges, in ascending edge order (no autograd).
 
     Args:
         values: (E, H) one row per edge of ``segments``.
         segments: the grouping (:func:`build_segments`).
+        out: (S, H) running sums to add into, in place (None: a new tensor). On CPU each row continues
+            its running sum edge by edge, so sums over consecutive edge ranges added into one ``out``
+            equal the sum over all of them in edge order, bitwise.
     """
     if values.ndim != 2 or values.shape[0] != segments.num_edges:
         raise ValueError(f"segment_sum expects ({segments.num_edges}, H) values (got {tuple(values.shape)})")
-    if _numba_ok(values):
-        out = torch.zeros(segments.num_segments, values.shape[1], dtype=values.dtype)
+    if out is not None and (tuple(out.shape) != (segments.num_segments, values.shape[1]) or out.dtype != values.dtype):
+        raise ValueError(f"segment_sum: out must be ({segments.num_segments}, {values.shape[1]}) {values.dtype} "
+                         f"(got {tuple(out.shape)} {out.dtype})")
+    if _numba_ok(values) and (out is None or (_numba_ok(out) and out.is_contiguous())):
+        if out is None:
+            out = torch.zeros(segments.num_segments, values.shape[1], dtype=values.dtype)
         _numba_threads()
-        _segment_sum_cpu(values.detach().contiguous().numpy(), segments.perm.numpy(), segments.offsets.numpy(), out.numpy())
+        _segment_sum_cpu(values.detach().contiguous().numpy(), segments.perm.numpy(), segments.offsets.numpy(), out.detach().numpy())
         return out
     ordered = values.index_select(0, segments.perm)
-    return torch.segment_reduce(ordered, "sum", offsets=segments.offsets, axis=0, unsafe=True)
+    sums = torch.segment_reduce(ordered, "sum", offsets=segments.offsets, axis=0, unsafe=True)
+    return sums if out is None else out.add_(sums)
 
 
 def _gather_add2_math(static, base, rows_a, index_a, rows_b, index_b):

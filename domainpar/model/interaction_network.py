@@ -110,7 +110,7 @@ class ModelConfig:
     compile: str = "auto"
     """torch.compile the row-wise MLP pieces into fused kernels: auto (on for CUDA when Triton is present), on, off."""
     chunk_rows: int = 0
-    """Edge rows recomputed at a time in backward under checkpointing (0: an eighth of the edges, at least 4096; at most 64 chunks)."""
+    """Edge rows recomputed at a time in backward under checkpointing (0: a sixteenth of the edges, at least 4096; at most 64 chunks)."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
@@ -365,6 +365,7 @@ class InteractionNetwork(nn.Module):
         nodes = kind != "encoder"
         return EdgePlan(
             kind=kind, mlp=mlp, chunks=self._chunks(s, num_edges, nodes), tail=self._chunk_tail, gather=self._gather,
+            compiled=self._compiled,
             src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
             sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
         )

@@ -172,64 +172,108 @@ def _fusable(mlp: nn.Module, z: torch.Tensor) -> bool:
     return all(linear.weight.dtype == z.dtype for linear in mlp.linears)
 
 
-def _row_forward(mlp: nn.Module, i: int, z: torch.Tensor) -> torch.Tensor:
+def _row_forward(mlp: nn.Module, i: int, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     code, param = _code(mlp)
     gamma, beta, eps = _norm_arrays(mlp.norms[i])
-    out = torch.empty_like(z)
+    out = torch.empty_like(z) if out is None else out
     rownorm.ln_act_forward(z.detach().numpy(), gamma, beta, eps, code, param, out.numpy())
     return out
+
+
+def fusable(mlp: nn.Module, z1: torch.Tensor, compiled: bool = False) -> bool:
+    """Whether :func:`mlp_tail` runs ``mlp``'s tail on ``z1`` as the fused CPU row kernels (then
+    :func:`fused_tail_forward` and :func:`fused_tail_backward` compute it without autograd)."""
+    if compiled and tail_static(mlp) is not None and z1.ndim == 2 and z1.shape[0] >= 2:
+        return False  # mlp_tail runs the compiled tail
+    return _fusable(mlp, z1)
+
+
+def fused_tail_forward(
+    mlp: nn.Module, z1: torch.Tensor, keep: bool, last: bool = True, out: torch.Tensor | None = None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None]:
+    """The tail on ``z1`` by the row kernels, without autograd (``fusable(mlp, z1)`` must hold).
+
+    Args:
+        mlp: the MLP.
+        z1: (rows, H) contiguous output of its first Linear.
+        keep: keep a_1 … a_{L-1} (the next Linears' inputs) for :func:`fused_tail_backward` (else it recomputes them).
+        last: compute the output a_L (False: only what backward needs, z_1 … z_L).
+        out: (rows, H) contiguous tensor to write a_L into (None: a new one).
+
+    Returns:
+        (z_1 … z_L, the kept a_i, a_L or None).
+    """
+    zs, kept = [z1], []
+    depth = len(mlp.linears)
+    a = _row_forward(mlp, 0, z1, out if depth == 1 else None) if depth > 1 or last else None
+    for i in range(1, depth):
+        linear = mlp.linears[i]
+        z = torch.addmm(linear.bias, a, linear.weight.t())
+        if keep:
+            kept.append(a)
+        del a
+        zs.append(z)
+        a = _row_forward(mlp, i, z, out if i == depth - 1 else None) if i < depth - 1 or last else None
+    return zs, kept, a
+
+
+def fused_tail_backward(
+    mlp: nn.Module, zs: list[torch.Tensor], kept: list[torch.Tensor], grad: torch.Tensor,
+) -> tuple[torch.Tensor, list[torch.Tensor | None], torch.Tensor]:
+    """Backward of :func:`fused_tail_forward` by the row kernels, without autograd.
+
+    Args:
+        mlp: the MLP.
+        zs: (rows, H) z_1 … z_L of the forward.
+        kept: a_1 … a_{L-1} of the forward, or empty (recomputed from the z_i).
+        grad: (rows, H) gradient of a_L.
+
+    Returns:
+        ((rows, H) gradient of z_1, the tail's parameter gradients in :func:`_layer_params` order,
+        (H,) column sums of the gradient of z_1: the first Linear's bias gradient, summed in float64).
+    """
+    depth = len(zs)
+    code, param = _code(mlp)
+    grad_a = grad.contiguous()
+    layer_grads: list[list[torch.Tensor | None]] = [[] for _ in range(depth)]
+    for i in range(depth - 1, -1, -1):
+        norm = mlp.norms[i]
+        gamma, beta, eps = _norm_arrays(norm)
+        z = zs[i]
+        grad_z = torch.empty_like(z)
+        g_gamma, g_beta, g_bias = rownorm.ln_act_backward(
+            z.numpy(), gamma, beta, eps, code, param, grad_a.numpy(), grad_z.numpy()
+        )
+        norm_grads = [] if gamma is None else [torch.from_numpy(g_gamma), torch.from_numpy(g_beta)]
+        if i == 0:
+            layer_grads[0] = norm_grads
+            grad_a = grad_z
+            break
+        linear = mlp.linears[i]
+        a_prev = kept[i - 1] if kept else _row_forward(mlp, i - 1, zs[i - 1])
+        grad_weight = grad_z.t().mm(a_prev)
+        del a_prev
+        grad_a = grad_z.mm(linear.weight)
+        del grad_z
+        layer_grads[i] = norm_grads + [grad_weight, torch.from_numpy(g_bias)]
+    flat = [g for layer in layer_grads for g in layer]
+    return grad_a, flat, torch.from_numpy(g_bias)
 
 
 class _FusedTail(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z1: torch.Tensor, mlp: nn.Module, lean: bool, *params: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        z1 = z1.contiguous()
-        zs, kept = [z1], []
-        a = _row_forward(mlp, 0, z1)
-        for i in range(1, len(mlp.linears)):
-            linear = mlp.linears[i]
-            z = torch.addmm(linear.bias, a, linear.weight.t())
-            if lean:
-                del a
-            else:
-                kept.append(a)
-            zs.append(z)
-            a = _row_forward(mlp, i, z)
-        ctx.mlp, ctx.lean, ctx.depth, ctx.num_params = mlp, lean, len(zs), len(params)
+        zs, kept, a = fused_tail_forward(mlp, z1.contiguous(), keep=not lean)
+        ctx.mlp, ctx.depth, ctx.num_params = mlp, len(zs), len(params)
         ctx.save_for_backward(*zs, *kept)
         return a
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        mlp, depth = ctx.mlp, ctx.depth
         saved = ctx.saved_tensors
-        zs, kept = saved[:depth], saved[depth:]
-        code, param = _code(mlp)
-        grad_a = grad.contiguous()
-        layer_grads: list[list[torch.Tensor | None]] = [[] for _ in range(depth)]
-        for i in range(depth - 1, -1, -1):
-            norm = mlp.norms[i]
-            gamma, beta, eps = _norm_arrays(norm)
-            z = zs[i]
-            grad_z = torch.empty_like(z)
-            g_gamma, g_beta, g_bias = rownorm.ln_act_backward(
-                z.numpy(), gamma, beta, eps, code, param, grad_a.numpy(), grad_z.numpy()
-            )
-            norm_grads = [] if gamma is None else [torch.from_numpy(g_gamma), torch.from_numpy(g_beta)]
-            if i == 0:
-                layer_grads[0] = norm_grads
-                grad_a = grad_z
-                break
-            linear = mlp.linears[i]
-            a_prev = _row_forward(mlp, i - 1, zs[i - 1]) if ctx.lean else kept[i - 1]
-            grad_weight = grad_z.t().mm(a_prev)
-            del a_prev
-            grad_a = grad_z.mm(linear.weight)
-            del grad_z
-            layer_grads[i] = norm_grads + [grad_weight, torch.from_numpy(g_bias)]
-        flat = [g for layer in layer_grads for g in layer]
+        grad_z1, flat, _ = fused_tail_backward(ctx.mlp, list(saved[: ctx.depth]), list(saved[ctx.depth :]), grad)
         assert len(flat) == ctx.num_params, "fused tail: parameter gradients out of step with _layer_params"
-        return (grad_a, None, None, *flat)
+        return (grad_z1, None, None, *flat)
 
 
 # ----------------------------------------------------------------------------- compiled tail
@@ -318,6 +362,6 @@ def mlp_tail(mlp: nn.Module, z1: torch.Tensor, lean: bool, compiled: bool = Fals
         out = compiled_tail(mlp, z1)
         if out is not None:
             return out
-    if _fusable(mlp, z1):
+    if fusable(mlp, z1):
         return _FusedTail.apply(z1, mlp, lean, *_layer_params(mlp))
     return lean_tail(mlp, z1) if lean else mlp.tail(z1)

@@ -82,3 +82,23 @@ def test_shapes_without_data_on_meta():
     segments = sr.build_segments(index, 10)
     out = sr.segment_sum(torch.empty(50, 4, device="meta"), segments)
     assert out.shape == (10, 4) and out.is_meta and segments.complete is False
+
+
+def test_sums_of_edge_ranges_accumulate_into_out(backend):
+    """Consecutive edge ranges summed into one ``out`` give the sum over all edges (on CPU bitwise: each row's
+    running sum continues edge by edge, as chunked checkpointing relies on); halo edges are left out."""
+    index = _index(3000, 200, seed=6)
+    values = torch.randn(3000, 16)
+    for num_segments in (200, 150):
+        want = sr.segment_sum(values, sr.build_segments(index, num_segments))
+        out = None
+        for start in range(0, 3000, 700):
+            part = sr.build_segments(index[start : start + 700], num_segments)
+            chunk = values[start : start + 700]
+            out = sr.segment_sum(chunk, part) if out is None else sr.segment_sum(chunk, part, out=out)
+        if backend == "numba":
+            assert torch.equal(out, want)
+        else:
+            assert torch.allclose(out, want, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="out must be"):
+        sr.segment_sum(values, sr.build_segments(index, 200), out=torch.zeros(199, 16))

@@ -66,6 +66,52 @@ def test_chunked_checkpointing_equals_unchunked(case, chunk_rows):
         assert torch.allclose(got[name], grad, rtol=1e-10, atol=1e-12), name
 
 
+def test_chunked_checkpointing_equals_unchunked_on_a_whole_graph():
+    """One part, no halo rows: the sums' groupings are complete (their gradients are gathered unpadded)."""
+    graph = random_graph(90, 400, seed=5)
+    plan = build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y)
+    part = local_graph(graph, plan.parts[0]).to("cpu", torch.float64)
+    assert part.num_halo == 0
+    case = dict(hidden=8, num_iterations=3, activation="relu", mlp_layers=3)
+    weights = torch.linspace(-1, 1, part.num_edges, dtype=torch.float64)
+    results = []
+    for config in (ModelConfig(**case), ModelConfig(checkpointing=True, chunk_rows=37, **case)):
+        torch.manual_seed(0)
+        model = InteractionNetwork(config).double()
+        logits = model(part)
+        results.append((logits.detach(), torch.autograd.grad((logits * weights).sum(), list(model.parameters()))))
+    (want_logits, want), (got_logits, got) = results
+    assert torch.allclose(got_logits, want_logits, rtol=0, atol=1e-12)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_chunks_recompute_only_what_backward_needs(monkeypatch):
+    """CPU, ReLU: the chunks run the row kernels directly; backward's recomputation stops at z_L (no a_L)
+    except in the head, whose output layer needs a_L. The gradients are the plain model's (above)."""
+    from domainpar.model import chunked
+
+    calls: list[tuple[bool, bool]] = []
+    real = chunked.fused_tail_forward
+
+    def spy(mlp, z1, keep, last=True, out=None):
+        zs, kept, a = real(mlp, z1, keep, last=last, out=out)
+        calls.append((torch.is_grad_enabled() or keep, a is not None))
+        return zs, kept, a
+
+    monkeypatch.setattr(chunked, "fused_tail_forward", spy)
+    part = _part()
+    config = ModelConfig(hidden=8, num_iterations=2, activation="relu", mlp_layers=3, checkpointing=True, chunk_rows=100)
+    _grads(config, part)
+    chunks = -(-part.num_edges // 100)
+    recomputed = [computed for backward, computed in calls if backward]
+    # Backward: the encoder, 2 updates and the head, each chunk by chunk; only the head's chunks compute a_L.
+    assert len(recomputed) == 4 * chunks
+    assert sum(recomputed) == chunks
+    forward = [computed for backward, computed in calls if not backward]
+    assert len(forward) == 3 * chunks and all(forward)  # the head's forward is on the generic path
+
+
 def test_backward_keeps_one_chunk_of_edge_rows():
     """Every tensor autograd saves while backward recomputes has at most one chunk of edge rows."""
     part = _part()
@@ -157,7 +203,7 @@ def test_chunk_rows_automatic_and_capped():
     from domainpar.model.chunked import MAX_CHUNKS, MIN_AUTO_ROWS, chunk_rows
 
     assert chunk_rows(0, 100) == MIN_AUTO_ROWS  # small graphs: one chunk
-    assert chunk_rows(0, 8 * 10**6) == 10**6  # an eighth
+    assert chunk_rows(0, 16 * 10**6) == 10**6  # a sixteenth
     assert chunk_rows(37, 400) == 37
     assert chunk_rows(1, 10**6) == -(-10**6 // MAX_CHUNKS)  # a per-row chunk would keep a grouping per chunk
 
