@@ -247,9 +247,10 @@ class _ChunkedEdges(torch.autograd.Function):
                     if p.requires_grad:
                         grad_tail[i] = _accumulate(grad_tail[i], next(rest))
                 if grad_u is not None:
-                    # F.linear's input gradient, plus the residual's for an iteration, into the chunk's rows.
+                    # F.linear's input gradient, plus the residual's for an iteration, into the chunk's rows
+                    # (written in place where no autocast would change the product's precision).
                     rows = grad_u[chunk.start : chunk.stop]
-                    if grad_z1.dtype == rows.dtype:
+                    if grad_z1.dtype == rows.dtype and not torch.is_autocast_enabled(rows.device.type):
                         torch.mm(grad_z1, w_in, out=rows)
                         if plan.kind == "update":
                             rows.add_(g)
