@@ -110,7 +110,7 @@ class ModelConfig:
     compile: str = "auto"
     """torch.compile the row-wise MLP pieces into fused kernels: auto (on for CUDA when Triton is present), on, off."""
     chunk_rows: int = 0
-    """Edge rows recomputed at a time in backward under checkpointing (0: a sixteenth of the edges, at least 4096; at most 64 chunks)."""
+    """Edge rows recomputed at a time in backward under checkpointing (0: a sixteenth of the edges on CPU, an eighth on GPU, at least 4096; at most 64 chunks)."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
@@ -352,8 +352,8 @@ class InteractionNetwork(nn.Module):
 
     # -- checkpointed without overlap: chunked edge MLPs (domainpar.model.chunked)
 
-    def _chunks(self, s: _Structure, num_edges: int, with_nodes: bool) -> list[EdgeChunk]:
-        rows = chunk_rows(self.config.chunk_rows, num_edges)
+    def _chunks(self, s: _Structure, num_edges: int, with_nodes: bool, device_type: str) -> list[EdgeChunk]:
+        rows = chunk_rows(self.config.chunk_rows, num_edges, device_type)
         key = (with_nodes, rows)
         if key not in s.chunks:
             src = s.src_local.index if with_nodes else None
@@ -364,7 +364,7 @@ class InteractionNetwork(nn.Module):
     def _edge_plan(self, kind: str, s: _Structure, num_edges: int, mlp: "MLP", out: nn.Linear | None = None) -> EdgePlan:
         nodes = kind != "encoder"
         return EdgePlan(
-            kind=kind, mlp=mlp, chunks=self._chunks(s, num_edges, nodes), tail=self._chunk_tail, gather=self._gather,
+            kind=kind, mlp=mlp, chunks=self._chunks(s, num_edges, nodes, mlp.linears[0].weight.device.type), tail=self._chunk_tail, gather=self._gather,
             compiled=self._compiled,
             src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
             sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,

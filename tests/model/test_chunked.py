@@ -203,7 +203,10 @@ def test_chunk_rows_automatic_and_capped():
     from domainpar.model.chunked import MAX_CHUNKS, MIN_AUTO_ROWS, chunk_rows
 
     assert chunk_rows(0, 100) == MIN_AUTO_ROWS  # small graphs: one chunk
-    assert chunk_rows(0, 16 * 10**6) == 10**6  # a sixteenth
+    assert chunk_rows(0, 16 * 10**6) == 10**6  # a sixteenth on CPU
+    assert chunk_rows(0, 16 * 10**6, "cpu") == 10**6
+    assert chunk_rows(0, 16 * 10**6, "cuda") == 2 * 10**6  # an eighth on a GPU (per-chunk call overhead)
+    assert chunk_rows(37, 400, "cuda") == 37
     assert chunk_rows(37, 400) == 37
     assert chunk_rows(1, 10**6) == -(-10**6 // MAX_CHUNKS)  # a per-row chunk would keep a grouping per chunk
 
