@@ -383,7 +383,7 @@ class Watchdog:
             try:
                 first = self.channel.first()
                 if first is None:
-                    first = self._dead_neighbour(dict(self._peers), self.channel)
+                    first = self._dead_neighbour(self._peers_via(self.channel.store), self.channel)
             except Exception:  # noqa: BLE001 - no store: no cause to be learnt from it
                 return self._failure if self._failure is not None and self._failure.rank != self.rank else None
             if first is not None and first.rank != self.rank:
@@ -417,6 +417,20 @@ class Watchdog:
                             "hung", self.rank)
                 )
         return None
+
+    def _peers_via(self, store: Any) -> dict[int, dict[str, Any]]:
+        """The peers' identities: those the watchdog thread loaded, plus any it has not, read through ``store``.
+
+        The main thread's own store client: a SIGTERM early in a run (a launcher stopping this rank because
+        a peer died) may come before the watchdog thread's first look at the peers, and on a loaded machine
+        before its next one — without this the dead peer could not be named.
+        """
+        peers = dict(self._peers)
+        for peer in range(self.world_size):
+            key = f"proc/{peer}"
+            if peer != self.rank and peer not in peers and store.check([key]):
+                peers[peer] = json.loads(store.get(key))
+        return peers
 
     def _load_peers(self) -> None:
         if len(self._peers) == self.world_size - 1:

@@ -179,3 +179,17 @@ def test_the_end_of_a_failed_rank_runs_its_before_exit_callbacks(store, monkeypa
         watchdog.stop(done=False)
     assert calls == ["raises", "second"] and exits == [3]
     assert [failure.message for failure, _ in reports] == ["rank 0 raised ValueError: boom"]
+
+
+def test_a_stop_signal_before_the_thread_has_seen_the_peers_still_names_the_dead_one(store):
+    # A launcher's SIGTERM (a peer died) can reach the main thread before the watchdog thread's first look at
+    # the peers — early in a run, or on a loaded machine: cause() must read them itself.
+    slow = WatchdogConfig(interval_s=600.0, dead_after_s=1200.0, grace_s=600.0, linger_s=1.0, finish_s=2.0)
+    watchdog, reports = _watch(store, 0, 2, slow)
+    try:
+        _peer(store, 1, _gone_identity())  # published after the thread's first look
+        failure = watchdog.cause(timeout_s=0.5)
+    finally:
+        watchdog.stop(done=False)
+    assert failure is not None and failure.rank == 1 and failure.kind == "died", failure
+    assert failure.message.startswith("rank 1 died (its process ") and failure.message.endswith(" is gone)")
