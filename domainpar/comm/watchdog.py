@@ -433,13 +433,8 @@ class Watchdog:
         return peers
 
     def _load_peers(self) -> None:
-        if len(self._peers) == self.world_size - 1:
-            return
-        missing = [r for r in range(self.world_size) if r != self.rank and r not in self._peers]
-        for peer in missing:
-            key = f"proc/{peer}"
-            if self._store.check([key]):
-                self._peers[peer] = json.loads(self._store.get(key))
+        if len(self._peers) < self.world_size - 1:
+            self._peers = self._peers_via(self._store)  # one reference swap: the main thread may be copying it
 
     def _is_done(self, peer: int) -> bool:
         return self._store.check([f"done/{peer}"])

@@ -438,6 +438,17 @@ def _bounded_cluster_model(start: ClusterModel, free: list[str], values: np.ndar
     return replace(start, **chosen)
 
 
+def _minimise_cluster_loss(loss, start: ClusterModel, free: list[str], max_evaluations: int) -> np.ndarray:
+    """Nelder-Mead on ``loss`` over the ``free`` parameters of ``start``: the values it ends at."""
+    from scipy.optimize import minimize
+
+    x0 = np.array([getattr(start, n) for n in free])
+    # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
+    steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
+    simplex = np.vstack([x0, x0 + np.diag(steps)])
+    return minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex}).x
+
+
 def fit_cluster_models(
     real_hits: pd.DataFrame,
     real_cells: pd.DataFrame,
@@ -461,8 +472,6 @@ def fit_cluster_models(
         ``{volume_id: ClusterModel}`` for the fitted volumes.
     """
     from dataclasses import fields
-
-    from scipy.optimize import minimize
 
     from domainpar.data.simulate import CLUSTER_MODELS, ClusterModel, _cells
 
@@ -504,12 +513,7 @@ def fit_cluster_models(
                 total += float(np.sum(((shapes[q] - shapes[f"{q}_real"]) / shapes[f"{q}_real"]) ** 2))
             return total / len(shapes)
 
-        x0 = np.array([getattr(start, n) for n in free])
-        # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
-        steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
-        simplex = np.vstack([x0, x0 + np.diag(steps)])
-        result = minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex})
-        fitted[int(volume_id)] = model_of(result.x)
+        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
     return fitted
 
 
@@ -675,8 +679,6 @@ def fit_cluster_models_to_truth(
     """
     from dataclasses import fields
 
-    from scipy.optimize import minimize
-
     from domainpar.data.features import cluster_summary
     from domainpar.data.simulate import CLUSTER_MODELS, ClusterModel, _cells
 
@@ -718,9 +720,5 @@ def fit_cluster_models_to_truth(
                 total += np.mean((np.log(np.maximum(got[:, 1], 1e-3)) - np.log(np.maximum(target[:, 1], 1e-3))) ** 2)
             return float(total)
 
-        x0 = np.array([getattr(start, n) for n in free])
-        steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
-        simplex = np.vstack([x0, x0 + np.diag(steps)])
-        result = minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex})
-        fitted[int(volume_id)] = model_of(result.x)
+        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
     return fitted
