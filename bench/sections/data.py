@@ -142,7 +142,8 @@ def preparation_rows(graph_path: Path, work: Path, parts: tuple[int, ...], repea
 
 
 def _simulate(directory: Path, events: int, particles: int, seed: int, first: int) -> Path:
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     if len(list(directory.glob("event*-hits.csv*"))) < events:
         shutil.rmtree(directory, ignore_errors=True)

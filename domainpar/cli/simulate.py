@@ -33,7 +33,8 @@ def simulate(out_dir: str, num_events: int, num_particles: int | None, seed: int
     together when all are written; a failed run leaves none.
     """
     from domainpar.atomic import staged_outputs
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     last = first_event_id + num_events - 1
     if last > MAX_EVENT_ID:

@@ -21,7 +21,8 @@ FAST = {"hidden": 16, "layers": 2, "steps": 30, "batch_edges": 1024}
 def graph_files(tmp_path_factory) -> list:
     """Four simulated events of 150 particles as graphs with geometry and cluster node features."""
     from domainpar.data.graph import GraphConfig, build_dataset
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     root = tmp_path_factory.mktemp("filter")
     simulate_dataset(root / "events", 4, SimulationConfig(num_particles=150), seed=3, progress=False)
