@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from domainpar.data.event_graph import EventGraph, load_graph, save_graph
+from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.graph_files import load_graph
 
 from bench.common.report import REPO_ROOT
 

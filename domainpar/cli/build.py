@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
-from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_dir, check_output_file
 
 _DEFAULTS = GraphConfig()
 

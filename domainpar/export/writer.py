@@ -207,7 +207,7 @@ def export_model(
         fmt: ``torchscript`` or ``onnx``.
         out: the model file (``.pt`` for TorchScript, ``.onnx``); the sidecar is ``<out>.json``.
         description: the input description to record when the checkpoint has none
-            (:func:`domainpar.data.event_graph.read_graph_description` of a training graph).
+            (:func:`domainpar.data.graph_files.read_graph_description` of a training graph).
         threshold: score cut to record (default: the training run's, else 0.5).
         check_graph: graph to check the file on (default: a random graph of the model's widths).
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
+from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph_files import graph_files, has_graph_files, load_graph
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
 from domainpar.tracks.efficiency import ParticleTable

@@ -40,7 +40,7 @@ def partition_file(
     Raises:
         DomainparError: unreadable graph, a part count the graph cannot take, an unwritable plan.
     """
-    from domainpar.data.event_graph import load_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.partition.io import save_plan
     from domainpar.partition.partitioners import partition_graph
     from domainpar.partition.report import partition_report

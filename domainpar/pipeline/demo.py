@@ -142,8 +142,9 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
         ``{"train": last metrics record, "evaluate": {dataset: figures}, "recipe": name, "reference": {...}}``.
     """
     from domainpar.atomic import atomic_path
-    from domainpar.data.event_graph import load_graph, save_graph
-    from domainpar.data.graph import build_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.event_graph import save_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate, write_outputs
     from domainpar.partition import partition_graph

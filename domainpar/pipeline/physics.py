@@ -92,8 +92,9 @@ def run_recipe(
         ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "real": ...}, "seconds", ...}``.
     """
     from domainpar.atomic import atomic_path
-    from domainpar.data.event_graph import load_graph, save_graph
-    from domainpar.data.graph import build_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.event_graph import save_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate, write_outputs
     from domainpar.sim.dataset import simulate_dataset

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import inspect_graph, load_graph
+from domainpar.data.graph_files import inspect_graph, load_graph
 from domainpar.errors import DomainparError, one_line
 from domainpar.partition.part_data import PartData, whole_graph_part
 

@@ -80,7 +80,7 @@ class PrepItem:
 
 
 def _is_raw(path: Path) -> bool:
-    from domainpar.data.event_graph import has_graph_files
+    from domainpar.data.graph_files import has_graph_files
 
     return path.is_dir() and not has_graph_files(path) and any(path.glob("event*-hits.csv*"))
 
@@ -112,7 +112,7 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
         DomainparError: a path with neither graphs nor raw events, or two graph files of one event.
     """
     from domainpar.data.dataset import event_inputs, graph_target
-    from domainpar.data.event_graph import graph_files, has_graph_files, is_pyg_dataset
+    from domainpar.data.graph_files import graph_files, has_graph_files, is_pyg_dataset
     from domainpar.partition.io import plan_dir_name
     from domainpar.train.events import graph_header
 
@@ -192,7 +192,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
         DomainparError: the event's one-line problem (bad raw file, graph without labels or with other
             feature widths, missing or mis-sized plan, a part count the graph cannot take).
     """
-    from domainpar.data.event_graph import inspect_graph
+    from domainpar.data.graph_files import inspect_graph
     from domainpar.train.events import require_labels
 
     start = time.perf_counter()
@@ -248,8 +248,9 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict[str, Any]:
-    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES, inspect_graph
+    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
     from domainpar.data.graph import CELL_FEATURES, GraphConfig
+    from domainpar.data.graph_files import inspect_graph
 
     graph_config = GraphConfig()
     widths, widths_of = None, None

@@ -29,7 +29,7 @@ from domainpar.comm.collectives import broadcast_tensors, max_value
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
-from domainpar.data.event_graph import read_graph_description, read_graph_metadata
+from domainpar.data.graph_files import read_graph_description, read_graph_metadata
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     checkpoint_dir,

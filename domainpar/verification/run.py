@@ -24,7 +24,7 @@ def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.
 
 def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:
     """Check the arguments and load the graph; verify needs labels for its loss."""
-    from domainpar.data.event_graph import load_graph
+    from domainpar.data.graph_files import load_graph
 
     if num_parts < 1:
         raise DomainparError(f"--parts must be at least 1 (got {num_parts})")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from domainpar.data.event_graph import load_graph
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.partition import partition_graph
 from domainpar.partition.io import save_plan
