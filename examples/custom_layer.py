@@ -195,7 +195,7 @@ def run_domain_parallel(
     graph: EventGraph, num_parts: int, method: str = "metis", seed: int = 0, timeout_s: float = 120.0, **model_kw
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss and summed gradients of the model trained on ``num_parts`` spawned gloo ranks."""
-    from domainpar.train.launch import spawn
+    from domainpar.launch.ranks import spawn
 
     results = spawn(
         _rank_gradients, num_parts, (graph, method, seed, model_kw), timeout_s=timeout_s, backend="gloo", num_threads=1

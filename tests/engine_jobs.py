@@ -22,9 +22,9 @@ from domainpar.comm.halo import HaloExchange
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition import build_plan, partition_graph
-from domainpar.train.launch import spawn
 from domainpar.verification.cases import PygCase, VerifyCase, VerifyJob
 from domainpar.verification.worker import verify_jobs_worker
 from fixtures import TRACKML_DIR, random_graph

@@ -54,8 +54,8 @@ def verify(
     setup. It prints a table of the logit, loss and gradient errors and exits
     1 if any exceeds the tolerance.
     """
+    from domainpar.launch.ranks import running_under_launcher
     from domainpar.model.interaction_network import ModelConfig
-    from domainpar.train.launch import running_under_launcher
     from domainpar.verification.run import format_result_table, verify_graph_distributed, verify_graph_local
 
     from domainpar.errors import DomainparError

@@ -1,7 +1,7 @@
 """The failure channel: the first failure of any rank, readable by every rank within seconds.
 
 Every rank of a job shares the rendezvous store (a FileStore under
-:func:`domainpar.train.launch.spawn`, the TCPStore of torchrun or of the
+:func:`domainpar.launch.ranks.spawn`, the TCPStore of torchrun or of the
 ``env://`` rendezvous under srun). A rank that fails publishes one line under
 one key with compare-and-set, so the *first* failure wins: the "connection
 closed" that its peers see a moment later can never overwrite it, and every

@@ -71,9 +71,9 @@ def infer_partitioned(
         ``(logits, partition_records)``: (E,) float64 logits per event, and per
         event the partition's cut and halo sizes.
     """
+    from domainpar.launch.ranks import SpawnError, spawn
     from domainpar.partition import partition_graph
     from domainpar.partition.io import part_file_name, save_plan
-    from domainpar.train.launch import SpawnError, spawn
 
     records = []
     with tempfile.TemporaryDirectory(prefix="domainpar-evaluate-") as tmp:

@@ -1,8 +1,8 @@
-"""Training: the loop, losses, metrics, checkpoints and process launch.
+"""Training: the loop, losses, metrics and checkpoints (ranks are started by :mod:`domainpar.launch`).
 
 ``from domainpar.train import train, load_config`` is the programmatic entry
 point (``train(config) -> summary``); the submodules are imported lazily so
-that ``domainpar.train.launch`` stays light.
+that importing one of them does not import the whole training stack.
 """
 
 from __future__ import annotations

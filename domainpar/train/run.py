@@ -75,11 +75,11 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     preparation, and a rank's failure reaches every rank within a poll with its line.
     """
     from domainpar.comm.watchdog import current as current_watchdog
-    from domainpar.train import launch, runlock
+    from domainpar.launch import ranks, runlock
     from domainpar.train.prepare import prepare, prepare_distributed
     from domainpar.train.trainer import run_rank
 
-    env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
+    env = ranks.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
     validate_config(config, world_size=env.world_size)
     lock = None
 
@@ -112,7 +112,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
 def train(config: TrainConfig) -> dict[str, Any]:
     """Validate ``config``, start the ranks, train, and return rank 0's summary.
 
-    One run at a time writes ``config.run.out`` (:mod:`domainpar.train.runlock`).
+    One run at a time writes ``config.run.out`` (:mod:`domainpar.launch.runlock`).
 
     Returns:
         A dict with ``out``, ``mode``, ``world_size``, ``domain_size``,
@@ -126,10 +126,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
         SpawnError: a spawned rank crashed, died or stopped answering (the message names the first one).
         PeerFailed: under torchrun/srun, another rank failed first (named).
     """
-    from domainpar.train import launch, runlock
+    from domainpar.launch import ranks, runlock
     from domainpar.train.trainer import run_rank
 
-    if launch.running_under_launcher():
+    if ranks.running_under_launcher():
         return _train_as_launched_rank(config)
 
     world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
@@ -149,12 +149,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         payload = _payload(config, inputs)
         if world_size == 1:
             return run_rank(0, 1, payload)
-        backend = launch.backend_for(payload["device"])
+        backend = ranks.backend_for(payload["device"])
         threads = config.parallel.threads
         if threads is None and backend == "gloo":
             threads = max(1, (os.cpu_count() or 1) // world_size)
         try:
-            results = launch.spawn(
+            results = ranks.spawn(
                 run_rank,
                 world_size,
                 args=(payload,),
@@ -163,7 +163,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
                 num_threads=threads,
                 watchdog=_watchdog_config(config),
             )
-        except launch.SpawnError as exc:
+        except ranks.SpawnError as exc:
             converted = _rank_error(exc)
             if converted is exc:
                 raise

@@ -465,7 +465,7 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         torch.set_num_threads(config.parallel.threads)
     try:
         if payload["device"] == "cuda":
-            from domainpar.train.launch import device_for_local_rank
+            from domainpar.launch.ranks import device_for_local_rank
 
             local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
             device = device_for_local_rank(local_rank, "cuda")

@@ -49,7 +49,7 @@ def verify_graph_local(
     fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    from domainpar.train.launch import spawn
+    from domainpar.launch.ranks import spawn
 
     graph = _load_labelled_graph(graph_path, num_parts, dtype)
     owner = _owner_for(graph, num_parts, method, seed)
@@ -80,7 +80,7 @@ def verify_graph_distributed(
     Returns:
         (result, this rank, backend).
     """
-    from domainpar.train.launch import init_from_env
+    from domainpar.launch.ranks import init_from_env
 
     env = init_from_env(timeout_s)
     if env.world_size != num_parts:

@@ -1,7 +1,7 @@
 """The exactness check: partitioned run versus one process, logits, loss and every gradient.
 
 :func:`verify_worker` runs inside every rank of a domain group (spawned by
-:func:`domainpar.train.launch.spawn` or started by torchrun). For each
+:func:`domainpar.launch.ranks.spawn` or started by torchrun). For each
 :class:`VerifyCase` it gets its part through the seam
 (:func:`domainpar.parallel.part.rank_part`: local graph and
 :class:`~domainpar.comm.halo.HaloExchange`, the group checked to hold one

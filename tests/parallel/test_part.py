@@ -16,12 +16,12 @@ import torch.distributed as dist
 from fixtures import random_graph
 
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.model.exchange import IdentityExchange
 from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
 from domainpar.parallel.part import RankPart, load_host_part, rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.io import part_file_name, save_plan
-from domainpar.train.launch import spawn
 
 WORLD = 3
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from domainpar.launch.ranks import SpawnError, spawn
 from domainpar.train import state as state_module
 from domainpar.train import trainer as trainer_module
 from domainpar.train.checkpoint import checkpoint_files
 from domainpar.train.config import load_config
-from domainpar.train.launch import SpawnError, spawn
 from domainpar.train.run import prepare_payload, train
 from fixtures import write_graphs
 

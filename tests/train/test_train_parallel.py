@@ -16,10 +16,10 @@ import torch
 
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.partition import partition_graph
 from domainpar.partition.io import save_plan
 from domainpar.train.config import load_config
-from domainpar.train.launch import spawn
 from domainpar.train.run import prepare_payload, train
 from domainpar.train.trainer import METRIC_KEYS, run_rank_sequence
 from fixtures import write_graphs

@@ -19,7 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from bench.common.jobs import error_lines, running, start
+from domainpar.launch.jobs import error_lines, running, start
+
 from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed
