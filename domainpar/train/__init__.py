@@ -7,6 +7,8 @@ that importing one of them does not import the whole training stack.
 
 from __future__ import annotations
 
+import importlib
+
 _LAZY = {
     "train": ("domainpar.train.run", "train"),
     "TrainConfig": ("domainpar.train.config", "TrainConfig"),
@@ -17,8 +19,6 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'domainpar.train' has no attribute {name!r}")

@@ -107,6 +107,7 @@ def _pyg_loss(out: torch.Tensor, global_ids: torch.Tensor, case: PygCase, num_no
 
 
 def _pyg_run(case: PygCase, graph: LocalGraph, global_ids: torch.Tensor, exchange: Exchange, device: torch.device):
+    # Imported on use: model.pyg imports torch_geometric (~11 s); only the PyG cases need it.
     from domainpar.model.pyg import PygStack
 
     torch.manual_seed(case.seed)
