@@ -44,6 +44,7 @@ def test_child_exception_names_rank_and_carries_traceback():
     assert time.monotonic() - start < 55  # rank 0 was terminated, not awaited
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_hung_child_is_killed_at_timeout():
     with pytest.raises(SpawnError, match="did not finish within 12 s") as info:

@@ -24,6 +24,9 @@ from domainpar.train.run import prepare_payload, train
 from domainpar.train.trainer import METRIC_KEYS, run_rank_sequence
 from fixtures import write_graphs
 
+#: Every test but one reads the module's `runs` (nine trainings, ~1 min on 2 cores): all of it is the slow tier.
+pytestmark = pytest.mark.slow
+
 TIGHT = 1e-10  # float64: partitioning reorders sums, nothing more
 
 BASE = {

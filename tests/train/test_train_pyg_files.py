@@ -56,6 +56,7 @@ def dataset(tmp_path_factory) -> Path:
     return directory
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_partitioned_gradients_equal_one_process_on_pyg_graphs(dataset):
