@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -182,8 +183,6 @@ class StagedOutputs:
 
     def publish(self) -> None:
         """Rename every staged output into place (an existing file is replaced, an existing directory merged)."""
-        import shutil
-
         for tmp, final in self._directories:
             if not final.exists():
                 os.replace(tmp, final)
@@ -215,8 +214,6 @@ class StagedOutputs:
 
     def discard(self) -> None:
         """Remove every staged output and every directory created for them; destinations stay untouched."""
-        import shutil
-
         for tmp, _ in self._files:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()

@@ -21,12 +21,16 @@ output does not depend on the number of workers.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing as mp
 import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from tqdm import tqdm
 
 from domainpar.errors import DomainparError, one_line
 
@@ -135,8 +139,6 @@ def run_items(
     Returns:
         One :class:`ItemResult` per item, in item order.
     """
-    from tqdm import tqdm
-
     names = [str(item) for item in items] if names is None else list(names)
     results: list[ItemResult | None] = [None] * len(items)
     failed = 0
@@ -169,9 +171,6 @@ def run_items(
 
 
 def _run_pool(fn, items, names, args, workers, finish, should_stop) -> None:
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
     try:

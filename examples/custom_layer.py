@@ -195,7 +195,7 @@ def run_domain_parallel(
     graph: EventGraph, num_parts: int, method: str = "metis", seed: int = 0, timeout_s: float = 120.0, **model_kw
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss and summed gradients of the model trained on ``num_parts`` spawned gloo ranks."""
-    from domainpar.train.launch import spawn
+    from domainpar.launch.ranks import spawn
 
     results = spawn(
         _rank_gradients, num_parts, (graph, method, seed, model_kw), timeout_s=timeout_s, backend="gloo", num_threads=1
@@ -232,7 +232,8 @@ def compare_with_single_process(graph: EventGraph, num_parts: int = 2, method: s
 def _demo_graph() -> EventGraph:
     """A small simulated event's hit graph."""
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     event = simulate_event(SimulationConfig(num_particles=300), event_id=1, seed=3)
     graph, _ = build_graph(event["hits"], event["truth"], event["particles"], event_id=1)

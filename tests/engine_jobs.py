@@ -22,9 +22,9 @@ from domainpar.comm.halo import HaloExchange
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition import build_plan, partition_graph
-from domainpar.train.launch import spawn
 from domainpar.verification.cases import PygCase, VerifyCase, VerifyJob
 from domainpar.verification.worker import verify_jobs_worker
 from fixtures import TRACKML_DIR, random_graph
@@ -37,7 +37,8 @@ WORLD_SIZES = [1, 2, 3, 4]
 @lru_cache(maxsize=None)
 def simulated_graph() -> EventGraph:
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     # 1000 particles: dense enough that METIS must cut at 2-4 parts (at 300 it found cut-free splits).
     event = simulate_event(SimulationConfig(num_particles=1000), 1, 7)
@@ -61,8 +62,9 @@ def recipe_case() -> tuple[EventGraph, ModelConfig]:
     from pathlib import Path
 
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
     from domainpar.pipeline.recipe import load_recipe
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "examples" / "physics.yaml")
     event = simulate_event(SimulationConfig(num_particles=400), 3, 7)

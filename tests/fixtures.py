@@ -172,3 +172,29 @@ def write_graphs(directory: Path, num_events: int, first_id: int = 0, seed: int 
         graph = synthetic_graph(first_id + i, seed * 1000 + i, num_nodes=70 + 6 * i, num_candidates=260 + 30 * i)
         paths.append(save_graph(graph, directory / f"event{first_id + i:09d}.npz"))
     return paths
+
+
+#: The settings of :func:`checkpointed_run_config`: a small single-process run with a checkpoint at every step.
+CHECKPOINTED_RUN = {
+    "parallel.mode": "single",
+    "run.epochs": 2,
+    "optim.batch_events": 1,
+    "run.checkpoint_every": 1,
+    "run.keep": 10,
+    "parallel.threads": 1,
+    "model.hidden": 8,
+    "model.num_iterations": 1,
+    "optim.lr": 0.01,
+    "run.seed": 3,
+    "run.progress": False,
+    "run.curves": False,
+}
+
+
+def checkpointed_run_config(data: Path, out: Path, **overrides):
+    """The configuration of the shared ``checkpointed_run`` (tests/conftest.py) on ``data`` into ``out``, with
+    ``overrides`` (e.g. ``{"run.resume": True}`` to continue a copy of it)."""
+    from domainpar.train.config import load_config
+
+    return load_config(None, {**CHECKPOINTED_RUN, "data.train": str(data), "run.out": str(out), **overrides})
+

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import EventGraph, load_graph
+from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph_files import load_graph
 from domainpar.partition import build_plan, partition_graph
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartitionPlan

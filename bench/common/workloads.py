@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from domainpar.data.event_graph import EventGraph, load_graph, save_graph
+from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.graph_files import load_graph
 
 from bench.common.report import REPO_ROOT
 
@@ -110,7 +111,8 @@ def real_event_graph(prefix: Path, labelled: bool) -> EventGraph:
 def simulated_event_graph(num_particles: int, seed: int = 0, event_id: int = 1) -> EventGraph:
     """Simulate one event with ``num_particles`` particles and build its labelled graph."""
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     event = simulate_event(SimulationConfig(num_particles=num_particles), event_id, seed)
     graph, _ = build_graph(event["hits"], event["truth"], event["particles"], event_id=event_id)

@@ -85,7 +85,7 @@ def _probe_part(path: Path, part: int) -> dict:
 
 def preparation_rows(graph_path: Path, work: Path, parts: tuple[int, ...], repeats: int) -> list[dict]:
     """Table 1 (see the module docstring)."""
-    from domainpar.data.event_graph import load_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.parallel.part import load_host_part, stage
     from domainpar.partition import partition_graph
     from domainpar.partition.io import load_plan, part_file_name, save_plan
@@ -142,7 +142,8 @@ def preparation_rows(graph_path: Path, work: Path, parts: tuple[int, ...], repea
 
 
 def _simulate(directory: Path, events: int, particles: int, seed: int, first: int) -> Path:
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     if len(list(directory.glob("event*-hits.csv*"))) < events:
         shutil.rmtree(directory, ignore_errors=True)

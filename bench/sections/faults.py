@@ -27,9 +27,9 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common.jobs import LAUNCHERS, error_lines, running, start
 from bench.common.report import Column, Section, ratio
 from bench.common.timing import load_average
+from domainpar.launch.jobs import LAUNCHERS, error_lines, running, start
 
 
 def _graphs(directory: Path) -> Path:
@@ -126,8 +126,8 @@ def _steps(out: Path) -> list[float]:
 def overhead(work: Path, rounds: int, epochs: int) -> dict:
     """Median s/step with and without the watchdog (alternating ``rounds`` times)."""
     from domainpar.comm.watchdog import WatchdogConfig
+    from domainpar.launch.ranks import spawn
     from domainpar.train.config import load_config
-    from domainpar.train.launch import spawn
     from domainpar.train.run import prepare_payload
     from domainpar.train.trainer import run_rank
 

@@ -37,8 +37,9 @@ def _graph_row(stage: str, wall: float, cpu: float, stats) -> dict:
 def build_rows(repeats: int, full_event, config) -> list[dict]:
     """Simulate and build a full-scale event, read and build the real full event (when present) and the small one."""
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
     from domainpar.data.trackml import load_event
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     rows = []
     sim_config = SimulationConfig()

@@ -6,7 +6,7 @@
   edges vs not;
 * checkpointing: one process with activation checkpointing vs without.
 
-Every configuration runs in freshly spawned processes (``domainpar.train.launch.spawn``,
+Every configuration runs in freshly spawned processes (``domainpar.launch.ranks.spawn``,
 gloo, one intra-op thread each) and times forward + backward + the gradient
 all-reduce of the domain group — the work of a training step without the
 optimiser. The configurations are run in alternating rounds so that slow
@@ -66,7 +66,7 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
 
 def step_times(workload: Workload, num_procs: int, method: str, steps: int, timeout_s: float, **model_kw) -> list[float]:
     """Per-step seconds of ``num_procs`` spawned gloo ranks, one thread each (rank 0's clock)."""
-    from domainpar.train.launch import spawn
+    from domainpar.launch.ranks import spawn
 
     results = spawn(
         _rank_step_times,

@@ -97,7 +97,7 @@ def run(
     timeout_s: float = 7200.0,
 ) -> Section:
     """The strong-scaling section (see the module docstring)."""
-    from domainpar.train.launch import spawn
+    from domainpar.launch.ranks import spawn
 
     start = time.perf_counter()
     load_before = load_average()

@@ -29,7 +29,8 @@ MODES = {
 
 def run(work: Path, *, events: int = 6, particles: int = 800, epochs: int = 3, hidden: int = 32, iterations: int = 4) -> Section:
     """The training section (see the module docstring); ``work`` keeps the simulated events and run directories."""
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
     from domainpar.train.config import load_config
     from domainpar.train.run import train
 

@@ -1,4 +1,4 @@
-"""Extract the reference statistics of the real full event 21000 for tests/data/test_simulate.py.
+"""Extract the reference statistics of the real full event 21000 for tests/sim/test_simulate.py.
 
 Run once (needs the real data, which tests do not):
 

@@ -3,7 +3,7 @@
     python -m bench.tools.plot_sim_vs_real [--data DIR] [--out docs/figures/sim_vs_real.png]
 
 Simulates one event with the default :class:`SimulationConfig` (event id 21000,
-seed 0, as in tests/data/test_simulate.py) and compares it with the real event:
+seed 0, as in tests/sim/test_simulate.py) and compares it with the real event:
 hits per volume, hits per particle, pT spectrum, pseudorapidity, and the x-y
 and r-z views of the hits.
 """
@@ -22,8 +22,9 @@ import numpy as np  # noqa: E402
 from bench.common.report import REPO_ROOT  # noqa: E402
 from bench.common.workloads import DATA_ENV, FULL_EVENT, trackml_dir  # noqa: E402
 from domainpar.atomic import atomic_path  # noqa: E402
-from domainpar.data.simulate import SimulationConfig, simulate_event  # noqa: E402
 from domainpar.data.trackml import load_event  # noqa: E402
+from domainpar.sim.config import SimulationConfig  # noqa: E402
+from domainpar.sim.event import simulate_event  # noqa: E402
 
 VOLUMES = (7, 8, 9, 12, 13, 14, 16, 17, 18)
 SIM_COLOUR, REAL_COLOUR = "tab:orange", "tab:blue"

@@ -8,9 +8,11 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
-from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.data.dataset import build_graph_files, event_inputs
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.workers import available_cores, failure_summary, parse_shard, shard_items
 
 _DEFAULTS = GraphConfig()
 
@@ -71,9 +73,6 @@ def build(
     are still built, and the command ends with one line naming the failures
     (exit status 2). The output does not depend on --workers (same bytes).
     """
-    from domainpar.data.dataset import build_graph_files, event_inputs
-    from domainpar.workers import available_cores, failure_summary, parse_shard, shard_items
-
     options = {
         "phi_slope_max": phi_slope_max,
         "dphi_margin": dphi_margin,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from domainpar.cli.options import dataclass_options
-from domainpar.pipeline.demo import DemoConfig
+from domainpar.pipeline.demo import DemoConfig, run_demo
 
 
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,6 +14,4 @@ def demo(**options) -> None:
     """Run the whole engine on simulated events: simulate, build, partition,
     train domain-parallel on --ranks local processes, evaluate (edges, tracks,
     TrackML score) on held-out simulated events and on the real labelled event."""
-    from domainpar.pipeline.demo import run_demo
-
     run_demo(DemoConfig(**options), echo=click.echo)

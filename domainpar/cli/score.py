@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 import numpy as np
 import pandas as pd
 
+from domainpar.data.trackml import event_id_of, load_event
 from domainpar.errors import DomainparError, one_line
+from domainpar.tracks.score import analyze_tracks
 
 
 def read_submission(path: Path) -> pd.DataFrame:
@@ -32,8 +35,6 @@ def read_submission(path: Path) -> pd.DataFrame:
 
 def _event_prefix(path: Path) -> Path:
     """``--event`` as an event prefix; a path to one of the event's files (``event1-truth.csv.gz``) is accepted too."""
-    import re
-
     match = re.fullmatch(r"(event\d+)-(hits|cells|particles|truth)\.csv(\.gz)?", path.name)
     if match:
         return path.with_name(match.group(1))
@@ -61,9 +62,6 @@ def score(event_prefix: Path, submission_path: Path) -> None:
     particle, more than half of that particle in the track) over the event's
     total truth weight.
     """
-    from domainpar.data.trackml import event_id_of, load_event
-    from domainpar.tracks.score import analyze_tracks
-
     event_prefix = _event_prefix(event_prefix)
     (truth,) = load_event(event_prefix, parts=("truth",))
     submission = read_submission(submission_path)

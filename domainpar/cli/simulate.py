@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
+from domainpar.atomic import staged_outputs
 from domainpar.cli.checks import SEED, count
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
-
 
 #: Largest event number: the challenge's file names hold nine digits (event000021000).
 MAX_EVENT_ID = 10**9 - 1
@@ -32,8 +32,9 @@ def simulate(out_dir: str, num_events: int, num_particles: int | None, seed: int
     layout, deterministic for (seed, event id). The events appear in --out
     together when all are written; a failed run leaves none.
     """
-    from domainpar.atomic import staged_outputs
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    # Imported when the command runs: 'domainpar simulate --help' takes 0.2 s instead of 2 s (pandas, scipy).
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     last = first_event_id + num_events - 1
     if last > MAX_EVENT_ID:

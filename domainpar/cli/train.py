@@ -13,7 +13,9 @@ from pathlib import Path
 import click
 
 from domainpar.cli.options import dataclass_options, given_fields
-from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name
+from domainpar.launch import ranks
+from domainpar.launch.lifeline import Terminated, terminate_on_signals
+from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name, load_config
 
 
 def _fmt(value) -> str:
@@ -42,19 +44,17 @@ def train(config_path: Path | None, **options) -> None:
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
     """
-    from domainpar.train import launch
-    from domainpar.train.config import load_config
-    from domainpar.train.lifeline import Terminated, terminate_on_signals
+    # Imported when the command runs: the training stack (pandas, the kernels) is not needed for --help.
     from domainpar.train.run import train as run_training
 
-    launched_rank = launch.running_under_launcher()
+    launched_rank = ranks.running_under_launcher()
     # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
     # a rank of a torchrun/srun job names the failure that made its launcher stop it.
     terminate_on_signals()
     try:
         config = load_config(config_path, given_fields(options))
         summary = run_training(config)
-    except launch.SpawnError as exc:
+    except ranks.SpawnError as exc:
         # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
         if exc.traceback_text:
             click.echo(exc.traceback_text.rstrip("\n"), err=True)
@@ -62,12 +62,12 @@ def train(config_path: Path | None, **options) -> None:
         sys.exit(1)
     except Terminated as exc:
         if launched_rank:
-            launch.fail_rank(exc)
+            ranks.fail_rank(exc)
         click.echo(f"error: domainpar train {exc}; its ranks were stopped", err=True)
         sys.exit(exc.exit_code)
     except BaseException as exc:
         if launched_rank:
-            launch.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)
+            ranks.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)
         raise
     if summary.get("rank", 0) != 0:
         return

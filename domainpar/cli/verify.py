@@ -10,6 +10,8 @@ import click
 
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import METIS_SEED, finite, max_local_ranks
+from domainpar.errors import DomainparError
+from domainpar.output_paths import check_output_file
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,16 +56,15 @@ def verify(
     setup. It prints a table of the logit, loss and gradient errors and exits
     1 if any exceeds the tolerance.
     """
+    # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
+    from domainpar.launch.ranks import running_under_launcher
     from domainpar.model.interaction_network import ModelConfig
-    from domainpar.train.launch import running_under_launcher
     from domainpar.verification.run import format_result_table, verify_graph_distributed, verify_graph_local
-
-    from domainpar.errors import DomainparError
-    from domainpar.output_paths import check_output_file
 
     # Checked before the run: a report that cannot be written should not cost a full verification first.
     if json_path is not None:
         check_output_file(json_path, "--json")
+    # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
     from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size
 
     for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):

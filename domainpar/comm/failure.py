@@ -1,7 +1,7 @@
 """The failure channel: the first failure of any rank, readable by every rank within seconds.
 
 Every rank of a job shares the rendezvous store (a FileStore under
-:func:`domainpar.train.launch.spawn`, the TCPStore of torchrun or of the
+:func:`domainpar.launch.ranks.spawn`, the TCPStore of torchrun or of the
 ``env://`` rendezvous under srun). A rank that fails publishes one line under
 one key with compare-and-set, so the *first* failure wins: the "connection
 closed" that its peers see a moment later can never overwrite it, and every
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from domainpar.errors import one_line
+from domainpar.errors import DomainparError, one_line
 
 #: Key prefix of everything domainpar keeps in the rendezvous store.
 STORE_PREFIX = "domainpar/"
@@ -66,8 +66,6 @@ class Failure:
 
 def raised(rank: int, exc: BaseException) -> Failure:
     """The failure record of ``exc`` raised on ``rank``: "rank R: <message>" (user mistakes keep their own line)."""
-    from domainpar.errors import DomainparError
-
     if isinstance(exc, DomainparError):
         return Failure(rank, f"rank {rank}: {one_line(exc, limit=500)}", "raised", rank, user_error=True)
     return Failure(rank, f"rank {rank} failed: {type(exc).__name__}: {one_line(exc, limit=500)}", "raised", rank)

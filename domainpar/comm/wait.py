@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any, Callable
 
+import torch.distributed as dist
+
 from domainpar.comm.failure import Failure, FailureChannel, PeerFailed
 
 #: Seconds between a waiting rank's polls of the store.
@@ -172,8 +174,6 @@ def linger(channel: FailureChannel, world_size: int, timeout_s: float = 5.0) -> 
 
 def own_channel(rank: int) -> FailureChannel | None:
     """A failure channel of the default process group on a store connection of its own (for a thread)."""
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         return None
     try:

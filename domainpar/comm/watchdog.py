@@ -42,6 +42,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from domainpar.comm.failure import STORE_PREFIX, Failure, FailureChannel, PeerFailed, raised
+from domainpar.errors import DomainparError
 
 #: Messages of communication errors caused by a peer going away (gloo, NCCL, TCPStore); their rank is a bystander.
 _PEER_GONE_HINTS = (
@@ -146,8 +147,6 @@ def process_gone(identity: dict[str, Any]) -> bool:
 
 def is_peer_loss(exc: BaseException) -> bool:
     """True when ``exc`` looks like a collective or store failing because a peer went away (not this rank's fault)."""
-    from domainpar.errors import DomainparError
-
     if isinstance(exc, PeerFailed):
         return True
     if isinstance(exc, DomainparError):

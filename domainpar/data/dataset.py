@@ -4,6 +4,8 @@
 training run call: every event is built in its own worker process
 (:func:`domainpar.workers.run_items`), written atomically with reproducible
 bytes, and an event that fails is reported by name while the others finish.
+:func:`build_dataset` is the same for a program: every event of a directory,
+or one line naming the events that failed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from domainpar.data.graph import GraphConfig, GraphStats, build_event_graph, graph_file_name
+from domainpar.data.features import build_description
+from domainpar.data.graph import GraphConfig, GraphStats, build_event_graph
+from domainpar.data.graph_files import GRAPH_FORMATS, save_event_graph
+from domainpar.data.trackml import event_id_of, event_prefixes
 from domainpar.errors import DomainparError
-from domainpar.workers import ItemResult, run_items
+from domainpar.workers import ItemResult, failure_summary, run_items
 
 
 def event_inputs(input_path: str | os.PathLike) -> list[Path]:
@@ -23,8 +28,6 @@ def event_inputs(input_path: str | os.PathLike) -> list[Path]:
     Raises:
         DomainparError: neither a directory of TrackML events nor an event prefix.
     """
-    from domainpar.data.trackml import event_prefixes
-
     input_path = Path(input_path)
     if input_path.is_dir():
         prefixes = event_prefixes(input_path)
@@ -36,10 +39,13 @@ def event_inputs(input_path: str | os.PathLike) -> list[Path]:
     raise DomainparError(f"{input_path}: expected a directory of TrackML events or an event prefix (found neither)")
 
 
+def graph_file_name(event_id: int, fmt: str = "npz") -> str:
+    """File name of an event's graph inside a ``domainpar build`` output directory."""
+    return f"event{event_id:09d}.{fmt}"
+
+
 def graph_target(prefix: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "npz") -> Path:
     """Where the graph of raw event ``prefix`` goes: ``<out_dir>/event<id:09d>.<fmt>``."""
-    from domainpar.data.trackml import event_id_of
-
     return Path(out_dir) / graph_file_name(event_id_of(prefix), fmt)
 
 
@@ -56,19 +62,11 @@ def build_graph_file(
         skip_existing: keep a graph already written (a resumed preparation).
         fmt: "npz" (domainpar's graph file) or "pyg" (a PyG Data file, :mod:`domainpar.data.pyg_files`).
     """
-    from domainpar.data.event_graph import save_graph
-    from domainpar.data.features import build_description
-
     target = graph_target(prefix, out_dir, fmt)
     if skip_existing and target.is_file():
         return None
     graph, stats = build_event_graph(prefix, config)
-    if fmt == "pyg":
-        from domainpar.data.pyg_files import save_event_pyg
-
-        save_event_pyg(graph, prefix, target, build_description(config))
-    else:
-        save_graph(graph, target, build_description(config))
+    save_event_graph(graph, prefix, target, build_description(config), fmt)
     return stats
 
 
@@ -111,3 +109,43 @@ def build_graph_files(
         should_stop=should_stop,
         on_result=on_result,
     )
+
+
+def build_dataset(
+    input_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    config: GraphConfig = GraphConfig(),
+    progress: bool = True,
+    fmt: str = "npz",
+    workers: int = 1,
+) -> list[GraphStats]:
+    """Build and save the graph of every event under ``input_path``.
+
+    Args:
+        input_path: a directory of TrackML events, or one event prefix.
+        out_dir: where ``event{id:09d}.npz`` (or ``.pyg``) graph files are written.
+        config: the cuts.
+        fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
+        progress: show a tqdm progress bar.
+        workers: events built in parallel processes (see :func:`build_graph_files`).
+
+    Returns:
+        One :class:`GraphStats` per event, in event order.
+
+    Raises:
+        DomainparError: no events; or, after every other event was built, one line naming the events that failed.
+    """
+    prefixes = event_inputs(input_path)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
+    # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
+    if fmt not in GRAPH_FORMATS:
+        raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
+    results = build_graph_files(prefixes, out_dir, config, workers=workers, progress=progress, fmt=fmt)
+    summary = failure_summary(results)
+    if summary is not None:
+        if len(results) == 1:
+            raise DomainparError(results[0].error)
+        raise DomainparError(summary)
+    return [r.value for r in results]

@@ -1,8 +1,10 @@
-"""The hit graph of one event: the container every later layer reads.
+"""The hit graph of one event: the container every later layer reads, and its own file format (``.npz``).
 
 An :class:`EventGraph` is what ``domainpar build`` writes (one ``.npz`` file per
 event, no pickle) and what partitioning, training and evaluation read. Edges
-point inner → outer (src → dst), see docs/design.md.
+point inner → outer (src → dst), see docs/design.md. This module knows only its
+own ``.npz`` files; :mod:`domainpar.data.graph_files` reads graph files of
+either format (``.npz``, or PyG files of the field's tools).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from domainpar.npzfile import write_npz
 #: Bumped whenever the on-disk layout changes. Version 2 added the feature names and the build
 #: configuration; version 1 files (without them) are still read.
 GRAPH_FORMAT_VERSION = 2
-#: Versions :func:`load_graph` reads.
+#: Versions :func:`load_npz_graph` reads.
 READABLE_FORMAT_VERSIONS = (1, 2)
 #: Optional entries naming the features and recording the build configuration (format 2).
 METADATA = ("node_features", "edge_features", "build_config")
@@ -140,7 +142,7 @@ def _shape_text(shape: tuple) -> str:
 def check_structure(shapes: dict[str, tuple[tuple[int, ...], np.dtype]], source: str) -> tuple[int, int]:
     """Dtype and shape of every array of a graph, from ``{name: (shape, dtype)}``; returns (N, E).
 
-    Shared by the header-only check of :func:`inspect_graph` and the full :func:`validate_graph`.
+    Shared by the header-only check of :func:`inspect_npz_graph` and the full :func:`validate_graph`.
 
     Raises:
         DomainparError: a required array missing, or any array of the wrong dtype, rank or size.
@@ -228,8 +230,6 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             column_array = "x" if name == "node_features" else "edge_attr"
             raise _fail(source, name, f"one name per column of {column_array} ({array.shape[1]})", f"{len(names)} names")
     if graph.build_config is not None:
-        import json
-
         try:
             parsed = json.loads(graph.build_config)
         except (TypeError, ValueError):
@@ -357,23 +357,17 @@ def _check_scalars(path: Path, scalars: dict[str, int]) -> int:
     return scalars["event_id"]
 
 
-def inspect_graph(path: str | os.PathLike) -> GraphHeader:
+def inspect_npz_graph(path: str | os.PathLike) -> GraphHeader:
     """Check a graph file's structure from its headers only (format version, event id, every array's dtype and
     shape) — cheap enough to run on every file of a dataset before a run writes anything.
 
-    Content (finite features, index ranges, labels) is checked by :func:`load_graph`.
+    Content (finite features, index ranges, labels) is checked by :func:`load_npz_graph`; graph files of
+    either format are inspected by :func:`domainpar.data.graph_files.inspect_graph`.
 
     Raises:
         DomainparError: not a graph file, another format version, or an entry of the wrong type, dtype or shape.
     """
     path = Path(path)
-    if _is_pyg(path) and path.is_file():
-        # A PyG file has no array headers to read apart: it is read whole (training converts such files once).
-        graph = load_graph(path)
-        return GraphHeader(
-            path=path, event_id=graph.event_id, num_nodes=graph.num_nodes, num_edges=graph.num_edges,
-            node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), has_labels=graph.y is not None,
-        )  # fmt: skip
     shapes, scalars = _read_headers(path)
     event_id = _check_scalars(path, scalars)
     missing = [k for k in REQUIRED_ARRAYS if k not in shapes]
@@ -401,12 +395,10 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
     )
 
 
-def load_graph(path: str | os.PathLike) -> EventGraph:
-    """Read and validate a graph written by :func:`save_graph` (structure first, then content),
-    or a PyG graph file of the field's tools.
+def load_npz_graph(path: str | os.PathLike) -> EventGraph:
+    """Read and validate a graph written by :func:`save_graph` (structure first, then content).
 
-    PyG files (``*.pyg``, ``*.pt``; :mod:`domainpar.data.pyg_files`) are read
-    with ``torch.load(weights_only=True)`` and mapped onto an EventGraph.
+    Graph files of either format are read by :func:`domainpar.data.graph_files.load_graph`.
 
     Raises:
         DomainparError: the file is missing, not a graph file, of another
@@ -414,11 +406,7 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
             non-finite values, out-of-range indices or labels other than 0/1.
     """
     path = Path(path)
-    if _is_pyg(path) and path.is_file():
-        from domainpar.data.pyg_files import load_pyg_graph
-
-        return load_pyg_graph(path)
-    header = inspect_graph(path)
+    header = inspect_npz_graph(path)
     wanted = [k for k in REQUIRED_ARRAYS + OPTIONAL_ARRAYS]
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -438,7 +426,7 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
     return graph
 
 
-def read_graph_description(path: str | os.PathLike) -> dict | None:
+def read_npz_description(path: str | os.PathLike) -> dict | None:
     """The description stored with a graph file (None for a file written without one).
 
     Reads that one entry of the archive, not the arrays.
@@ -447,10 +435,6 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
         DomainparError: not a readable graph file, or a description that is not a JSON object.
     """
     path = Path(path)
-    if _is_pyg(path) and path.is_file():
-        from domainpar.data.pyg_files import load_pyg_file
-
-        return load_pyg_file(path).description
     try:
         with zipfile.ZipFile(path) as archive:
             if f"{DESCRIPTION_ENTRY}.npy" not in archive.namelist():
@@ -468,31 +452,7 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
     return description
 
 
-def _is_pyg(path: Path) -> bool:
-    from domainpar.data.pyg_files import is_pyg_file
-
-    return is_pyg_file(path)
-
-
-def is_pyg_dataset(path: str | os.PathLike) -> bool:
-    """Whether ``graph_files(path)`` gives PyG graph files (of the field's tools) rather than ``*.npz``."""
-    files = graph_files(path)
-    return bool(files) and _is_pyg(files[0])
-
-
-def has_graph_files(path: str | os.PathLike) -> bool:
-    """``path`` is a graph file or a directory holding ``*.npz`` or PyG graph files."""
-    path = Path(path)
-    if path.is_file():
-        return True
-    if not path.is_dir():
-        return False
-    from domainpar.data.pyg_files import pyg_files_in
-
-    return any(path.glob("*.npz")) or bool(pyg_files_in(path))
-
-
-def read_graph_metadata(path: str | os.PathLike) -> dict:
+def read_npz_metadata(path: str | os.PathLike) -> dict:
     """The feature names and build configuration of a graph file, without reading its arrays.
 
     Returns:
@@ -503,9 +463,6 @@ def read_graph_metadata(path: str | os.PathLike) -> dict:
         DomainparError: the file cannot be read as a graph file.
     """
     path = Path(path)
-    if _is_pyg(path) and path.is_file():
-        # PyG files of other tools name their columns in their description, not in these entries.
-        return {"node_features": None, "edge_features": None, "build_config": None}
     try:
         with np.load(path, allow_pickle=False) as npz:
             names = set(npz.files)
@@ -517,21 +474,3 @@ def read_graph_metadata(path: str | os.PathLike) -> dict:
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
     return meta
-
-
-def graph_files(path: str | os.PathLike) -> list[Path]:
-    """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
-    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(path.glob("*.npz"))
-        if not files:
-            from domainpar.data.pyg_files import pyg_files_in
-
-            files = pyg_files_in(path)
-        if not files:
-            raise DomainparError(f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) in this directory, found none")
-        return files
-    raise DomainparError(f"{path}: no such graph file or directory")

@@ -47,14 +47,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from domainpar.data import features as feature_catalogue
 from domainpar.data.detector import layer_index_of, layer_table
-from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.event_graph import EventGraph
 from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs, layers_between
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
@@ -488,55 +487,3 @@ def build_event_graph(prefix: str | os.PathLike, config: GraphConfig = GraphConf
         config=config,
         event_id=event_id_of(prefix),
     )
-
-
-#: Graph file formats of ``domainpar build``: domainpar's own, or PyG ``Data`` files for the Exa.TrkX/acorn tools.
-GRAPH_FORMATS = ("npz", "pyg")
-
-
-def graph_file_name(event_id: int, fmt: str = "npz") -> str:
-    """File name of an event's graph inside a ``domainpar build`` output directory."""
-    return f"event{event_id:09d}.{fmt}"
-
-
-def build_dataset(
-    input_path: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    config: GraphConfig = GraphConfig(),
-    progress: bool = True,
-    fmt: str = "npz",
-    workers: int = 1,
-) -> list[GraphStats]:
-    """Build and save the graph of every event under ``input_path``.
-
-    Args:
-        input_path: a directory of TrackML events, or one event prefix.
-        out_dir: where ``event{id:09d}.npz`` (or ``.pyg``) graph files are written.
-        config: the cuts.
-        fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
-        progress: show a tqdm progress bar.
-        workers: events built in parallel processes (see :mod:`domainpar.data.dataset`).
-
-    Returns:
-        One :class:`GraphStats` per event, in event order.
-
-    Raises:
-        DomainparError: no events; or, after every other event was built, one line naming the events that failed.
-    """
-    from domainpar.data.dataset import build_graph_files, event_inputs
-    from domainpar.workers import failure_summary
-
-    prefixes = event_inputs(input_path)
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DomainparError(f"{out_dir}: output must be a directory (found a file)")
-    # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
-    if fmt not in GRAPH_FORMATS:
-        raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
-    results = build_graph_files(prefixes, out_dir, config, workers=workers, progress=progress, fmt=fmt)
-    summary = failure_summary(results)
-    if summary is not None:
-        if len(results) == 1:
-            raise DomainparError(results[0].error)
-        raise DomainparError(summary)
-    return [r.value for r in results]

@@ -62,8 +62,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
-from domainpar.data.event_graph import EventGraph
+from domainpar.atomic import atomic_path, staged_outputs
+from domainpar.data.event_graph import EDGE_FEATURES, EventGraph, save_graph
+from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError, one_line
 
 #: File suffixes taken for PyG graph files.
@@ -95,6 +98,7 @@ class _AttributeDict:
 
 def _batch_as_data(cls: Any, base_cls: Any):
     """Stand-in for PyG's ``DynamicInheritanceGetter()(Batch, Data)``: a plain ``Data`` to receive the batch's state."""
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
 
     return Data()
@@ -112,6 +116,7 @@ class _BatchMarker:
 
 
 def _safe_globals() -> list:
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
@@ -138,6 +143,7 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
         DomainparError: missing file, not a torch file, or a pickle holding anything but
             tensors, plain containers and PyG data (refused before it is built).
     """
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     path = Path(path)
@@ -167,6 +173,7 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
 
 def _fields(obj: Any, path: Path) -> dict[str, Any]:
     """The attributes of a Data (or of a plain dict of tensors) as a dict."""
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
 
     if isinstance(obj, Data):
@@ -177,6 +184,7 @@ def _fields(obj: Any, path: Path) -> dict[str, Any]:
 
 
 def _array(fields: dict[str, Any], name: str, path: Path) -> np.ndarray | None:
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     value = fields.get(name)
@@ -243,6 +251,7 @@ def _integers(path: Path, name: str, array: np.ndarray) -> np.ndarray:
 
 
 def _event_id(fields: dict, path: Path) -> int:
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     value = fields.get("event_id")
@@ -275,6 +284,7 @@ def _layers(fields: dict, path: Path, num_nodes: int) -> tuple[np.ndarray, str]:
     _, volume = _first(fields, _names("volume_id"), path, ndim=1, length=num_nodes)
     _, layer_id = _first(fields, _names("layer_id"), path, ndim=1, length=num_nodes)
     if volume is not None and layer_id is not None:
+        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
         from domainpar.data.detector import layer_index_of
 
         index = layer_index_of(volume, layer_id)
@@ -313,6 +323,7 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     Raises:
         DomainparError: a required field missing, or fields of inconsistent shapes (one line naming ``path``).
     """
+    # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
     from domainpar.data.features import graph_description
 
     path = Path(path)
@@ -371,7 +382,7 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     attr_name, edge_attr = _first(fields, ("edge_attr",), path, ndim=2, length=num_edges)
     edge_names = None
     if edge_attr is None and cylindrical is not None:
-        from domainpar.data.event_graph import EDGE_FEATURES
+        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
         from domainpar.data.features import edge_feature_matrix
 
         r, phi, z = cylindrical
@@ -488,11 +499,9 @@ def save_pyg_graph(
         vertex: (N, 3) production vertex of every hit's particle (mm), for the true
             segments ``track_edges``; None measures along tracks from the origin.
     """
+    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
     from torch_geometric.data import Data
-
-    from domainpar.atomic import atomic_path
-    from domainpar.data.true_segments import pair_keys, true_segments
 
     path = Path(path)
     pos = graph.pos.astype(np.float64)
@@ -518,6 +527,7 @@ def save_pyg_graph(
         "config": [{"domainpar_description": description}] if description else [],
     }
     table_index = graph.layer
+    # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
     from domainpar.data.detector import layer_table
 
     table = layer_table()
@@ -568,17 +578,12 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
     Raises:
         DomainparError: two files with one stem, an unreadable or refused file, a missing field, no labels.
     """
-    from tqdm import tqdm
-
-    from domainpar.data.event_graph import save_graph
-
     target_dir = Path(target_dir)
     stems: dict[str, Path] = {}
     for file in files:
         if file.stem in stems:
             raise DomainparError(f"{file}: expected one graph file per name (found {stems[file.stem].name} too)")
         stems[file.stem] = file
-    from domainpar.atomic import staged_outputs
 
     converted = []
     # The converted graphs appear only when every file converted: a refused file leaves nothing behind.
@@ -605,6 +610,7 @@ def save_event_pyg(graph: EventGraph, prefix: str | os.PathLike, path: str | os.
     """
     vertex = None
     if graph.particle_id is not None:
+        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
         from domainpar.data.trackml import load_event
 
         (particles,) = load_event(prefix, parts=("particles",))

@@ -23,7 +23,7 @@ free. The math is the training model's, term by term:
         h = h + phi_n([h, sum_{edges into v} e, sum_{edges out of v} e])
     logit = out(phi_head(W_src h[src] + W_dst h[dst] + W_e e + b))
 
-``tests/unit/export`` checks its logits against the training model's on
+``tests/export/test_export.py`` checks its logits against the training model's on
 graphs of several sizes, so a change on either side that breaks the
 equality fails a test.
 """
@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from domainpar.errors import DomainparError
+from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork
 
 
 class DeployLayer(nn.Module):
@@ -253,8 +254,6 @@ def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtyp
     Raises:
         DomainparError: the weights do not fit ``model_config`` (a key is missing, unused or of another shape).
     """
-    from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork
-
     c = model_config
     # The training class is the judge of whether the weights fit the config (names and shapes).
     try:

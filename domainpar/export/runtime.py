@@ -11,17 +11,21 @@ export`` checks every file it writes with it.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from domainpar.errors import DomainparError, one_line
+from domainpar.export.sidecar import feature_names, read_sidecar
 
 
 def _require_onnxruntime(what: str):
     try:
+        # Optional dependency (pip install 'domainpar[export]'): probed when an ONNX file is run.
         import onnxruntime
     except ImportError:
         raise DomainparError(f"{what}: needs onnxruntime (pip install 'domainpar[export]')") from None
@@ -30,10 +34,6 @@ def _require_onnxruntime(what: str):
 
 class _TorchScriptRunner:
     def __init__(self, path: Path) -> None:
-        import warnings
-
-        import torch
-
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -42,8 +42,6 @@ class _TorchScriptRunner:
             raise DomainparError(f"{path}: expected a TorchScript model file, could not load it ({one_line(exc, 160)})") from None
 
     def __call__(self, inputs: list[np.ndarray]) -> np.ndarray:
-        import torch
-
         with torch.no_grad():
             out = self.module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in inputs])
         return out.detach().cpu().numpy()
@@ -113,8 +111,6 @@ class ExportedModel:
 
     def check_widths(self, source: str, node_features: int, edge_features: int) -> None:
         """Refuse a graph whose feature widths do not match the model's inputs (one line naming ``source``)."""
-        from domainpar.export.sidecar import feature_names
-
         if node_features != self.num_node_features:
             names = ", ".join(feature_names(self.sidecar["node_features"]))
             raise DomainparError(
@@ -158,8 +154,6 @@ def load_exported(path: str | os.PathLike) -> ExportedModel:
         DomainparError: missing/unreadable file or sidecar, a sidecar written for another file,
             or onnxruntime missing for an ONNX file.
     """
-    from domainpar.export.sidecar import read_sidecar
-
     path = Path(path)
     if not path.is_file():
         raise DomainparError(f"--model {path}: model file not found")

@@ -29,6 +29,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from domainpar import __version__
 from domainpar.errors import DomainparError
 
 #: Identifies a sidecar file.
@@ -69,10 +72,6 @@ def build_sidecar(
     verification: dict[str, Any],
 ) -> dict[str, Any]:
     """The sidecar dict of a freshly written model file (see the module docstring)."""
-    import torch
-
-    from domainpar import __version__
-
     node_features = list(description["node_features"])
     edge_features = list(description["edge_features"]) if model_config.edge_inputs else []
     if len(node_features) != model_config.node_features:

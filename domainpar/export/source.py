@@ -16,9 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from domainpar.errors import DomainparError
+from domainpar.model.exchange import IdentityExchange
+from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.partition.local_graph import LocalGraph
+from domainpar.partition.plan import build_plan
+from domainpar.train.checkpoint import load_checkpoint
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,6 @@ class ExportSource:
 
 def _load_state(path: Path) -> dict[str, Any]:
     """The checkpoint dict, its checksum and every entry's type verified by the training package's loader."""
-    from domainpar.train.checkpoint import load_checkpoint
-
     return load_checkpoint(path, resumable=False)
 
 
@@ -56,8 +60,6 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     Raises:
         DomainparError: missing, damaged or incomplete checkpoint, or weights that do not fit its model config.
     """
-    from domainpar.model.interaction_network import ModelConfig
-
     path = Path(path)
     state = _load_state(path)
     try:
@@ -88,8 +90,6 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
 
 def training_model(source: ExportSource) -> torch.nn.Module:
     """The checkpoint's training :class:`~domainpar.model.interaction_network.InteractionNetwork` (eval mode, CPU, its own dtype)."""
-    from domainpar.model.interaction_network import InteractionNetwork
-
     model = InteractionNetwork(source.model_config).to(dtype=source.dtype)
     model.load_state_dict(source.state)
     return model.eval()
@@ -97,12 +97,6 @@ def training_model(source: ExportSource) -> torch.nn.Module:
 
 def training_logits(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
     """(E,) logits of the training model on one whole graph, in the graph's edge order (one process)."""
-    import numpy as np
-
-    from domainpar.model.exchange import IdentityExchange
-    from domainpar.partition.local_graph import LocalGraph
-    from domainpar.partition.plan import build_plan
-
     num_nodes = x.shape[0]
     plan = build_plan(edge_index.numpy(), np.zeros(num_nodes, dtype=np.int64), 1).parts[0]
     dtype = next(model.parameters()).dtype

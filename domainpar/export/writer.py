@@ -25,6 +25,7 @@ import torch
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, one_line
 from domainpar.export.deploy import deploy_model, input_names
+from domainpar.export.runtime import open_model_file
 from domainpar.export.sidecar import FORMATS, ONNX_OPSET, build_sidecar, file_sha256, sidecar_path
 from domainpar.export.source import ExportSource, training_logits, training_model
 
@@ -152,8 +153,6 @@ def verify_file(source: ExportSource, path: Path, fmt: str, graph: CheckGraph) -
     Raises:
         DomainparError: the file's logits differ from the training model's by more than the tolerance.
     """
-    from domainpar.export.runtime import open_model_file
-
     inputs = [graph.x.astype(np.float32), graph.edge_index.astype(np.int64)]
     if source.model_config.edge_inputs:
         inputs.append(graph.edge_attr.astype(np.float32))
@@ -175,6 +174,7 @@ def verify_file(source: ExportSource, path: Path, fmt: str, graph: CheckGraph) -
             f"(largest logit {scale:.3g}, tolerance {CHECK_TOLERANCE:g} of it); nothing was written"
         )
     if fmt == "onnx":
+        # Optional dependency (pip install 'domainpar[export]'): only --format onnx needs it.
         import onnxruntime
 
         runtime = f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider, {' and '.join(map(str, CHECK_THREADS))} intra-op threads"
@@ -207,7 +207,7 @@ def export_model(
         fmt: ``torchscript`` or ``onnx``.
         out: the model file (``.pt`` for TorchScript, ``.onnx``); the sidecar is ``<out>.json``.
         description: the input description to record when the checkpoint has none
-            (:func:`domainpar.data.event_graph.read_graph_description` of a training graph).
+            (:func:`domainpar.data.graph_files.read_graph_description` of a training graph).
         threshold: score cut to record (default: the training run's, else 0.5).
         check_graph: graph to check the file on (default: a random graph of the model's widths).
 

@@ -42,7 +42,8 @@ import torch
 from torch import nn
 
 from domainpar.atomic import atomic_path
-from domainpar.data.event_graph import EventGraph, load_graph
+from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 
 #: Bumped whenever the saved layout changes.

@@ -12,6 +12,8 @@ Names are imported lazily so that ``import domainpar.inference`` stays light.
 
 from __future__ import annotations
 
+import importlib
+
 _LAZY = {
     "EvaluateConfig": "domainpar.inference.config",
     "LoadedModel": "domainpar.inference.model_io",
@@ -26,8 +28,6 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'domainpar.inference' has no attribute {name!r}")
 

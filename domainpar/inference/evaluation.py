@@ -29,13 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
+from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
+from domainpar.export.runtime import load_exported
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import load_events
 from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
-from domainpar.inference.scoring import EventEvaluation, summarise, score_event_graph
+from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
+from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc
 
 
 @dataclass
@@ -57,11 +61,7 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         ``duplicate_rate`` (overall), the settings, and ``events`` (one record
         per event with the same figures and counts).
     """
-    from tqdm import tqdm
-
     if config.model is not None:
-        from domainpar.export.runtime import load_exported
-
         exported = load_exported(config.model)
         loaded = None
         threshold = config.threshold if config.threshold is not None else exported.threshold
@@ -131,8 +131,6 @@ def write_outputs(
             (for the first three events).
         submissions_dir: directory for the submission CSVs.
     """
-    from domainpar.atomic import atomic_path
-
     written = []
     if submissions_dir is not None:
         for evaluation in report.evaluations:
@@ -141,8 +139,6 @@ def write_outputs(
                 evaluation.submission.to_csv(tmp, index=False)
             written.append(path)
     if plots_dir is not None:
-        from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc
-
         events = [e.graph for e in report.evaluations]
         threshold = report.summary["threshold"]
         scores = np.concatenate([e.scores for e in report.evaluations])

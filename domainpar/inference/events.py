@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
-from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
+from domainpar.data.detector import layer_index_of
+from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
+from domainpar.data.graph_files import graph_files, has_graph_files, load_graph
+from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
 from domainpar.errors import DomainparError
+from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.config import EvaluateConfig
 from domainpar.tracks.efficiency import ParticleTable
 
@@ -31,15 +38,11 @@ class EventInput:
 
 
 def _raw_truth(prefix: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    from domainpar.data.trackml import load_event
-
     hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
     return hits, particles, truth
 
 
 def _attach_truth(event: EventInput, hits: pd.DataFrame, particles: pd.DataFrame, truth: pd.DataFrame) -> None:
-    from domainpar.data.detector import layer_index_of
-
     order = np.argsort(truth["hit_id"].to_numpy())
     truth = truth.iloc[order].reset_index(drop=True)
     hits = hits.set_index("hit_id").loc[truth["hit_id"].to_numpy()]
@@ -55,10 +58,6 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     record (older checkpoints) the default cuts are used, with the legacy cell
     features when the model's input width asks for them.
     """
-    import json
-
-    from domainpar.data.graph import CELL_FEATURES, GraphConfig
-
     build = None if not graph_meta else graph_meta.get("build_config")
     if build is None:
         return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
@@ -76,7 +75,6 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
             f"{config.checkpoint}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
             "pass its filter file with --filter (filter.pt of the recipe run) or evaluate graph files built with it"
         )
-    from domainpar.filter.edge_filter import load_filter
 
     edge_filter = load_filter(config.edge_filter)
     if edge_filter.content_hash != recorded_filter.get("hash"):
@@ -96,15 +94,10 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         graph_meta: the checkpoint's record of its training graphs (feature names, build configuration),
             used to rebuild the same graph from raw events and to check graph files' feature names.
     """
-    from tqdm import tqdm
-
     data = Path(config.data)
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
     if raw:
-        from domainpar.data.graph import build_graph
-        from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
-
         graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
         for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
             if not has_truth(prefix):

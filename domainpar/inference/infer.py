@@ -17,12 +17,14 @@ import torch
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.model_io import LoadedModel, load_model
+from domainpar.launch.ranks import SpawnError, spawn
+from domainpar.parallel.part import rank_part
+from domainpar.partition import partition_graph
+from domainpar.partition.io import part_file_name, save_plan
 
 
 def infer_single(loaded: LoadedModel, graph: EventGraph) -> np.ndarray:
     """(E,) float64 logits of every edge of ``graph`` in one process (the one-part plan, identity exchange)."""
-    from domainpar.parallel.part import rank_part
-
     rp = rank_part(graph, dtype=loaded.dtype)
     with torch.no_grad():
         logits = loaded.model(rp.graph, rp.exchange)
@@ -37,8 +39,6 @@ def infer_exported(exported, graph: EventGraph) -> np.ndarray:
 
 def _partitioned_worker(rank: int, world_size: int, checkpoint: str, part_paths: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """One rank of partitioned inference: (owned global edge ids, their logits) per event, from its own part files."""
-    from domainpar.parallel.part import rank_part
-
     loaded = load_model(checkpoint)
     results = []
     for paths in part_paths:
@@ -71,10 +71,6 @@ def infer_partitioned(
         ``(logits, partition_records)``: (E,) float64 logits per event, and per
         event the partition's cut and halo sizes.
     """
-    from domainpar.partition import partition_graph
-    from domainpar.partition.io import part_file_name, save_plan
-    from domainpar.train.launch import SpawnError, spawn
-
     records = []
     with tempfile.TemporaryDirectory(prefix="domainpar-evaluate-") as tmp:
         part_paths = []

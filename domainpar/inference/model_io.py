@@ -9,6 +9,9 @@ from pathlib import Path
 import torch
 
 from domainpar.errors import DomainparError
+from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.train.checkpoint import load_checkpoint
+from domainpar.train.config import config_from_dict
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,6 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     Raises:
         DomainparError: missing/corrupted file, not a domainpar checkpoint, or weights that do not fit.
     """
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.train.checkpoint import load_checkpoint
-
     path = Path(path)
     # Checksum, format version and the type of every entry are verified here (also for export).
     state = load_checkpoint(path, resumable=False)
@@ -56,8 +56,6 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     threshold = None
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("run"), dict) and "threshold" in config["run"]:
-        from domainpar.train.config import config_from_dict
-
         # load_checkpoint checked the entry converts; its range is checked here, where it is used.
         threshold = config_from_dict(config, source=f"{path}: config").run.threshold
         if not 0.0 < threshold < 1.0:

@@ -41,6 +41,7 @@ SETTINGS = ("auto", "on", "off")
 @functools.lru_cache(maxsize=None)
 def _triton_available() -> bool:
     try:
+        # Private torch module, absent from some builds: probed when asked.
         from torch.utils._triton import has_triton
     except ImportError:  # pragma: no cover - very old torch
         return False

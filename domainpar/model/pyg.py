@@ -165,6 +165,7 @@ def gcn_norm_naive(graph: LocalGraph, *, add_self_loops: bool = True, dtype: tor
     """What ``GCNConv(normalize=True)`` computes on the local graph alone: degrees of halo
     nodes are counted from local edges only, so boundary edges get wrong weights.
     Kept to demonstrate (and test) why :func:`gcn_norm_local` is needed."""
+    # Imported on use: torch_geometric takes ~11 s to import, and only this demonstration needs it.
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     dtype = dtype or graph.x.dtype

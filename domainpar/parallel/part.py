@@ -38,9 +38,13 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from domainpar.comm.halo import HaloExchange
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.model.exchange import IdentityExchange
+from domainpar.partition.io import load_part
 from domainpar.partition.local_graph import LocalGraph, local_graph_of
 from domainpar.partition.part_data import PartData, cut_part, whole_graph_part
 from domainpar.partition.plan import PartitionPlan
@@ -84,7 +88,6 @@ def load_host_part(
                 raise DomainparError(f"event {source.event_id}: the whole graph is part 0 of a one-part plan (got part {part})")
             return whole_graph_part(source)
         return cut_part(source, plan, part)
-    from domainpar.partition.io import load_part
 
     return load_part(source, part=part, **(expect or {}))
 
@@ -236,8 +239,6 @@ class RankPart:
 
 
 def _group_device(group: Any) -> torch.device:
-    import torch.distributed as dist
-
     if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -259,8 +260,6 @@ def check_group(data: PartData, group: Any = None) -> None:
     Raises:
         DomainparError: one line naming this rank's part file, what it holds and what the group holds.
     """
-    import torch.distributed as dist
-
     size = dist.get_world_size(group)
     me = dist.get_rank(group)
     plan = data.plan
@@ -318,8 +317,6 @@ def attach(staged: StagedPart, group: Any = None, *, check: bool = True) -> Rank
     Returns:
         The :class:`RankPart`.
     """
-    from domainpar.model.exchange import IdentityExchange
-
     graph = staged.wait()
     data = staged.data
     if data.plan.num_parts == 1:
@@ -328,7 +325,6 @@ def attach(staged: StagedPart, group: Any = None, *, check: bool = True) -> Rank
         check_group(data, group)
     if data.drops_cut_edges:
         return RankPart(data=data, graph=graph, exchange=IdentityExchange())
-    from domainpar.comm.halo import HaloExchange
 
     # Sizes were checked with the plan (check_group); no second handshake.
     exchange = HaloExchange(data.plan, group, graph.x.device, validate=not check)

@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.partition.io import save_plan
+from domainpar.partition.partitioners import partition_graph
+from domainpar.partition.plot import plot_partition
+from domainpar.partition.report import partition_report
 from domainpar.workers import ItemResult, run_items
 
 
@@ -40,11 +45,6 @@ def partition_file(
     Raises:
         DomainparError: unreadable graph, a part count the graph cannot take, an unwritable plan.
     """
-    from domainpar.data.event_graph import load_graph
-    from domainpar.partition.io import save_plan
-    from domainpar.partition.partitioners import partition_graph
-    from domainpar.partition.report import partition_report
-
     start = time.perf_counter()
     graph = load_graph(graph_path)
     loaded = time.perf_counter()
@@ -56,8 +56,6 @@ def partition_file(
     save_plan(plan, plan_dir, graph, compress=compress)
     written = time.perf_counter()
     if plot_path is not None:
-        from domainpar.partition.plot import plot_partition
-
         plot_partition(graph, plan, Path(plot_path))
     return {
         "event_id": graph.event_id,

@@ -28,6 +28,7 @@ the ranks of a group can check they hold parts of the same one.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -490,8 +491,6 @@ def build_plan(
     Returns:
         The :class:`PartitionPlan`.
     """
-    import time
-
     t0 = time.perf_counter()
     edge_index = np.asarray(edge_index, dtype=np.int64)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:

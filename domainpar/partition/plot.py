@@ -32,6 +32,7 @@ def halo_mask(plan: PartitionPlan) -> np.ndarray:
 
 
 def _part_colours(num_parts: int) -> np.ndarray:
+    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; partitioning without --plot skips it.
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20" if num_parts > 10 else "tab10"]
@@ -61,6 +62,7 @@ def plot_partition(
         title: figure title (default: method, parts, event).
         dpi: resolution of the PNG.
     """
+    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; partitioning without --plot skips it.
     import matplotlib
 
     matplotlib.use("Agg")

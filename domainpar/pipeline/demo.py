@@ -142,15 +142,16 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
         ``{"train": last metrics record, "evaluate": {dataset: figures}, "recipe": name, "reference": {...}}``.
     """
     from domainpar.atomic import atomic_path
-    from domainpar.data.event_graph import load_graph, save_graph
-    from domainpar.data.graph import build_dataset
-    from domainpar.data.simulate import simulate_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.event_graph import save_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate, write_outputs
     from domainpar.partition import partition_graph
     from domainpar.partition.plot import plot_partition
     from domainpar.partition.report import format_report_table, partition_report
     from domainpar.pipeline.recipe import load_recipe, packaged_recipe_path
+    from domainpar.sim.dataset import simulate_dataset
     from domainpar.train.run import train
 
     config.validate()

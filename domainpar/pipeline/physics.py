@@ -92,11 +92,12 @@ def run_recipe(
         ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "real": ...}, "seconds", ...}``.
     """
     from domainpar.atomic import atomic_path
-    from domainpar.data.event_graph import load_graph, save_graph
-    from domainpar.data.graph import build_dataset
-    from domainpar.data.simulate import simulate_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.event_graph import save_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate, write_outputs
+    from domainpar.sim.dataset import simulate_dataset
     from domainpar.train.run import train
 
     out = Path(out)
@@ -247,14 +248,14 @@ def run_recipe(
 
 
 def _simulation_key(recipe: Recipe) -> str:
-    """Name of a cached event set: the simulation settings and the simulator's own source, hashed."""
+    """Name of a cached event set: the simulation settings and every file of the simulator's package, hashed."""
     import hashlib
     from dataclasses import asdict
 
-    import domainpar.data.simulate as simulate_module
+    from domainpar.sim.dataset import simulator_digest
 
     digest = hashlib.sha256(json.dumps(asdict(recipe.simulation), sort_keys=True).encode())
-    digest.update(Path(simulate_module.__file__).read_bytes())
+    digest.update(simulator_digest().encode())
     return f"events-{digest.hexdigest()[:16]}"
 
 

@@ -119,14 +119,14 @@ class Recipe:
                 raise DomainparError(f"filter.{kind}_features {missing} are not in graph.{kind}_features (it has {list(have)})")
 
     def training_simulation(self):
-        """The :class:`~domainpar.data.simulate.SimulationConfig` of the training events."""
-        from domainpar.data.simulate import SimulationConfig
+        """The :class:`~domainpar.sim.config.SimulationConfig` of the training events."""
+        from domainpar.sim.config import SimulationConfig
 
         return SimulationConfig(num_particles=self.simulation.particles, cluster_variation=float(self.simulation.cluster_variation))
 
     def validation_simulation(self):
-        """The :class:`~domainpar.data.simulate.SimulationConfig` of the validation (held-out) events."""
-        from domainpar.data.simulate import SimulationConfig
+        """The :class:`~domainpar.sim.config.SimulationConfig` of the validation (held-out) events."""
+        from domainpar.sim.config import SimulationConfig
 
         return SimulationConfig(num_particles=self.simulation.particles)
 

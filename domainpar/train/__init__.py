@@ -1,11 +1,13 @@
-"""Training: the loop, losses, metrics, checkpoints and process launch.
+"""Training: the loop, losses, metrics and checkpoints (ranks are started by :mod:`domainpar.launch`).
 
 ``from domainpar.train import train, load_config`` is the programmatic entry
 point (``train(config) -> summary``); the submodules are imported lazily so
-that ``domainpar.train.launch`` stays light.
+that importing one of them does not import the whole training stack.
 """
 
 from __future__ import annotations
+
+import importlib
 
 _LAZY = {
     "train": ("domainpar.train.run", "train"),
@@ -17,8 +19,6 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'domainpar.train' has no attribute {name!r}")

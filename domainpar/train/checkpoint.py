@@ -61,6 +61,8 @@ import torch
 
 from domainpar.atomic import atomic_path, fsync_directory, remove_stale_temporaries
 from domainpar.errors import DomainparError, one_line, shorten
+from domainpar.model.interaction_network import ModelConfig
+from domainpar.train.config import config_from_dict
 
 #: Version 2 added the ``sha256`` entry; files of version 1 (no checksum) are refused.
 CHECKPOINT_FORMAT_VERSION = 2
@@ -438,8 +440,6 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     if len(floating) > 1:
         raise DomainparError(f"{path}: checkpoint entry 'model' must hold weights of one dtype (got {sorted(map(str, floating))})")
     # A model config that does not construct is a damaged checkpoint, not a bug: name the file.
-    from domainpar.model.interaction_network import ModelConfig
-
     annotations = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
     for key, value in state["model_config"].items():
         expected = annotations.get(key)
@@ -454,8 +454,6 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     except (DomainparError, TypeError, ValueError) as exc:
         raise DomainparError(f"{path}: checkpoint entry 'model_config' is not a valid model config ({one_line(exc, limit=200)})") from None
     if "config" in state:
-        from domainpar.train.config import config_from_dict
-
         try:
             config_from_dict(state["config"], source="config")
         except DomainparError as exc:

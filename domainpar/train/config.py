@@ -14,6 +14,7 @@ one :class:`~domainpar.errors.DomainparError` line per mistake.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import types
@@ -22,8 +23,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
+import yaml
+
+from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -347,8 +352,6 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
     Raises:
         DomainparError: missing or malformed file, unknown key, wrong value type.
     """
-    import yaml
-
     config = TrainConfig()
     if path is not None:
         path = Path(path)
@@ -379,10 +382,6 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
 
 def dump_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write ``config`` as YAML (atomically)."""
-    import yaml
-
-    from domainpar.atomic import atomic_path
-
     with atomic_path(path) as tmp:
         tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
@@ -394,10 +393,6 @@ def _require(ok: bool, message: str) -> None:
 
 def model_parameters(model: ModelConfig) -> int:
     """Number of parameters of the Interaction Network of ``model``, counted without allocating it (meta device)."""
-    import torch
-
-    from domainpar.model.interaction_network import InteractionNetwork
-
     with torch.device("meta"):
         network = InteractionNetwork(model)
     return sum(p.numel() for p in network.parameters())
@@ -511,8 +506,6 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         "pass --resume to continue that run or choose another --out",
     )
     if r.tensorboard:
-        import importlib.util
-
         _require(
             importlib.util.find_spec("torch.utils.tensorboard") is not None
             and importlib.util.find_spec("tensorboard") is not None,
@@ -520,8 +513,6 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         )
 
     if cuda_available is None:
-        import torch
-
         cuda_available = torch.cuda.is_available()
     _require(p.device != "cuda" or cuda_available, "--device cuda requested but torch sees no CUDA device")
     on_cuda = p.device == "cuda" or (p.device == "auto" and cuda_available)

@@ -22,10 +22,12 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
         step_records: the ``steps.jsonl`` records (``step``, ``loss``).
         path: output PNG.
     """
+    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; runs without curves skip it.
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, MaxNLocator
 
     fig, (ax_loss, ax_metrics) = plt.subplots(1, 2, figsize=(11, 4.2))
     if step_records:
@@ -41,8 +43,6 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
     ax_loss.set_ylabel("weighted BCE per edge")
     positive = [r["loss"] for r in step_records if r.get("loss") and r["loss"] > 0]
     if positive:
-        from matplotlib.ticker import FormatStrFormatter
-
         ax_loss.set_yscale("log")
         # Losses span well under a decade: plain numbers read better than 9x10^-1 tick labels.
         ax_loss.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
@@ -65,8 +65,6 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
     else:
         ax_metrics.set_title("validation")
     ax_metrics.set_xlabel("epoch")
-    from matplotlib.ticker import MaxNLocator
-
     ax_metrics.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_metrics.set_ylim(0, 1.02)

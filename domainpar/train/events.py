@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.event_graph import inspect_graph, load_graph
+from domainpar.data.graph_files import inspect_graph, load_graph
 from domainpar.errors import DomainparError, one_line
+from domainpar.partition.io import load_part, part_file_name
 from domainpar.partition.part_data import PartData, whole_graph_part
 
 
@@ -125,8 +126,6 @@ class EventParts:
 
     def part_file(self, index: int) -> Path:
         """The part file this rank reads for event ``index``."""
-        from domainpar.partition.io import part_file_name
-
         event_id = self._header(index)[0]
         return plan_directory(self.plans, event_id, self.files[index]) / part_file_name(self.part)
 
@@ -153,7 +152,6 @@ class EventParts:
             if graph.y is None:
                 raise DomainparError(f"{path}: training and validation need graphs with truth labels (got y = None)")
             return whole_graph_part(graph)
-        from domainpar.partition.io import load_part
 
         event_id, num_nodes, num_edges = self._header(index)
         part_path = self.part_file(index)

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from domainpar.atomic import atomic_path
+from domainpar.train.curves import plot_curves
 
 #: Epoch figures mirrored to TensorBoard (under ``epoch/``).
 _TENSORBOARD_EPOCH_KEYS = ("train_loss", "val_loss", "efficiency", "purity", "auc")
@@ -71,6 +72,7 @@ class RunLogs:
             write_jsonl(self.metrics_path, [r for r in read_jsonl(self.metrics_path) if r.get("epoch", 0) <= epoch])
             write_jsonl(self.steps_path, [r for r in read_jsonl(self.steps_path) if r.get("step", 0) <= step])
         if self.tensorboard:
+            # Optional dependency (pip install 'domainpar[tensorboard]'): only --tensorboard needs it.
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self.out / "tensorboard"), purge_step=global_step or None)
@@ -88,8 +90,6 @@ class RunLogs:
         with open(self.metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         if self.curves:
-            from domainpar.train.curves import plot_curves
-
             plot_curves(read_jsonl(self.metrics_path), read_jsonl(self.steps_path), self.out / "curves.png")
         if self._writer is not None:
             for key in _TENSORBOARD_EPOCH_KEYS:

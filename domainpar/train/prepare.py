@@ -28,7 +28,7 @@ events (each in a pool of ``data.workers`` processes) and the ranks then wait
 for each other **through the rendezvous store, not a barrier**: no process
 group timeout bounds the preparation, a failure on any rank reaches every rank
 within a poll with that rank's message, and a rank that died silently is named
-after a heartbeat timeout (:mod:`domainpar.comm.failures`).
+after a heartbeat timeout (:mod:`domainpar.comm.failure`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from tqdm import tqdm
+
+from domainpar.atomic import atomic_path
+from domainpar.comm import wait
+from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
+from domainpar.data.dataset import build_graph_file, event_inputs, graph_target
+from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
+from domainpar.data.graph import CELL_FEATURES, GraphConfig
+from domainpar.data.graph_files import graph_files, has_graph_files, inspect_graph, is_pyg_dataset
+from domainpar.data.pyg_files import convert_pyg_files
 from domainpar.errors import DomainparError
+from domainpar.partition.dataset import partition_file
+from domainpar.partition.io import plan_dir_name, read_manifest
 from domainpar.train.config import TrainConfig, domain_size_of
+from domainpar.train.events import check_feature_widths, graph_header, plan_directory, require_labels
 from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
 
 
@@ -80,8 +93,6 @@ class PrepItem:
 
 
 def _is_raw(path: Path) -> bool:
-    from domainpar.data.event_graph import has_graph_files
-
     return path.is_dir() and not has_graph_files(path) and any(path.glob("event*-hits.csv*"))
 
 
@@ -111,11 +122,6 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
     Raises:
         DomainparError: a path with neither graphs nor raw events, or two graph files of one event.
     """
-    from domainpar.data.dataset import event_inputs, graph_target
-    from domainpar.data.event_graph import graph_files, has_graph_files, is_pyg_dataset
-    from domainpar.partition.io import plan_dir_name
-    from domainpar.train.events import graph_header
-
     group = domain_size_of(config, world_size)
     items: list[PrepItem] = []
     files: dict[str, list[str]] = {}
@@ -131,8 +137,6 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
         elif has_graph_files(path):
             graphs = graph_files(path)
             if is_pyg_dataset(path):
-                from domainpar.data.pyg_files import convert_pyg_files
-
                 # The field's PyG files become graph files once (reused later; every rank converts the same
                 # files to the same bytes, so concurrent ranks agree).
                 graphs = convert_pyg_files(graphs, Path(config.run.out) / "graphs" / kind, progress=False)
@@ -192,15 +196,10 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
         DomainparError: the event's one-line problem (bad raw file, graph without labels or with other
             feature widths, missing or mis-sized plan, a part count the graph cannot take).
     """
-    from domainpar.data.event_graph import inspect_graph
-    from domainpar.train.events import require_labels
-
     start = time.perf_counter()
     graph = Path(item.graph)
     built = partitioned = False
     if item.raw and not graph.is_file():
-        from domainpar.data.dataset import build_graph_file
-
         build_graph_file(item.source, graph.parent, params["graph_config"])
         built = True
     header = inspect_graph(graph)  # the file's structure from its headers: a damaged file is named precisely
@@ -221,21 +220,13 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
             current = _fingerprint(graph)
             fresh = (plan_dir / "manifest.json").is_file() and note.is_file() and note.read_text() == current
             if not fresh:
-                from domainpar.atomic import atomic_path
-                from domainpar.partition.dataset import partition_file
-
                 partition_file(str(graph), str(plan_dir), params["num_parts"], params["method"], params["seed"])
                 with atomic_path(note) as tmp:
                     tmp.write_text(current)
                 partitioned = True
         else:
-            from domainpar.partition.io import read_manifest
-            from domainpar.train.events import graph_header
-
             event_id = graph_header(graph)[0]
             try:
-                from domainpar.train.events import plan_directory
-
                 manifest = read_manifest(plan_directory(plan_dir.parent, event_id, graph))
             except DomainparError as exc:
                 raise DomainparError(f"--plans: {exc}") from None
@@ -248,9 +239,6 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict[str, Any]:
-    from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES, inspect_graph
-    from domainpar.data.graph import CELL_FEATURES, GraphConfig
-
     graph_config = GraphConfig()
     widths, widths_of = None, None
     if items:
@@ -282,8 +270,6 @@ def _names(items: list[PrepItem]) -> list[str]:
 
 
 def _check_widths(inputs: RunInputs) -> None:
-    from domainpar.train.events import check_feature_widths
-
     check_feature_widths([Path(f) for f in dict.fromkeys(inputs.train_files + inputs.val_files)])
 
 
@@ -375,9 +361,6 @@ def prepare_distributed(
         DomainparError: this rank's own problem, or ``rank <r>: <line>`` of a peer's user mistake.
         PeerFailed: a peer crashed or died (the message names it).
     """
-    from domainpar.comm import wait
-    from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
-
     channel = default_channel()
     beat_channel = wait.own_channel(rank)
     if channel is None or beat_channel is None:
@@ -432,8 +415,6 @@ class _GlobalProgress:
     """Rank 0's progress bar over every rank's events (a counter in the store)."""
 
     def __init__(self, store: Any, key: str, total: int, enabled: bool) -> None:
-        from tqdm import tqdm
-
         self.store, self.key = store, key
         self.bar = tqdm(total=total, desc="preparing events (all ranks)", unit="event", disable=not enabled,
                         file=sys.stderr, dynamic_ncols=True)

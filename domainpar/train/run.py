@@ -18,9 +18,14 @@ from typing import Any
 
 import torch
 
+from domainpar.comm.watchdog import WatchdogConfig
+from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.errors import DomainparError
+from domainpar.launch import ranks, runlock
 from domainpar.output_paths import check_output_dir
 from domainpar.train.config import TrainConfig, validate_config
+from domainpar.train.prepare import prepare, prepare_distributed
+from domainpar.train.trainer import run_rank
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
 _SPAWN_JOB_LIMIT_S = 30 * 24 * 3600.0
@@ -47,8 +52,6 @@ def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False
     """Validate ``config`` for ``world_size`` ranks, prepare its events (graphs, plans: see
     :mod:`domainpar.train.prepare`) and return the argument of :func:`~domainpar.train.trainer.run_rank`
     (for launching ranks yourself, e.g. in sweeps)."""
-    from domainpar.train.prepare import prepare
-
     validate_config(config, world_size=world_size)
     return _payload(config, prepare(config, world_size, progress=progress))
 
@@ -62,8 +65,6 @@ def _rank_error(exc: Exception) -> Exception:
 
 
 def _watchdog_config(config: TrainConfig):
-    from domainpar.comm.watchdog import WatchdogConfig
-
     return WatchdogConfig(dead_after_s=config.parallel.heartbeat_s)
 
 
@@ -74,12 +75,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     the others through the rendezvous store, not in a barrier: no process-group timeout bounds the
     preparation, and a rank's failure reaches every rank within a poll with its line.
     """
-    from domainpar.comm.watchdog import current as current_watchdog
-    from domainpar.train import launch, runlock
-    from domainpar.train.prepare import prepare, prepare_distributed
-    from domainpar.train.trainer import run_rank
-
-    env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
+    env = ranks.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
     validate_config(config, world_size=env.world_size)
     lock = None
 
@@ -112,7 +108,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
 def train(config: TrainConfig) -> dict[str, Any]:
     """Validate ``config``, start the ranks, train, and return rank 0's summary.
 
-    One run at a time writes ``config.run.out`` (:mod:`domainpar.train.runlock`).
+    One run at a time writes ``config.run.out`` (:mod:`domainpar.launch.runlock`).
 
     Returns:
         A dict with ``out``, ``mode``, ``world_size``, ``domain_size``,
@@ -126,10 +122,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         SpawnError: a spawned rank crashed, died or stopped answering (the message names the first one).
         PeerFailed: under torchrun/srun, another rank failed first (named).
     """
-    from domainpar.train import launch, runlock
-    from domainpar.train.trainer import run_rank
-
-    if launch.running_under_launcher():
+    if ranks.running_under_launcher():
         return _train_as_launched_rank(config)
 
     world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
@@ -142,19 +135,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
         )
     check_output_dir(config.run.out, "--out")
     with runlock.run_lock(config.run.out):
-        from domainpar.train.prepare import prepare
-
         inputs = prepare(config, world_size, progress=config.run.progress)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
         payload = _payload(config, inputs)
         if world_size == 1:
             return run_rank(0, 1, payload)
-        backend = launch.backend_for(payload["device"])
+        backend = ranks.backend_for(payload["device"])
         threads = config.parallel.threads
         if threads is None and backend == "gloo":
             threads = max(1, (os.cpu_count() or 1) // world_size)
         try:
-            results = launch.spawn(
+            results = ranks.spawn(
                 run_rank,
                 world_size,
                 args=(payload,),
@@ -163,7 +154,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
                 num_threads=threads,
                 watchdog=_watchdog_config(config),
             )
-        except launch.SpawnError as exc:
+        except ranks.SpawnError as exc:
             converted = _rank_error(exc)
             if converted is exc:
                 raise

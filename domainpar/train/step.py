@@ -23,6 +23,8 @@ import torch
 
 from domainpar.comm.collectives import max_value, sum_in_place, sum_values
 from domainpar.comm.groups import Layout
+from domainpar.comm.reduce import all_reduce_gradients
+from domainpar.model.loss import edge_loss
 from domainpar.train.config import TrainConfig
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 
@@ -93,8 +95,6 @@ class StepRunner:
         Returns:
             (scalar loss share, (E_local,) logits).
         """
-        from domainpar.model.loss import edge_loss
-
         with self._forward_context():
             logits = self.model(part.graph, part.exchange)
         loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, part.graph, self.config.optim.pos_weight)
@@ -116,8 +116,6 @@ class StepRunner:
                 domain group iterates the same events: building a part's exchange is a collective).
             lr: learning rate of this step.
         """
-        from domainpar.comm.reduce import all_reduce_gradients
-
         model, layout = self.model, self.layout
         model.train()
         self.optimizer.zero_grad(set_to_none=True)

@@ -24,12 +24,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from domainpar.comm.collectives import broadcast_tensors, max_value
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
-from domainpar.data.event_graph import read_graph_description, read_graph_metadata
+from domainpar.data.graph_files import read_graph_description, read_graph_metadata
+from domainpar.launch.ranks import device_for_local_rank
+from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.parallel.part import attach
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     checkpoint_dir,
@@ -118,7 +122,6 @@ class Trainer:
         self.total_steps = steps if config.run.max_steps is None else min(steps, config.run.max_steps)
 
         _seed_everything(config.run.seed)
-        from domainpar.model.interaction_network import InteractionNetwork
 
         node_features = array_shape(train_files[0], "x")[1]
         edge_features = array_shape(train_files[0], "edge_attr")[1]
@@ -203,8 +206,6 @@ class Trainer:
         The group check and the exchange are collectives (more than one part): every rank of the
         group iterates the same events in the same order.
         """
-        from domainpar.parallel.part import attach
-
         for index in indices:
             staged, waited = feed.next(index)
             yield attach(staged, self.layout.domain_group), waited
@@ -365,7 +366,6 @@ class Trainer:
     def _run_loop(self, resume_path: Path | None, run_start: float) -> dict[str, Any]:
         config, layout, p = self.config, self.layout, self.progress
         main = layout.is_main
-        from tqdm import tqdm
 
         # tqdm's default lock is a multiprocessing semaphore; a rank that is killed cannot release it and the
         # launcher's resource tracker then warns about leaked semaphores. One bar per process needs a thread lock.
@@ -465,8 +465,6 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         torch.set_num_threads(config.parallel.threads)
     try:
         if payload["device"] == "cuda":
-            from domainpar.train.launch import device_for_local_rank
-
             local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
             device = device_for_local_rank(local_rank, "cuda")
         else:

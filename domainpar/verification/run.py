@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import init_from_env, spawn
 from domainpar.model.interaction_network import ModelConfig
+from domainpar.partition.partitioners import partition_graph
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import VerifyCase, VerifyResult
 from domainpar.verification.worker import verify_worker
 
 
 def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.ndarray:
-    from domainpar.partition.partitioners import partition_graph
-
     if method not in ("metis", "geometric"):
         raise DomainparError(f"method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
     return partition_graph(graph, num_parts, method, seed=seed, option="--parts").owner
@@ -24,8 +27,6 @@ def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.
 
 def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:
     """Check the arguments and load the graph; verify needs labels for its loss."""
-    from domainpar.data.event_graph import load_graph
-
     if num_parts < 1:
         raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
     if dtype not in _DTYPES:
@@ -49,14 +50,10 @@ def verify_graph_local(
     fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    from domainpar.train.launch import spawn
-
     graph = _load_labelled_graph(graph_path, num_parts, dtype)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
-        import os
-
         num_threads = max(1, (os.cpu_count() or 1) // num_parts)
     per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
     return per_rank[0][0]
@@ -80,8 +77,6 @@ def verify_graph_distributed(
     Returns:
         (result, this rank, backend).
     """
-    from domainpar.train.launch import init_from_env
-
     env = init_from_env(timeout_s)
     if env.world_size != num_parts:
         raise DomainparError(f"--parts must equal the number of launched ranks {env.world_size} (got {num_parts})")

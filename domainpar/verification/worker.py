@@ -1,7 +1,7 @@
 """The exactness check: partitioned run versus one process, logits, loss and every gradient.
 
 :func:`verify_worker` runs inside every rank of a domain group (spawned by
-:func:`domainpar.train.launch.spawn` or started by torchrun). For each
+:func:`domainpar.launch.ranks.spawn` or started by torchrun). For each
 :class:`VerifyCase` it gets its part through the seam
 (:func:`domainpar.parallel.part.rank_part`: local graph and
 :class:`~domainpar.comm.halo.HaloExchange`, the group checked to hold one
@@ -107,6 +107,7 @@ def _pyg_loss(out: torch.Tensor, global_ids: torch.Tensor, case: PygCase, num_no
 
 
 def _pyg_run(case: PygCase, graph: LocalGraph, global_ids: torch.Tensor, exchange: Exchange, device: torch.device):
+    # Imported on use: model.pyg imports torch_geometric (~11 s); only the PyG cases need it.
     from domainpar.model.pyg import PygStack
 
     torch.manual_seed(case.seed)

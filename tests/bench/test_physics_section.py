@@ -19,8 +19,9 @@ import pytest
 from bench.sections import physics
 from domainpar.inference.model_io import load_model
 
-#: Simulation, graph building, filter, training and two evaluations with plots: ~30 s of CPU.
-pytestmark = pytest.mark.slow
+#: The tests that read ``smoke`` (simulation, graph building, filter, training and two evaluations with plots:
+#: ~30 s of CPU) are the slow tier.
+slow = pytest.mark.slow
 
 
 def _tiny(recipe):
@@ -38,6 +39,7 @@ def smoke(tmp_path_factory):
     return out, physics.run(out, overrides=_tiny)
 
 
+@slow
 def test_outputs_are_where_the_section_says(smoke):
     out, section = smoke
     loaded = load_model(out / "model.pt")
@@ -54,6 +56,7 @@ def test_outputs_are_where_the_section_says(smoke):
     assert result["train"]["cpu_seconds"] > 0 and result["train"]["steps"] == 3
 
 
+@slow
 def test_table_holds_every_figure(smoke):
     _, section = smoke
     assert section.name == "physics" and section.skipped is None

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from domainpar.cli.main import main
-from domainpar.data.simulate import SimulationConfig, simulate_dataset
 from domainpar.errors import DomainparError
 from domainpar.npzfile import read_npz, write_npz
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.dataset import simulate_dataset
 from domainpar.workers import parse_shard, shard_items
 
 NUM_EVENTS = 5

@@ -1692,7 +1692,7 @@ def _readable(path: Path) -> None:
     """A kept output loads with the reader of its format."""
     import json
 
-    from domainpar.data.event_graph import load_graph
+    from domainpar.data.graph_files import load_graph
     from domainpar.partition.io import load_part
 
     if path.suffix == ".json":

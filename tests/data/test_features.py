@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domainpar.data.event_graph import load_graph, read_graph_description, save_graph
+from domainpar.data.event_graph import save_graph
 from domainpar.data.features import build_description
 from domainpar.data.graph import GraphConfig, build_event_graph
+from domainpar.data.graph_files import load_graph, read_graph_description
 
 from fixtures import EVENT1 as EVENT
 

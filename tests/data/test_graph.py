@@ -12,13 +12,15 @@ import pytest
 
 from domainpar.cli.main import main
 from domainpar.data.detector import layer_table
-from domainpar.data.event_graph import load_graph, save_graph
+from domainpar.data.event_graph import save_graph
 from domainpar.data.graph import GraphConfig, build_event_graph, build_graph
+from domainpar.data.graph_files import load_graph
 from domainpar.data.layer_pairs import layer_pairs, layers_between
-from domainpar.data.simulate import SimulationConfig, simulate_event
 from domainpar.data.trackml import load_event
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.event import simulate_event
 
 from fixtures import FULL_EVENT
 from fixtures import TRACKML_DIR as DATA

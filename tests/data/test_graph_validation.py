@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domainpar.data.event_graph import EventGraph, inspect_graph, load_graph, save_graph
+from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.graph_files import inspect_graph, load_graph
 from domainpar.errors import DomainparError
 
 

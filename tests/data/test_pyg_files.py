@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from domainpar.data.event_graph import graph_files, load_graph, read_graph_description
 from domainpar.data.features import build_description
 from domainpar.data.graph import GraphConfig, build_event_graph
+from domainpar.data.graph_files import graph_files, load_graph, read_graph_description
 from domainpar.data.pyg_files import load_pyg_file, save_pyg_graph
 from domainpar.errors import DomainparError
 from fixtures import EVENT1

@@ -164,9 +164,10 @@ def test_all_hits_at_one_point_are_refused(plain_event, tmp_path):
 
 
 def test_real_and_simulated_hits_pass_the_layer_check():
-    from domainpar.data.simulate import SimulationConfig, simulate_event
-    from domainpar.data.trackml import _validate_positions
     from domainpar.data.detector import layer_index_of
+    from domainpar.data.trackml import _validate_positions
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     for seed in range(3):
         hits = simulate_event(SimulationConfig(num_particles=500), event_id=1, seed=seed)["hits"]

@@ -14,9 +14,10 @@ from fixtures import EVENT1, REPO
 
 @pytest.mark.parametrize("cell_features", [False, True])
 def test_run_exported_rebuilds_the_inputs_from_the_sidecar(cell_features, tmp_path):
-    from domainpar.data.event_graph import load_graph
+    from domainpar.data.dataset import build_dataset
     from domainpar.data.features import build_description
-    from domainpar.data.graph import GraphConfig, build_dataset
+    from domainpar.data.graph import GraphConfig
+    from domainpar.data.graph_files import load_graph
     from domainpar.export.runtime import load_exported
     from domainpar.export.source import load_export_source
     from domainpar.export.writer import export_model

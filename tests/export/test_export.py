@@ -392,7 +392,8 @@ def test_export_refusals(checkpoint, tmp_path, capsys):
 def test_export_takes_the_description_from_graph_files(checkpoint, tmp_path, capsys):
     """A checkpoint without a description exports with --graphs pointing at `domainpar build` output."""
     from domainpar.cli.main import main
-    from domainpar.data.graph import GraphConfig, build_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.graph import GraphConfig
 
     build_dataset(TRACKML_DIR, tmp_path / "graphs", GraphConfig(phi_slope_max=0.0005), progress=False)
     state = torch.load(checkpoint, weights_only=True)
@@ -408,7 +409,8 @@ def test_export_takes_the_description_from_graph_files(checkpoint, tmp_path, cap
 
 def test_train_records_the_graph_description_and_export_uses_it(tmp_path):
     """`domainpar train` on `domainpar build` output → checkpoint with the features and cuts → sidecar."""
-    from domainpar.data.graph import GraphConfig, build_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.graph import GraphConfig
     from domainpar.export.source import load_export_source
     from domainpar.export.writer import export_model
     from domainpar.train.config import load_config

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from domainpar.data.event_graph import load_graph
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import FilterConfig, load_filter, train_filter
 
@@ -20,8 +20,10 @@ FAST = {"hidden": 16, "layers": 2, "steps": 30, "batch_edges": 1024}
 @pytest.fixture(scope="module")
 def graph_files(tmp_path_factory) -> list:
     """Four simulated events of 150 particles as graphs with geometry and cluster node features."""
-    from domainpar.data.graph import GraphConfig, build_dataset
-    from domainpar.data.simulate import SimulationConfig, simulate_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.graph import GraphConfig
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.dataset import simulate_dataset
 
     root = tmp_path_factory.mktemp("filter")
     simulate_dataset(root / "events", 4, SimulationConfig(num_particles=150), seed=3, progress=False)
@@ -69,7 +71,8 @@ def test_an_unknown_feature_name_is_a_one_line_error(graph_files):
 
 
 def test_a_graph_without_the_named_features_is_refused(graph_files, tmp_path):
-    from domainpar.data.graph import GraphConfig, build_dataset
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.graph import GraphConfig
 
     edge_filter = train_filter(graph_files, FilterConfig(node_features=NODE[:4], **FAST))
     events = graph_files[0].parent.parent / "events"

@@ -99,6 +99,7 @@ def test_single_process_evaluation_of_the_real_event(single_report):
     assert score_event(truth, evaluation.submission) == pytest.approx(record["trackml_score"], abs=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.distributed
 def test_two_parts_give_the_single_process_logits_and_figures(trained_checkpoint, event_dir, single_report):

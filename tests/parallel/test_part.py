@@ -16,12 +16,12 @@ import torch.distributed as dist
 from fixtures import random_graph
 
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.model.exchange import IdentityExchange
 from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
 from domainpar.parallel.part import RankPart, load_host_part, rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.io import part_file_name, save_plan
-from domainpar.train.launch import spawn
 
 WORLD = 3
 
@@ -89,6 +89,7 @@ def job(tmp_path_factory):
     return spawn(_job, WORLD, args=(str(root),), timeout_s=120, num_threads=1)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_parts_read_from_files_equal_parts_cut_in_memory(job):
@@ -96,6 +97,7 @@ def test_parts_read_from_files_equal_parts_cut_in_memory(job):
     assert sum(r["halo"] for r in job) > 0  # the plan really cuts
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_scattered_partitioned_logits_equal_the_one_process_logits(job):
@@ -106,6 +108,7 @@ def test_scattered_partitioned_logits_equal_the_one_process_logits(job):
         np.testing.assert_allclose(result["event"], reference, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_a_group_holding_parts_of_two_plans_is_refused_before_the_first_exchange(job):

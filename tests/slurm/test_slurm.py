@@ -157,6 +157,7 @@ def _render(script: str, tmp_path: Path, env_extra: dict[str, str]) -> list[str]
     return [line for line in log.read_text().splitlines() if not line.startswith("python - ")]
 
 
+@pytest.mark.slow  # runs the batch script, whose config check starts Python with torch
 def test_multi_node_script_renders_one_torchrun_per_node_with_c10d_rendezvous(tmp_path):
     calls = _render("multi_node_4gpu.sbatch", tmp_path, {"SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2"})
     srun = next(c for c in calls if c.startswith("srun "))
@@ -168,6 +169,7 @@ def test_multi_node_script_renders_one_torchrun_per_node_with_c10d_rendezvous(tm
     assert torchrun.endswith("-m domainpar train --config slurm/config_multi_node_4gpu.yaml")
 
 
+@pytest.mark.slow  # runs the batch script, whose config check starts Python with torch
 def test_single_node_script_renders_standalone_torchrun(tmp_path):
     calls = _render("single_node_4gpu.sbatch", tmp_path, {})
     torchrun = next(c for c in calls if c.startswith("torchrun "))
@@ -175,12 +177,14 @@ def test_single_node_script_renders_standalone_torchrun(tmp_path):
     assert torchrun.endswith("-m domainpar train --config slurm/config_single_node_4gpu.yaml")
 
 
+@pytest.mark.slow  # runs the batch script, whose config check starts Python with torch
 def test_cpu_script_renders_srun_ranks_with_rendezvous_on_first_node(tmp_path):
     calls = _render("cpu_only.sbatch", tmp_path, {"SLURM_NTASKS": "4"})
     python = [c for c in calls if c.startswith("python ")]
     assert python == ["python -m domainpar train --config slurm/config_cpu_only.yaml"]
 
 
+@pytest.mark.slow  # runs the batch script, whose config check starts Python with torch
 def test_resubmitted_job_resumes_from_existing_checkpoints(tmp_path):
     out = tmp_path / "submit" / "runs" / "slurm_Nx4" / "checkpoints"
     out.mkdir(parents=True)
@@ -190,6 +194,7 @@ def test_resubmitted_job_resumes_from_existing_checkpoints(tmp_path):
     assert torchrun.endswith("--config slurm/config_multi_node_4gpu.yaml --resume")
 
 
+@pytest.mark.slow  # runs the batch script, whose config check starts Python with torch
 def test_bad_config_fails_before_launch_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  hiden: 64\n")
@@ -206,6 +211,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_two_node_rehearsal_with_torchrun_c10d(tmp_path):

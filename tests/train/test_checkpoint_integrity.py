@@ -31,39 +31,17 @@ from domainpar.train.checkpoint import (
     state_digest,
     write_checkpoint,
 )
-from domainpar.train.config import load_config
 from domainpar.train.run import train
-from fixtures import write_graphs
+from fixtures import checkpointed_run_config, write_graphs
 
 
-def _config(data: Path, out: Path, **overrides):
-    values = {
-        "data.train": str(data),
-        "run.out": str(out),
-        "parallel.mode": "single",
-        "run.epochs": 2,
-        "optim.batch_events": 1,
-        "run.checkpoint_every": 1,
-        "run.keep": 10,
-        "parallel.threads": 1,
-        "model.hidden": 8,
-        "model.num_iterations": 1,
-        "optim.lr": 0.01,
-        "run.seed": 3,
-        "run.progress": False,
-        "run.curves": False,
-        **overrides,
-    }
-    return load_config(None, values)
+_config = checkpointed_run_config
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    """A finished 6-step run with a checkpoint at every step."""
-    root = tmp_path_factory.mktemp("ckpt")
-    write_graphs(root / "graphs", 3)
-    train(_config(root / "graphs", root / "run"))
-    return root
+def run_dir(checkpointed_run) -> Path:
+    """A finished 6-step run with a checkpoint at every step (shared with the other resume tests: read-only)."""
+    return checkpointed_run
 
 
 def _flip(path: Path, target: Path, entry: int = 0, count: int = 64) -> Path:
@@ -240,6 +218,7 @@ _SLOW_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_kill_during_checkpoint_write_leaves_no_temporary_after_the_next_run(tmp_path):
     data = tmp_path / "graphs"

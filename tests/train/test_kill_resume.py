@@ -19,8 +19,9 @@ import time
 import pytest
 import torch
 
+from domainpar.launch.jobs import error_lines, start, train_args
 from domainpar.train.checkpoint import checkpoint_files
-from bench.common.jobs import error_lines, start, train_args
+
 from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed

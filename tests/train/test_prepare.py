@@ -26,7 +26,8 @@ from fixtures import write_graphs
 
 from domainpar.comm.failure import FailureChannel, PeerFailed
 from domainpar.comm.wait import mark_done, wait_for_peers
-from domainpar.data.event_graph import load_graph, save_graph
+from domainpar.data.event_graph import save_graph
+from domainpar.data.graph_files import load_graph
 from domainpar.partition.io import load_part, part_file_name
 from domainpar.train.config import load_config
 from domainpar.train.prepare import list_items, prepare, prepare_item

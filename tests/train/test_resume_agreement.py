@@ -8,15 +8,17 @@ the path rank 0 chose.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+from domainpar.launch.ranks import SpawnError, spawn
 from domainpar.train import state as state_module
 from domainpar.train import trainer as trainer_module
 from domainpar.train.checkpoint import checkpoint_files
-from domainpar.train.config import load_config
-from domainpar.train.launch import SpawnError, spawn
-from domainpar.train.run import prepare_payload, train
-from fixtures import write_graphs
+from domainpar.train.run import prepare_payload
+
+from fixtures import checkpointed_run_config
 
 pytestmark = pytest.mark.distributed
 
@@ -38,16 +40,13 @@ def _rank_with_its_own_file_system(rank: int, world_size: int, payload: dict, sh
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume_agreement")
-    write_graphs(root / "graphs", 2)
-    values = {"data.train": str(root / "graphs"), "parallel.mode": "single", "run.epochs": 2, "run.checkpoint_every": 1,
-              "run.keep": 4, "model.hidden": 8, "model.num_iterations": 1, "run.progress": False, "run.curves": False,
-              "parallel.threads": 1}
-    out = root / "out"
-    train(load_config(None, {**values, "run.out": str(out)}))  # 4 steps: checkpoints 1, 2, 3, 4
-    resume = load_config(None, {**values, "run.out": str(out), "run.epochs": 3, "run.resume": True,
-                                "parallel.mode": "domain", "parallel.ranks": 2})
+def checkpoints(checkpointed_run, tmp_path_factory):
+    """A copy of the shared 6-step run (3 events, 2 epochs: checkpoints 1 ... 6), to be resumed for a third epoch
+    on 2 ranks."""
+    out = tmp_path_factory.mktemp("resume_agreement") / "out"
+    shutil.copytree(checkpointed_run / "run", out)
+    resume = checkpointed_run_config(checkpointed_run / "graphs", out, **{"run.epochs": 3, "run.resume": True,
+                                                                          "parallel.mode": "domain", "parallel.ranks": 2})
     return out, resume
 
 
@@ -56,11 +55,11 @@ def checkpoints(tmp_path_factory):
 def test_every_rank_resumes_from_rank_0s_choice(checkpoints):
     out, resume = checkpoints
     newest = checkpoint_files(out / "checkpoints")[-1]
-    assert newest.name == "step-00000004.pt"
+    assert newest.name == "step-00000006.pt"
     summaries = spawn(_rank_with_its_own_file_system, 2, args=(prepare_payload(resume, 2), None), timeout_s=240,
                       num_threads=1)
-    assert [s["steps"] for s in summaries] == [6, 6]
-    assert [s["steps_this_run"] for s in summaries] == [2, 2]
+    assert [s["steps"] for s in summaries] == [9, 9]
+    assert [s["steps_this_run"] for s in summaries] == [3, 3]
 
 
 @pytest.mark.slow

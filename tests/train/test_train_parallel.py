@@ -14,15 +14,18 @@ import numpy as np
 import pytest
 import torch
 
-from domainpar.data.event_graph import load_graph
+from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.launch.ranks import spawn
 from domainpar.partition import partition_graph
 from domainpar.partition.io import save_plan
 from domainpar.train.config import load_config
-from domainpar.train.launch import spawn
 from domainpar.train.run import prepare_payload, train
 from domainpar.train.trainer import METRIC_KEYS, run_rank_sequence
 from fixtures import write_graphs
+
+#: Every test but one reads the module's `runs` (nine trainings, ~1 min on 2 cores): all of it is the slow tier.
+pytestmark = pytest.mark.slow
 
 TIGHT = 1e-10  # float64: partitioning reorders sums, nothing more
 

@@ -26,7 +26,8 @@ FAST = ["--hidden", "8", "--iterations", "2"]
 @lru_cache(maxsize=None)
 def _simulated() -> EventGraph:
     from domainpar.data.graph import build_graph
-    from domainpar.data.simulate import SimulationConfig, simulate_event
+    from domainpar.sim.config import SimulationConfig
+    from domainpar.sim.event import simulate_event
 
     event = simulate_event(SimulationConfig(num_particles=150), 2, 3)
     return build_graph(event["hits"], event["truth"], event["particles"], event_id=2)[0]

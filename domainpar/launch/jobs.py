@@ -1,7 +1,8 @@
 """Start `domainpar train` jobs the way users do (spawn, torchrun, srun-like) and find, kill and watch their ranks.
 
-Used by the fault tests (``tests/train/test_dead_rank.py`` ...) and the
-``faults`` bench section. Ranks name themselves ``domainpar r<k>`` (Linux
+The harness of the programs that drive whole jobs from outside: the fault
+tests (``tests/launch/test_dead_rank.py`` ...) and the ``faults`` bench
+section. Ranks name themselves ``domainpar r<k>`` (Linux
 ``comm``), so rank k is found among the descendants of the process started
 here; no fixed ports (a free port is asked of the kernel for the env://
 rendezvous), no global process names.

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
 import os
 import signal
 import sys
 import threading
+from multiprocessing.connection import wait
 from typing import Any
 
 _PR_SET_NAME = 15
@@ -39,8 +41,6 @@ def _prctl(option: int, value: Any) -> bool:
 
 def _watch_parent(parent_pid: int, sentinel: int | None, poll_s: float) -> None:
     if sentinel is not None:
-        from multiprocessing.connection import wait
-
         wait([sentinel])  # readable (EOF) once the parent has exited
     else:
         stop = threading.Event()
@@ -66,12 +66,10 @@ def die_with_parent(parent_pid: int | None = None, *, poll_s: float = 1.0) -> No
         os._exit(1)
     sentinel = None
     try:
-        import multiprocessing
-
         parent = multiprocessing.parent_process()
         if parent is not None and parent.pid == expected:
             sentinel = parent.sentinel
-    except (ImportError, AttributeError, ValueError):
+    except (AttributeError, ValueError):
         sentinel = None
     threading.Thread(
         target=_watch_parent, args=(expected, sentinel, poll_s), name="domainpar-parent-watch", daemon=True

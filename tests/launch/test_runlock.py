@@ -11,7 +11,7 @@ import pytest
 
 from domainpar.comm.watchdog import process_identity
 from domainpar.errors import DomainparError
-from domainpar.train.runlock import LOCK_NAME, acquire, release, run_lock
+from domainpar.launch.runlock import LOCK_NAME, acquire, release, run_lock
 
 
 def _write_lock(out, **fields) -> None:

@@ -19,10 +19,11 @@ import time
 import numpy as np
 import pytest
 
-from bench.common.jobs import error_lines, running, start
+from domainpar.launch.jobs import error_lines, running, start
+
 from fixtures import write_graphs
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 #: The promise: every peer is gone this many seconds after a rank dies.
 LIMIT_S = 60.0

@@ -1,7 +1,7 @@
 """Detector response per layer and true-segment shapes per layer pair: what the simulator is held to.
 
 Everything here is measured the same way on real and simulated events, so the
-two can be compared number for number (``tests/unit/data/test_calibration.py``,
+two can be compared number for number (``tests/sim/test_calibration.py``,
 ``bench`` physics section):
 
 Per layer (:func:`layer_response`):
@@ -32,13 +32,17 @@ pair).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import minimize
+from scipy.stats import binom, ks_2samp, poisson
 
 from domainpar.data.detector import layer_index_of, layer_table, load_detector
+from domainpar.data.features import cluster_summary
 from domainpar.errors import DomainparError
+from domainpar.sim.clusters import CLUSTER_MODELS, ClusterModel, cluster_cells
 
 #: Columns of :func:`layer_response`.
 RESPONSE_COLUMNS = (
@@ -340,8 +344,6 @@ def residual_quantiles(events: list[EventTruth], probabilities=RESIDUAL_PROBABIL
     Returns:
         ``{"probabilities": [...], "volumes": {volume_id: {"count": n, "u": {class: [...]}, "v": {class: [...]}}}}``.
     """
-    from domainpar.data.features import cluster_summary
-
     modules = load_detector()
     axes = {axis: modules[[f"rot_x{axis}", f"rot_y{axis}", f"rot_z{axis}"]].to_numpy() for axis in ("u", "v")}
     pitch = {axis: modules[f"pitch_{axis}"].to_numpy() for axis in ("u", "v")}
@@ -432,16 +434,12 @@ _CLUSTER_BOUNDS = {
 
 def _bounded_cluster_model(start: ClusterModel, free: list[str], values: np.ndarray) -> ClusterModel:
     """``start`` with its ``free`` parameters set to ``values``, each clipped to its :data:`_CLUSTER_BOUNDS`."""
-    from dataclasses import replace
-
     chosen = {name: float(np.clip(value, *_CLUSTER_BOUNDS[name])) for name, value in zip(free, values)}
     return replace(start, **chosen)
 
 
 def _minimise_cluster_loss(loss, start: ClusterModel, free: list[str], max_evaluations: int) -> np.ndarray:
     """Nelder-Mead on ``loss`` over the ``free`` parameters of ``start``: the values it ends at."""
-    from scipy.optimize import minimize
-
     x0 = np.array([getattr(start, n) for n in free])
     # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
     steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
@@ -457,8 +455,8 @@ def fit_cluster_models(
     min_count: int = 200,
     seed: int = 0,
     max_evaluations: int = 250,
-) -> dict[int, "ClusterModel"]:
-    """Fit every volume's :class:`~domainpar.data.simulate.ClusterModel` to real clusters.
+) -> dict[int, ClusterModel]:
+    """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` to real clusters.
 
     The crossings of a simulated event (truth positions and momenta; noise
     along the sensor normal) are re-digitised with candidate parameters and
@@ -471,10 +469,6 @@ def fit_cluster_models(
     Returns:
         ``{volume_id: ClusterModel}`` for the fitted volumes.
     """
-    from dataclasses import fields
-
-    from domainpar.data.simulate import CLUSTER_MODELS, ClusterModel, _cells
-
     real = cluster_shapes(real_hits, real_cells)
     hits, truth = sim_frames["hits"], sim_frames["truth"].set_index("hit_id").loc[sim_frames["hits"]["hit_id"]]
     rows = module_rows(hits)
@@ -501,7 +495,7 @@ def fit_cluster_models(
             return _bounded_cluster_model(start, free, values)
 
         def loss(values: np.ndarray) -> float:
-            cells = _cells(
+            cells = cluster_cells(
                 np.random.default_rng(seed), sub_hits["hit_id"].to_numpy(), rows[mask], position[mask],
                 direction[mask], modules, {int(volume_id): model_of(values)},
             )  # fmt: skip
@@ -556,8 +550,6 @@ def compare_layers(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = Mar
     widened by three standard errors of the real estimate (1.17 σ / sqrt(2 n)
     for a median absolute deviation).
     """
-    from scipy.stats import poisson
-
     merged = real.merge(sim, on="layer", suffixes=("_real", "_sim"))
     eff_rows = merged[(merged["hits_real"] + merged["misses_real"]) >= margins.min_crossings]
     res_rows = merged[(merged["num_hits_real"] * (1 - merged["noise_fraction_real"].fillna(0))) >= margins.min_hits]
@@ -594,8 +586,6 @@ def compare_layers(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = Mar
             )
     for row in double_rows.itertuples(index=False):
         # Binomial: the real count of double crossings must fit some fraction within the margin of the simulated one.
-        from scipy.stats import binom
-
         low = max(row.double_fraction_sim - margins.double_fraction, 0.0)
         high = min(row.double_fraction_sim + margins.double_fraction, 1.0)
         doubles = int(round(row.double_fraction_real * row.groups_real))
@@ -629,8 +619,6 @@ def compare_segments(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = M
     two-sample Kolmogorov–Smirnov test at the corrected significance; a pair
     the simulation never produces is a problem too.
     """
-    from scipy.stats import ks_2samp
-
     real_counts = real.groupby(["inner", "outer"]).size()
     tested = real_counts[real_counts >= margins.min_segments].index
     num_tests = max(3 * len(tested), 1)
@@ -663,8 +651,8 @@ def fit_cluster_models_to_truth(
     volumes: tuple[int, ...] | None = None,
     seed: int = 0,
     max_evaluations: int = 300,
-) -> dict[int, "ClusterModel"]:
-    """Fit every volume's :class:`~domainpar.data.simulate.ClusterModel` hit by hit to a real event with truth.
+) -> dict[int, ClusterModel]:
+    """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` hit by hit to a real event with truth.
 
     Every real signal hit is re-digitised from its true crossing point and
     true direction (truth ``tx..tz``, ``tpx..tpz``) with candidate parameters,
@@ -677,11 +665,6 @@ def fit_cluster_models_to_truth(
     Returns:
         ``{volume_id: ClusterModel}`` for the fitted volumes.
     """
-    from dataclasses import fields
-
-    from domainpar.data.features import cluster_summary
-    from domainpar.data.simulate import CLUSTER_MODELS, ClusterModel, _cells
-
     merged = hits.merge(truth, on="hit_id")
     merged = merged[merged["particle_id"] != 0].reset_index(drop=True)
     momentum = merged[["tpx", "tpy", "tpz"]].to_numpy(np.float64)
@@ -709,7 +692,7 @@ def fit_cluster_models_to_truth(
             return _bounded_cluster_model(start, free, values)
 
         def loss(values: np.ndarray) -> float:
-            simulated = _cells(
+            simulated = cluster_cells(
                 np.random.default_rng(seed), hit_ids, rows[mask], position[mask], direction[mask], modules,
                 {int(volume_id): model_of(values)},
             )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,18 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import domainpar.sim
 from domainpar.cli.main import main as cli_main
 from domainpar.data.detector import layer_index_of, layer_table
-from domainpar.data.simulate import (
-    OVERLAP_OFFSET_MM,
-    SimulationConfig,
-    measurement_model,
-    pt_weight,
-    simulate_dataset,
-    simulate_event,
-)
 from domainpar.data.trackml import load_dataset, load_event
 from domainpar.errors import DomainparError
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.dataset import simulate_dataset, simulator_digest
+from domainpar.sim.event import simulate_event
+from domainpar.sim.geometry import OVERLAP_OFFSET_MM
+from domainpar.sim.measurement import measurement_model
+from domainpar.sim.truth import pt_weight
 
 from fixtures import TRACKML_DIR
 
@@ -276,6 +276,26 @@ def test_files_readable_by_load_event(tmp_path):
     direct = simulate_event(replace(SMALL, num_particles=300), event_id=8, seed=5)
     for frame, part in zip(loaded[1][1:], ("hits", "cells", "particles", "truth")):
         pd.testing.assert_frame_equal(frame, direct[part])
+
+
+def test_simulator_digest_covers_every_file_of_the_package(tmp_path):
+    """The physics pipeline keys its cache of simulated events on this digest: a change to any file of the
+    simulator (a module, its resources) or a new file must change it."""
+    package = Path(domainpar.sim.__file__).parent
+    copy = tmp_path / "sim"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert simulator_digest(copy) == simulator_digest()
+    files = sorted(p.relative_to(copy) for p in copy.rglob("*") if p.is_file())
+    assert {"event.py", "propagation.py", "calibration.py", "resources/measurement_model.json"} <= {f.as_posix() for f in files}
+    digests = set()
+    for name in files:
+        original = (copy / name).read_bytes()
+        (copy / name).write_bytes(original + b" ")
+        digests.add(simulator_digest(copy))
+        (copy / name).write_bytes(original)
+    assert len(digests) == len(files) and simulator_digest() not in digests
+    (copy / "extra.py").write_text("")
+    assert simulator_digest(copy) != simulator_digest()
 
 
 def test_config_validation():

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from bench.common.jobs import running, start, train_args
+from domainpar.launch.jobs import running, start, train_args
+
 from fixtures import write_graphs
 
 pytestmark = pytest.mark.distributed

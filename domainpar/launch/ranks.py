@@ -21,7 +21,7 @@ Every rank of a job of two or more runs a watchdog
 the failure channel, liveness checks of its peers, and an abort of the
 process groups when a peer fails, so that no rank waits in a collective for a
 peer that is gone. Every rank also dies with its launcher
-(:mod:`domainpar.train.lifeline`).
+(:mod:`domainpar.launch.lifeline`).
 
 The backend follows the device: gloo on CPU; on CUDA, NCCL for CUDA tensors
 (plus gloo for the odd CPU tensor), the GPU being ``local_rank % device
@@ -54,7 +54,7 @@ import torch.multiprocessing as mp
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
 from domainpar.errors import DomainparError
-from domainpar.train.lifeline import Terminated, die_with_parent, name_process
+from domainpar.launch.lifeline import Terminated, die_with_parent, name_process
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0

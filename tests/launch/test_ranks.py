@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 
 from domainpar.errors import DomainparError
-from domainpar.train.launch import SpawnError, backend_for, device_for_local_rank, init_from_env, spawn
+from domainpar.launch.jobs import free_port
+from domainpar.launch.ranks import SpawnError, backend_for, device_for_local_rank, init_from_env, spawn
 
 pytestmark = pytest.mark.distributed
 
@@ -43,6 +44,7 @@ def test_child_exception_names_rank_and_carries_traceback():
     assert time.monotonic() - start < 55  # rank 0 was terminated, not awaited
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_hung_child_is_killed_at_timeout():
     with pytest.raises(SpawnError, match="did not finish within 12 s") as info:
@@ -107,7 +109,7 @@ import sys, torch, torch.distributed as dist
 torch.cuda.is_available = lambda: True
 torch.cuda.device_count = lambda: 4
 torch.cuda.set_device = lambda index: None
-from domainpar.train.launch import init_from_env
+from domainpar.launch.ranks import init_from_env
 env = init_from_env(30, device=sys.argv[1], watchdog=None)
 print(env.device, env.backend, dist.get_backend())
 dist.destroy_process_group()
@@ -120,8 +122,6 @@ def test_device_cpu_under_torchrun_on_a_gpu_node_uses_gloo(tmp_path):
     import os
     import subprocess
     import sys
-
-    from bench.common.jobs import free_port
 
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port())}

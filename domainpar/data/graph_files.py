@@ -1,0 +1,160 @@
+"""Graph files of either format: domainpar's own ``.npz`` or PyG files of the field's tools, told apart by name.
+
+Every reader of graph files goes through here: :func:`load_graph`,
+:func:`inspect_graph`, :func:`read_graph_description`, :func:`read_graph_metadata`
+read one file of either format; :func:`graph_files`, :func:`has_graph_files` and
+:func:`is_pyg_dataset` list a directory; :func:`save_event_graph` writes one in
+the format asked. The formats themselves live in :mod:`domainpar.data.event_graph`
+(``.npz``, the container every later layer reads) and
+:mod:`domainpar.data.pyg_files` (PyG ``Data`` files of Exa.TrkX and acorn).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from domainpar.data.event_graph import EventGraph, GraphHeader, inspect_npz_graph, load_npz_graph, read_npz_description, read_npz_metadata, save_graph
+from domainpar.data.pyg_files import is_pyg_file, load_pyg_file, load_pyg_graph, pyg_files_in, save_event_pyg
+from domainpar.errors import DomainparError
+
+#: Graph file formats of ``domainpar build``: domainpar's own, or PyG ``Data`` files for the Exa.TrkX/acorn tools.
+GRAPH_FORMATS = ("npz", "pyg")
+
+
+def _is_pyg(path: Path) -> bool:
+    return is_pyg_file(path) and path.is_file()
+
+
+def load_graph(path: str | os.PathLike) -> EventGraph:
+    """Read and validate a graph file: domainpar's ``.npz`` (structure first, then content),
+    or a PyG graph file of the field's tools.
+
+    PyG files (``*.pyg``, ``*.pt``; :mod:`domainpar.data.pyg_files`) are read
+    with ``torch.load(weights_only=True)`` and mapped onto an EventGraph.
+
+    Raises:
+        DomainparError: the file is missing, not a graph file, of another
+            format version, or its arrays are of the wrong type, shape or dtype, or hold
+            non-finite values, out-of-range indices or labels other than 0/1.
+    """
+    path = Path(path)
+    if _is_pyg(path):
+        return load_pyg_graph(path)
+    return load_npz_graph(path)
+
+
+def inspect_graph(path: str | os.PathLike) -> GraphHeader:
+    """Check a graph file's structure: of an ``.npz`` from its headers only (format version, event id, every
+    array's dtype and shape), cheap enough to run on every file of a dataset before a run writes anything.
+
+    Content (finite features, index ranges, labels) is checked by :func:`load_graph`.
+
+    Raises:
+        DomainparError: not a graph file, another format version, or an entry of the wrong type, dtype or shape.
+    """
+    path = Path(path)
+    if _is_pyg(path):
+        # A PyG file has no array headers to read apart: it is read whole (training converts such files once).
+        graph = load_pyg_graph(path)
+        return GraphHeader(
+            path=path, event_id=graph.event_id, num_nodes=graph.num_nodes, num_edges=graph.num_edges,
+            node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), has_labels=graph.y is not None,
+        )  # fmt: skip
+    return inspect_npz_graph(path)
+
+
+def read_graph_description(path: str | os.PathLike) -> dict | None:
+    """The description stored with a graph file (None for a file written without one).
+
+    Of an ``.npz``, reads that one entry of the archive, not the arrays.
+
+    Raises:
+        DomainparError: not a readable graph file, or a description that is not a JSON object.
+    """
+    path = Path(path)
+    if _is_pyg(path):
+        return load_pyg_file(path).description
+    return read_npz_description(path)
+
+
+def read_graph_metadata(path: str | os.PathLike) -> dict:
+    """The feature names and build configuration of a graph file, without reading its arrays.
+
+    Returns:
+        ``{"node_features": [...] | None, "edge_features": [...] | None, "build_config": str | None}``
+        (None for format-1 files, which do not record them, and for PyG files).
+
+    Raises:
+        DomainparError: the file cannot be read as a graph file.
+    """
+    path = Path(path)
+    if _is_pyg(path):
+        # PyG files of other tools name their columns in their description, not in these entries.
+        return {"node_features": None, "edge_features": None, "build_config": None}
+    return read_npz_metadata(path)
+
+
+def graph_files(path: str | os.PathLike) -> list[Path]:
+    """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
+    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(path.glob("*.npz")) or pyg_files_in(path)
+        if not files:
+            raise DomainparError(f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) in this directory, found none")
+        return files
+    raise DomainparError(f"{path}: no such graph file or directory")
+
+
+def has_graph_files(path: str | os.PathLike) -> bool:
+    """``path`` is a graph file or a directory holding ``*.npz`` or PyG graph files."""
+    path = Path(path)
+    if path.is_file():
+        return True
+    if not path.is_dir():
+        return False
+    return any(path.glob("*.npz")) or bool(pyg_files_in(path))
+
+
+def is_pyg_dataset(path: str | os.PathLike) -> bool:
+    """Whether ``graph_files(path)`` gives PyG graph files (of the field's tools) rather than ``*.npz``."""
+    files = graph_files(path)
+    return bool(files) and _is_pyg(files[0])
+
+
+def save_event_graph(
+    graph: EventGraph, prefix: str | os.PathLike, path: str | os.PathLike, description: dict | None, fmt: str = "npz"
+) -> Path:
+    """Write the graph built from the raw event at ``prefix`` as ``fmt`` (atomically).
+
+    Args:
+        graph: the event graph.
+        prefix: the raw event it was built from (a PyG file's true segments read its particles' vertices).
+        path: the file to write.
+        description: what its feature columns are and how it was built (:func:`domainpar.data.features.build_description`).
+        fmt: one of :data:`GRAPH_FORMATS`.
+
+    Raises:
+        DomainparError: an unknown format.
+    """
+    if fmt == "pyg":
+        return save_event_pyg(graph, prefix, path, description)
+    if fmt == "npz":
+        return save_graph(graph, path, description)
+    raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
+
+
+__all__ = [
+    "GRAPH_FORMATS",
+    "graph_files",
+    "has_graph_files",
+    "inspect_graph",
+    "is_pyg_dataset",
+    "load_graph",
+    "read_graph_description",
+    "read_graph_metadata",
+    "save_event_graph",
+]

@@ -1,0 +1,67 @@
+"""Simulated datasets: events written as the challenge's files, deterministic for (seed, event id)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from tqdm import tqdm
+
+from domainpar.data.trackml import write_event
+from domainpar.errors import DomainparError
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.event import simulate_event
+
+
+def simulate_dataset(
+    out_dir: str | os.PathLike,
+    num_events: int,
+    config: SimulationConfig | None = None,
+    seed: int = 0,
+    first_event_id: int = 1,
+    progress: bool = True,
+    compress: bool = True,
+) -> list[Path]:
+    """Simulate ``num_events`` events and write them as ``event{id:09d}-{part}.csv.gz``.
+
+    Args:
+        out_dir: output directory (created if needed).
+        num_events: number of events.
+        config: simulation parameters (default :class:`~domainpar.sim.config.SimulationConfig`).
+        seed: base seed; event ``i`` uses the stream (seed, event_id).
+        first_event_id: event number of the first event; the others follow consecutively.
+        progress: show a tqdm progress bar.
+        compress: gzip the CSV files (``.csv.gz``); False writes plain ``.csv``.
+
+    Returns:
+        The event prefixes written, in event order.
+    """
+    if num_events < 0:
+        raise DomainparError(f"num_events must be non-negative (got {num_events})")
+    if first_event_id < 0:
+        raise DomainparError(f"first_event_id must be non-negative (got {first_event_id})")
+    config = SimulationConfig() if config is None else config
+    prefixes = []
+    for event_id in tqdm(range(first_event_id, first_event_id + num_events), desc="simulate", unit="event", disable=not progress):
+        frames = simulate_event(config, event_id, seed)
+        prefixes.append(write_event(out_dir, event_id, frames, compress=compress))
+    return prefixes
+
+
+def simulator_digest(root: str | os.PathLike | None = None) -> str:
+    """sha256 of every file of the simulator's package (:mod:`domainpar.sim`: sources and resources, with their
+    paths), so that a cache of simulated events is keyed on the simulator that made them.
+
+    Args:
+        root: the package directory (default: this package's).
+    """
+    root = Path(__file__).resolve().parent if root is None else Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+__all__ = ["simulate_dataset", "simulator_digest"]
