@@ -134,6 +134,14 @@ def partition(
         rows.append((str(value["event_id"]), value["report"]))
     if rows:
         click.echo(format_report_table(rows))
+    uncut = [event for event, report in rows if num_parts > 1 and method != "sectors" and report.halo_fraction == 0]
+    if uncut:
+        click.echo(
+            f"warning: {len(uncut)} of {len(rows)} plan(s) cut no edge (event {uncut[0]}{', ...' if len(uncut) > 1 else ''}): "
+            "their parts share no halo, so training or verifying on them exchanges nothing; small or disconnected graphs "
+            "get a 0 % METIS cut (geometric sectors cut them)",
+            err=True,
+        )
     if json_path is not None:
         with atomic_path(json_path) as tmp:
             tmp.write_text(json.dumps(records[0] if single else records, indent=1) + "\n")

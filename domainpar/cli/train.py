@@ -13,7 +13,12 @@ from pathlib import Path
 import click
 
 from domainpar.cli.options import dataclass_options, given_fields
-from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name
+from domainpar.errors import DomainparError
+from domainpar.train import launch
+from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name, load_config
+from domainpar.train.launcher_env import detect as detect_launcher
+from domainpar.train.lifeline import Terminated, terminate_on_signals
+from domainpar.train.run import train as run_training
 
 
 def _fmt(value) -> str:
@@ -42,18 +47,21 @@ def train(config_path: Path | None, **options) -> None:
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
     """
-    from domainpar.train import launch
-    from domainpar.train.config import load_config
-    from domainpar.train.lifeline import Terminated, terminate_on_signals
-    from domainpar.train.run import train as run_training
-
-    launched_rank = launch.running_under_launcher()
+    launcher = detect_launcher()
+    launched_rank = launcher.joins
+    given = given_fields(options)
     # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
     # a rank of a torchrun/srun job names the failure that made its launcher stop it.
     terminate_on_signals()
     try:
-        config = load_config(config_path, given_fields(options))
-        summary = run_training(config)
+        ranks = given.get("parallel.ranks")
+        if launched_rank and ranks is not None and int(ranks) != launcher.world_size:
+            raise DomainparError(
+                f"--ranks {ranks}: this process is {launcher.describe()}, and the launcher sets the world size; drop "
+                f"--ranks, or run domainpar outside torchrun/srun (e.g. in the batch script itself) to spawn {ranks} local ranks"
+            )
+        config = load_config(config_path, given)
+        summary = run_training(config, launcher)
     except launch.SpawnError as exc:
         # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
         if exc.traceback_text:
@@ -65,6 +73,11 @@ def train(config_path: Path | None, **options) -> None:
             launch.fail_rank(exc)
         click.echo(f"error: domainpar train {exc}; its ranks were stopped", err=True)
         sys.exit(exc.exit_code)
+    except DomainparError as exc:
+        launch.refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
+        if launched_rank:
+            launch.fail_rank(exc)
+        raise
     except BaseException as exc:
         if launched_rank:
             launch.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)

@@ -160,11 +160,6 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
         files[kind] = [str(g) for g in graphs]
     if "val" not in files:
         files["val"], roots["val"] = files["train"], roots["train"]
-    if config.optim.batch_events > len(files["train"]):
-        raise DomainparError(
-            f"--batch-events {config.optim.batch_events} must be at most the number of training events "
-            f"({len(files['train'])} in {config.data.train})"
-        )
     return items, RunInputs(files["train"], files["val"], roots["train"], roots["val"])
 
 
