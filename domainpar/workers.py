@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from domainpar.errors import DomainparError, one_line
+from domainpar.progress import progress as progress_display
 
 T = TypeVar("T")
 
@@ -135,12 +136,10 @@ def run_items(
     Returns:
         One :class:`ItemResult` per item, in item order.
     """
-    from tqdm import tqdm
-
     names = [str(item) for item in items] if names is None else list(names)
     results: list[ItemResult | None] = [None] * len(items)
     failed = 0
-    bar = tqdm(total=len(items), desc=desc, unit="event", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = progress_display(total=len(items), desc=desc, unit="event", enabled=progress)
 
     def finish(index: int, result: ItemResult) -> None:
         nonlocal failed

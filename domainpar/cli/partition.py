@@ -56,6 +56,7 @@ def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list
               help="Partition only every N-th graph starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
 @click.option("--compress", is_flag=True,
               help="Deflate the part files: about half the disk, about twice the time to read a part.")
+@click.option("--quiet", is_flag=True, help="No progress (bar on a terminal, periodic lines in a log).")
 def partition(
     graph_path: Path,
     num_parts: int,
@@ -69,6 +70,7 @@ def partition(
     workers: int | None,
     shard: str | None,
     compress: bool,
+    quiet: bool,
 ) -> None:
     """Partition event graphs into halo plans and report their quality.
 
@@ -116,7 +118,7 @@ def partition(
         plots = [plot_path if single else plot_path.with_name(f"{plot_path.stem}_{e:09d}.png") for _, e in chosen]
     results = partition_files(
         files, plan_dirs, num_parts, method, seed=seed, compress=compress, hidden=hidden, dtype=dtype,
-        plot_paths=plots, workers=workers or available_cores(), progress=not single,
+        plot_paths=plots, workers=workers or available_cores(), progress=not (single or quiet),
     )
     summary = failure_summary(results, "graphs")
     if summary is not None and len(results) == 1:

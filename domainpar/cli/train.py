@@ -15,7 +15,7 @@ import click
 from domainpar.cli.options import dataclass_options, given_fields
 from domainpar.errors import DomainparError
 from domainpar.train import launch
-from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name, load_config
+from domainpar.train.config import DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, flag_name, load_config
 from domainpar.train.launcher_env import detect as detect_launcher
 from domainpar.train.lifeline import Terminated, terminate_on_signals
 from domainpar.train.run import train as run_training
@@ -30,14 +30,27 @@ def _fmt(value) -> str:
 def _section_options(function):
     for section, cls in reversed(list(SECTION_TYPES.items())):
         exclude = [dotted.partition(".")[2] for dotted in DERIVED_FIELDS if dotted.startswith(section + ".")]
-        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude)(function)
+        choices = {dotted.partition(".")[2]: values for dotted, values in FIELD_CHOICES.items() if dotted.startswith(section + ".")}
+        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude, choices=choices)(function)
     return function
+
+
+def _steps_text(summary: dict) -> str:
+    """What this run trained: ``12 steps (3 epochs)``, or after a resume ``8 steps (steps 5-12, resumed at step 4; 3 epochs)``."""
+    done, position = summary.get("steps_this_run", summary["steps"]), summary["steps"]
+    plural = "" if done == 1 else "s"
+    if done == position:
+        return f"{done} step{plural} ({summary['epochs']} epochs)"
+    start = position - done
+    where = f"steps {start + 1}-{position}" if done else f"nothing left after step {position}"
+    return f"{done} step{plural} ({where}, resumed at step {start}; {summary['epochs']} epochs in all)"
 
 
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="YAML config (see examples/train_default.yaml); flags override it.")
+@click.option("--quiet", is_flag=True, help="No progress (the same as --no-progress).")
 @_section_options
-def train(config_path: Path | None, **options) -> None:
+def train(config_path: Path | None, quiet: bool, **options) -> None:
     """Train the edge classifier in domain, sectors or single mode.
 
     \b
@@ -50,6 +63,8 @@ def train(config_path: Path | None, **options) -> None:
     launcher = detect_launcher()
     launched_rank = launcher.joins
     given = given_fields(options)
+    if quiet:
+        given["run.progress"] = False
     # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
     # a rank of a torchrun/srun job names the failure that made its launcher stop it.
     terminate_on_signals()
@@ -86,7 +101,7 @@ def train(config_path: Path | None, **options) -> None:
         return
     final = summary.get("final") or {}
     click.echo(
-        f"trained {summary['steps']} steps ({summary['epochs']} epochs) in {summary['mode']} mode on "
+        f"trained {_steps_text(summary)} in {summary['mode']} mode on "
         f"{summary['world_size']} rank(s), domain size {summary['domain_size']}, {summary['num_replicas']} replica(s)"
     )
     keys = ("epoch", "train_loss", "val_loss", "efficiency", "purity", "auc", "seconds", "peak_memory_bytes", "halo_bytes")

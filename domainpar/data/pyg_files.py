@@ -65,6 +65,7 @@ import numpy as np
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError, one_line
+from domainpar.progress import progress as progress_display
 
 #: File suffixes taken for PyG graph files.
 PYG_SUFFIXES = (".pyg", ".pt")
@@ -568,8 +569,6 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
     Raises:
         DomainparError: two files with one stem, an unreadable or refused file, a missing field, no labels.
     """
-    from tqdm import tqdm
-
     from domainpar.data.event_graph import save_graph
 
     target_dir = Path(target_dir)
@@ -584,7 +583,7 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
     # The converted graphs appear only when every file converted: a refused file leaves nothing behind.
     with staged_outputs() as outputs:
         staging = None
-        for file in tqdm(files, desc="converting PyG graphs", unit="event", disable=not progress):
+        for file in progress_display(files, desc="converting PyG graphs", unit="event", enabled=progress):
             target = target_dir / f"{file.stem}.npz"
             if not target.is_file():
                 loaded = load_pyg_file(file)

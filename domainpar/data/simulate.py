@@ -67,6 +67,7 @@ from scipy.spatial import cKDTree
 from domainpar.data.detector import BARREL_VOLUMES, layer_table, load_detector
 from domainpar.data.trackml import write_event
 from domainpar.errors import DomainparError
+from domainpar.progress import progress as progress_display
 
 #: Radiation length of silicon in mm.
 SILICON_X0_MM = 93.7
@@ -979,7 +980,7 @@ def simulate_dataset(
         config: simulation parameters (default :class:`SimulationConfig`).
         seed: base seed; event ``i`` uses the stream (seed, event_id).
         first_event_id: event number of the first event; the others follow consecutively.
-        progress: show a tqdm progress bar.
+        progress: show progress on stderr (a bar on a terminal, a line every 30 s in a log).
         compress: gzip the CSV files (``.csv.gz``); False writes plain ``.csv``.
 
     Returns:
@@ -990,10 +991,9 @@ def simulate_dataset(
     if first_event_id < 0:
         raise DomainparError(f"first_event_id must be non-negative (got {first_event_id})")
     config = SimulationConfig() if config is None else config
-    from tqdm import tqdm
-
     prefixes = []
-    for event_id in tqdm(range(first_event_id, first_event_id + num_events), desc="simulate", unit="event", disable=not progress):
+    events = range(first_event_id, first_event_id + num_events)
+    for event_id in progress_display(events, desc="simulate", unit="event", enabled=progress):
         frames = simulate_event(config, event_id, seed)
         prefixes.append(write_event(out_dir, event_id, frames, compress=compress))
     return prefixes

@@ -36,6 +36,7 @@ from domainpar.inference.events import load_events
 from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
 from domainpar.inference.scoring import EventEvaluation, summarise, score_event_graph
+from domainpar.progress import progress
 
 
 @dataclass
@@ -57,8 +58,6 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         ``duplicate_rate`` (overall), the settings, and ``events`` (one record
         per event with the same figures and counts).
     """
-    from tqdm import tqdm
-
     if config.model is not None:
         from domainpar.export.runtime import load_exported
 
@@ -80,18 +79,18 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
     if exported is not None:
         for event in events:
             exported.check_widths(event.source, event.graph.x.shape[1], event.graph.edge_attr.shape[1])
-        bar = tqdm(graphs, desc="inference", unit="event", disable=not config.progress)
+        bar = progress(graphs, desc="inference", unit="event", enabled=config.progress)
         logits = [infer_exported(exported, g) for g in bar]
     elif config.num_parts == 1:
-        logits = [infer_single(loaded, g) for g in tqdm(graphs, desc="inference", unit="event", disable=not config.progress)]
+        logits = [infer_single(loaded, g) for g in progress(graphs, desc="inference", unit="event", enabled=config.progress)]
     else:
         logits, partition_records = infer_partitioned(
             Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
         )
     seconds_inference = time.perf_counter() - start
     evaluations = []
-    for event, event_logits, part_record in tqdm(
-        list(zip(events, logits, partition_records)), desc="scoring", unit="event", disable=not config.progress
+    for event, event_logits, part_record in progress(
+        list(zip(events, logits, partition_records)), desc="scoring", unit="event", enabled=config.progress
     ):
         evaluation = score_event_graph(event, event_logits, config, threshold)
         evaluation.record.update(part_record)

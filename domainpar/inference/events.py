@@ -11,6 +11,7 @@ import pandas as pd
 from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
+from domainpar.progress import progress
 from domainpar.tracks.efficiency import ParticleTable
 
 
@@ -96,8 +97,6 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         graph_meta: the checkpoint's record of its training graphs (feature names, build configuration),
             used to rebuild the same graph from raw events and to check graph files' feature names.
     """
-    from tqdm import tqdm
-
     data = Path(config.data)
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
@@ -106,7 +105,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
 
         graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
-        for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
+        for prefix in progress(event_prefixes(data), desc="building graphs", unit="event", enabled=config.progress):
             if not has_truth(prefix):
                 raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
             parts = ("hits", "particles", "truth") + (("cells",) if graph_config.needs_cells else ())

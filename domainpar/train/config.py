@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.kernels import compile as compiler
+from domainpar.model.interaction_network import ACTIVATIONS, ModelConfig
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -182,6 +183,18 @@ SECTION_TYPES = {
     "run": RunConfig,
 }
 
+
+#: Fields with a fixed set of values (checked by :func:`validate_config` and the dataclasses; shown in ``--help``).
+FIELD_CHOICES = {
+    "data.method": METHODS,
+    "model.activation": tuple(sorted(ACTIVATIONS)),
+    "model.compile": compiler.SETTINGS,
+    "optim.schedule": SCHEDULES,
+    "optim.lr_scaling": LR_SCALINGS,
+    "parallel.mode": MODES,
+    "parallel.device": DEVICES,
+    "run.precision": PRECISIONS,
+}
 
 #: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
 FLAG_NAMES = {

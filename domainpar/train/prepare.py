@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from domainpar.errors import DomainparError
+from domainpar.progress import progress
 from domainpar.train.config import TrainConfig, domain_size_of
 from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
 
@@ -427,11 +428,8 @@ class _GlobalProgress:
     """Rank 0's progress bar over every rank's events (a counter in the store)."""
 
     def __init__(self, store: Any, key: str, total: int, enabled: bool) -> None:
-        from tqdm import tqdm
-
         self.store, self.key = store, key
-        self.bar = tqdm(total=total, desc="preparing events (all ranks)", unit="event", disable=not enabled,
-                        file=sys.stderr, dynamic_ncols=True)
+        self.bar = progress(total=total, desc="preparing events (all ranks)", unit="event", enabled=enabled)
         self.enabled = enabled
 
     def poll(self) -> None:

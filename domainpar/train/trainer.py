@@ -24,12 +24,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from domainpar.comm.collectives import broadcast_tensors, max_value
 from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.data.event_graph import read_graph_description, read_graph_metadata
+from domainpar.progress import progress
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     checkpoint_dir,
@@ -382,8 +384,6 @@ class Trainer:
     def _run_loop(self, resume_path: Path | None, run_start: float) -> dict[str, Any]:
         config, layout, p = self.config, self.layout, self.progress
         main = layout.is_main
-        from tqdm import tqdm
-
         # tqdm's default lock is a multiprocessing semaphore; a rank that is killed cannot release it and the
         # launcher's resource tracker then warns about leaked semaphores. One bar per process needs a thread lock.
         tqdm.set_lock(threading.RLock())
@@ -398,14 +398,13 @@ class Trainer:
             reset_peak_memory(self.device)
             # Validation parts are read while the epoch trains.
             self._val_feed = self._val_feed or self._feeder(self.val_parts, self._val_order(), "val")
-            bar = tqdm(
+            # A bar on a terminal; in a log (a batch job's output file) one plain line every 30 s.
+            bar = progress(
                 total=steps_per_epoch,
                 initial=p.step_in_epoch,
                 desc=f"epoch {p.epoch + 1}/{config.run.epochs}",
                 unit="step",
-                disable=not (main and config.run.progress),
-                file=sys.stderr,
-                dynamic_ncols=True,
+                enabled=main and config.run.progress,
             )
             while p.step_in_epoch < steps_per_epoch:
                 t0 = time.perf_counter()
