@@ -5,7 +5,8 @@ file or a pipe it leaves hundreds of ``\\r``-joined fragments per minute. So
 :func:`progress` returns a tqdm bar only when stderr is a terminal; otherwise
 a :class:`LineProgress` that prints one complete line at most every
 :data:`LOG_EVERY_S` seconds (``epoch 3/20: 120/400 steps (30%), 2.1 steps/s,
-eta 2m13s, loss=0.4127``) and a last one when the work ends; ``enabled=False``
+eta 2m13s, loss=0.4127``) and a last one when the work ends (work shorter than
+that interval prints nothing: the command's own output follows); ``enabled=False``
 (``--quiet``, ``--no-progress``) prints nothing at all. Both have the subset
 of tqdm's interface the package uses: iteration, ``update``, ``set_postfix``,
 ``write``, ``close``, ``n``.
@@ -118,11 +119,12 @@ class LineProgress:
             stream.flush()
 
     def close(self) -> None:
-        """The last line (when anything was done since the last one)."""
+        """The last line, when the work lasted long enough to have shown progress (shorter work says nothing)."""
         if self._closed:
             return
         self._closed = True
-        if self.enabled and self.n > self._start_n and self._printed_at_n != self.n:
+        lasted = time.monotonic() - self._start >= self.every_s
+        if self.enabled and self.n > self._start_n and self._printed_at_n != self.n and (lasted or self._printed_at_n is not None):
             self._emit()
 
 

@@ -172,3 +172,28 @@ def write_graphs(directory: Path, num_events: int, first_id: int = 0, seed: int 
         graph = synthetic_graph(first_id + i, seed * 1000 + i, num_nodes=70 + 6 * i, num_candidates=260 + 30 * i)
         paths.append(save_graph(graph, directory / f"event{first_id + i:09d}.npz"))
     return paths
+
+
+def slurm_job_with_free_port() -> tuple[int, int]:
+    """A Slurm job id whose derived rendezvous port (step 0, :func:`domainpar.train.launcher_env.rendezvous_port`)
+    is free now, and that port: srun-like tests then meet where domainpar looks, without a fixed port."""
+    import socket
+
+    from domainpar.train.launcher_env import RENDEZVOUS_PORT_BASE, RENDEZVOUS_PORT_SPAN
+
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if RENDEZVOUS_PORT_BASE <= port < RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORT_SPAN:
+            break
+    else:  # the kernel hands out ports above the range: take one inside it that binds
+        for port in range(RENDEZVOUS_PORT_BASE + 1000, RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORT_SPAN):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            break
+    job = ((port - RENDEZVOUS_PORT_BASE) * pow(97, -1, RENDEZVOUS_PORT_SPAN)) % RENDEZVOUS_PORT_SPAN
+    return job, port

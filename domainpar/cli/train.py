@@ -15,8 +15,11 @@ import click
 from domainpar.cli.options import dataclass_options, given_fields
 from domainpar.errors import DomainparError
 from domainpar.train import launch
-from domainpar.train.config import DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, flag_name, load_config
+from domainpar.output_paths import check_output_dir
+from domainpar.train.config import DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, domain_size_of, flag_name, load_config
 from domainpar.train.launcher_env import detect as detect_launcher
+from domainpar.train.launcher_env import planned_job
+from domainpar.train.preflight import check_run
 from domainpar.train.lifeline import Terminated, terminate_on_signals
 from domainpar.train.run import train as run_training
 
@@ -46,11 +49,29 @@ def _steps_text(summary: dict) -> str:
     return f"{done} step{plural} ({where}, resumed at step {start}; {summary['epochs']} epochs in all)"
 
 
+def _dry_run(config) -> None:
+    """Run every pre-start check for a job of ``--ranks`` ranks started by a launcher, print the layout, exit."""
+    world = 1 if config.parallel.mode == "single" else config.parallel.ranks
+    planned = planned_job(world)
+    resolved = check_run(config, world, planned)
+    check_output_dir(resolved.run.out, "--out")
+    group = domain_size_of(resolved, world)
+    resumes = "resumes from its checkpoints" if (resolved.run.resume or resolved.run.resume_from) else "starts fresh"
+    click.echo(
+        f"ok: {resolved.parallel.mode} mode, {world} rank(s) = {world // group} replica(s) x domain size {group}, "
+        f"{resolved.optim.batch_events} event(s) per step, device {resolved.parallel.device}, out {resolved.run.out} "
+        f"({resumes})"
+    )
+
+
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="YAML config (see examples/train_default.yaml); flags override it.")
 @click.option("--quiet", is_flag=True, help="No progress (the same as --no-progress).")
+@click.option("--dry-run", is_flag=True,
+              help="Check the run as a job of --ranks ranks would start it (config, data, plans, world-size settings, --out) "
+                   "and print its layout; start nothing (the Slurm scripts run this before srun).")
 @_section_options
-def train(config_path: Path | None, quiet: bool, **options) -> None:
+def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> None:
     """Train the edge classifier in domain, sectors or single mode.
 
     \b
@@ -59,7 +80,11 @@ def train(config_path: Path | None, quiet: bool, **options) -> None:
       domainpar train --config examples/train_default.yaml --lr 3e-4
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
+      domainpar train --config run.yaml --ranks 16 --domain-size 4 --dry-run
     """
+    if dry_run:
+        _dry_run(load_config(config_path, given_fields(options)))
+        return
     launcher = detect_launcher()
     launched_rank = launcher.joins
     given = given_fields(options)

@@ -44,7 +44,7 @@ RENDEZVOUS_PORT_BASE = 20000
 #: Size of that range.
 RENDEZVOUS_PORT_SPAN = 10000
 
-KINDS = ("torchrun", "env", "srun", "none")
+KINDS = ("torchrun", "env", "srun", "planned", "none")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class LauncherEnv:
     """Where this process sits: a rank of a torchrun/env:// job or an srun step, or a process of its own."""
 
     kind: str
-    """"torchrun", "env" (RANK/WORLD_SIZE set by hand), "srun" (a task of an srun step) or "none"."""
+    """"torchrun", "env" (RANK/WORLD_SIZE set by hand), "srun" (a task of an srun step), "planned" (a job a
+    launcher will start: ``train --dry-run``) or "none"."""
     rank: int
     """Global rank (0 when kind is "none")."""
     world_size: int
@@ -79,6 +80,8 @@ class LauncherEnv:
             return f"rank {self.rank} of {self.world_size} (RANK/WORLD_SIZE set in the environment)"
         if self.kind == "srun":
             return f"task {self.rank} of srun step {self.slurm_job}.{self.slurm_step} ({self.world_size} tasks)"
+        if self.kind == "planned":
+            return f"a planned job of {self.world_size} ranks"
         if self.slurm_job is not None:
             where = f"the {self.slurm_step} step" if self.slurm_step in ("batch", "interactive") else "outside any srun step"
             if self.slurm_step not in (None, "batch", "interactive"):
@@ -141,6 +144,12 @@ def detect(environ: Mapping[str, str] | None = None) -> LauncherEnv:
     return LauncherEnv("none", 0, 1, 0, job, step, nodes)
 
 
+def planned_job(world_size: int, environ: Mapping[str, str] | None = None) -> LauncherEnv:
+    """The job a launcher will start with ``world_size`` ranks, seen from here (``train --dry-run`` in a batch script)."""
+    here = detect(environ)
+    return LauncherEnv("planned", 0, world_size, 0, here.slurm_job, here.slurm_step, here.slurm_nodes)
+
+
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm host list: ``gpu-a[001-004,007],cpu9`` → ``gpu-a001``.
 
@@ -196,4 +205,4 @@ def slurm_rendezvous(launcher: LauncherEnv, environ: Mapping[str, str] | None = 
     return address, port
 
 
-__all__ = ["KINDS", "LauncherEnv", "detect", "first_host", "rendezvous_port", "slurm_rendezvous"]
+__all__ = ["KINDS", "LauncherEnv", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]

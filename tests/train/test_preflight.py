@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +23,10 @@ from domainpar.data.event_graph import load_graph, save_graph
 from domainpar.errors import DomainparError
 from domainpar.train import launch
 from domainpar.train.config import load_config
-from domainpar.train.launcher_env import RENDEZVOUS_PORT_BASE, RENDEZVOUS_PORT_SPAN, detect
+from domainpar.train.launcher_env import detect
 from domainpar.train.preflight import check_run, resolve_defaults
 from domainpar.train.run import train
-from fixtures import REPO, write_graphs
+from fixtures import REPO, slurm_job_with_free_port, write_graphs
 
 #: Launcher variables removed from every subprocess so the test decides what the process sees.
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
@@ -227,20 +226,6 @@ def test_four_rank_hybrid_with_the_shipped_single_node_config(graphs, tmp_path):
     assert load_config(out / "config.yaml").optim.batch_events == 2  # one event per replica
 
 
-def _port_for_job() -> tuple[int, int]:
-    """A job id whose derived rendezvous port (step 0) is free now, and that port."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if RENDEZVOUS_PORT_BASE <= port < RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORT_SPAN:
-            break
-    else:
-        port = RENDEZVOUS_PORT_BASE + 4321
-    job = ((port - RENDEZVOUS_PORT_BASE) * pow(97, -1, RENDEZVOUS_PORT_SPAN)) % RENDEZVOUS_PORT_SPAN
-    return job, port
-
-
 def _srun_tasks(argv: list[str], tasks: int, cwd: Path, job: int = 4242) -> list[subprocess.CompletedProcess]:
     """Run ``argv`` as the tasks of srun step ``job``.0 on one node: Slurm's per-task variables, no MASTER_ADDR."""
     processes = []
@@ -265,7 +250,7 @@ def _srun_tasks(argv: list[str], tasks: int, cwd: Path, job: int = 4242) -> list
 @pytest.mark.timeout(240)
 def test_srun_tasks_meet_on_the_first_host_without_exports(graphs, tmp_path):
     """`srun -n 2 domainpar train ...` with no MASTER_ADDR/MASTER_PORT: the step's first host, a derived port."""
-    job, _ = _port_for_job()
+    job, _ = slurm_job_with_free_port()
     out = tmp_path / "run"
     results = _srun_tasks([sys.executable, "-m", "domainpar", "train", "--data", str(graphs), "--out", str(out), *_TINY],
                           2, tmp_path, job)
