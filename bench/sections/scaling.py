@@ -20,7 +20,9 @@ and ends at a barrier of the group, so it is the slowest rank's):
 * **step time** with and without overlap, and the **overlap benefit** (their ratio);
 * **halo exchange time** per step: every exchange (forward and backward) of
   one extra step timed on each rank, with the device synchronised around it,
-  without overlap; the slowest rank's;
+  without overlap; the slowest rank's — as the step pays it (waiting for a
+  slower peer included) and the transfer alone (the group meets at a barrier
+  before each exchange);
 * **halo bytes** per step, all ranks: the exchanges each rank made × the rows its
   plan sends × H × 4 bytes, forward and backward;
 * **memory per rank**: the step's peak above what the rank held before it
@@ -105,14 +107,18 @@ class TimedExchange:
     calls return before the transfer is done); use it for a step timed apart from the others.
     """
 
-    def __init__(self, exchange: Any, sync: Callable[[], None]) -> None:
+    def __init__(self, exchange: Any, sync: Callable[[], None], meet: Callable[[], None] | None = None) -> None:
         self.inner, self.sync = exchange, sync
+        # ``meet``: a barrier of the group before each exchange, so the time is the transfer's alone, not the
+        # wait for a slower peer.
+        self.meet = meet or (lambda: None)
         self.num_halo = exchange.num_halo
         self.seconds = 0.0
         backward = getattr(exchange, "_backward", None)
         if backward is not None:
             def timed_backward(grad: torch.Tensor) -> torch.Tensor:
                 self.sync()
+                self.meet()
                 start = time.perf_counter()
                 out = backward(grad)
                 self.sync()
@@ -130,6 +136,7 @@ class TimedExchange:
 
     def start(self, x_owned: torch.Tensor) -> Any:
         self.sync()
+        self.meet()
         start = time.perf_counter()
         pending = self.inner.start(x_owned)
         owner = self
@@ -208,8 +215,10 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
     mask = rp.graph.edge_owned.to(torch.float32) * weights[rp.graph.edge_ids]
     base = ModelConfig(node_features=int(rp.graph.x.shape[1]), edge_features=int(rp.graph.edge_attr.shape[1]),
                        hidden=settings.hidden, num_iterations=settings.iterations)
+    # One rank has no exchange to overlap: both settings would be the same step, so P = 1 times one, twice as often.
+    settings_of_p = (False, True) if num_parts > 1 else (False,)
     models, optimizers = {}, {}
-    for overlap in (False, True):
+    for overlap in settings_of_p:
         torch.manual_seed(0)
         models[overlap] = InteractionNetwork(dataclasses.replace(base, overlap=overlap)).to(device)
         optimizers[overlap] = torch.optim.AdamW(models[overlap].parameters(), lr=1e-4)
@@ -232,28 +241,35 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
             dist.barrier(group=group)  # the step ends when the slowest rank is done
         return time.perf_counter() - start
 
-    step(False)
-    step(True)  # warm-up: allocator, thread pools, exchange buffers
+    for overlap in settings_of_p:
+        step(overlap)  # warm-up: allocator, thread pools, exchange buffers
     times: dict[bool, list[float]] = {False: [], True: []}
     peaks: list[int] = []
     for round_index in range(settings.rounds):
-        for overlap in ((False, True) if round_index % 2 == 0 else (True, False)):
+        order = settings_of_p if round_index % 2 == 0 else settings_of_p[::-1]
+        for overlap in order if num_parts > 1 else (False, False):
             seconds, peak = _step_peak(lambda: step(overlap), device)
             times[overlap].append(seconds)
             if peak is not None and not overlap:
                 peaks.append(peak)
-    timed = TimedExchange(rp.exchange, sync)
+    if num_parts == 1:
+        times[True] = times[False]
     exchanges_before = getattr(rp.exchange, "num_exchanges", 0)
-    try:
-        step(False, timed)
-    finally:
-        timed.close()
-    exchanges = getattr(rp.exchange, "num_exchanges", 0) - exchanges_before
+    seconds_in_exchanges = {}
+    for kind, meet in (("exposed", None), ("transfer", lambda: dist.barrier(group=group) if num_parts > 1 else None)):
+        timed = TimedExchange(rp.exchange, sync, meet)
+        try:
+            step(False, timed)
+        finally:
+            timed.close()
+        seconds_in_exchanges[kind] = timed.seconds
+    exchanges = (getattr(rp.exchange, "num_exchanges", 0) - exchanges_before) // 2
     bytes_per_exchange = rp.exchange.bytes_per_exchange(settings.hidden) if num_parts > 1 else 0
     record = {
         "step_s": statistics.median(times[False]),
         "step_overlap_s": statistics.median(times[True]),
-        "exchange_s": timed.seconds,
+        "exchange_s": seconds_in_exchanges["exposed"],
+        "transfer_s": seconds_in_exchanges["transfer"],
         "exchanges": exchanges,
         # Forward rows out and as many gradient rows back.
         "halo_bytes": 2 * exchanges * bytes_per_exchange,
@@ -347,7 +363,8 @@ def combine(gathered: list[dict], settings: Settings, device: torch.device, gpus
     measured = {
         p: {
             "step_s": max(r["step_s"] for r in rs), "step_overlap_s": max(r["step_overlap_s"] for r in rs),
-            "exchange_s": max(r["exchange_s"] for r in rs), "halo_bytes": sum(r["halo_bytes"] for r in rs),
+            "exchange_s": max(r["exchange_s"] for r in rs), "transfer_s": max(r["transfer_s"] for r in rs),
+            "halo_bytes": sum(r["halo_bytes"] for r in rs),
             "exchanges": max(r["exchanges"] for r in rs),
             "peak_bytes": max((r["peak_bytes"] for r in rs if r["peak_bytes"] is not None), default=None),
             "max_local_edges": max(r["local_edges"] for r in rs),
@@ -371,7 +388,7 @@ def combine(gathered: list[dict], settings: Settings, device: torch.device, gpus
             "step_overlap_ms": m["step_overlap_s"] * 1e3, "step_overlap_ms_model": pred["step_overlap_ms"],
             "overlap_benefit": m["step_s"] / m["step_overlap_s"],
             "overlap_benefit_model": pred["step_ms"] / pred["step_overlap_ms"],
-            "exchange_ms": m["exchange_s"] * 1e3, "exchange_ms_model": pred["exchange_ms"],
+            "exchange_ms": m["exchange_s"] * 1e3, "transfer_ms": m["transfer_s"] * 1e3, "exchange_ms_model": pred["exchange_ms"],
             "halo_mb": m["halo_bytes"] / 1e6,
             # The model: every rank sends its plan's rows at each of 2 (I + 1) exchanges (forward and backward).
             "halo_mb_model": exchanges_per_step * sum(inp["send_on_node"] + inp["send_off_node"]) * settings.hidden * 4 / 1e6,
@@ -403,6 +420,7 @@ _COLUMNS = [
     Column("overlap_benefit", "overlap benefit", "{:.2f}×"),
     Column("overlap_benefit_model", "model", "{:.2f}×"),
     Column("exchange_ms", "halo exchange ms/step", "{:.1f}"),
+    Column("transfer_ms", "of which transfer", "{:.1f}"),
     Column("exchange_ms_model", "model", "{:.1f}"),
     Column("halo_mb", "halo MB/step", "{:.2f}"),
     Column("halo_mb_model", "model", "{:.2f}"),
@@ -486,8 +504,11 @@ def run(ctx: Any, world: int | None = None) -> Section:
         "machine's constants — compute rate calibrated on the measured P = 1 step (so P = 1 agrees by construction), "
         + (f"one exchange round {link['latency_s'] * 1e6:.0f} µs and {link['bandwidth_bytes_s'] / 1e9:.2f} GB/s measured "
            "by a ping-pong of ranks 0 and 1." if link else "no link (one rank)."),
-        "Halo exchange ms/step: every exchange of one further step (no overlap), the device synchronised around each, "
-        "slowest rank. Step peak: the step's memory high-water mark above what the rank held before it "
+        "Halo exchange ms/step: the time spent in every exchange (forward and backward) of one further step without "
+        "overlap, the device synchronised around each, slowest rank — it includes waiting for a slower peer; 'of which "
+        "transfer': the same with the group meeting at a barrier before each exchange (the model's quantity). "
+        "P = 1 has nothing to overlap: its steps are one setting timed twice as often. "
+        "Step peak: the step's memory high-water mark above what the rank held before it "
         + ("(max_memory_allocated)." if device.type == "cuda" else "(resident set, VmHWM)."),
         f"Load average {load_before} before, {load_after} after.",
     ]

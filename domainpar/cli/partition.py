@@ -137,7 +137,7 @@ def partition(
     if rows:
         click.echo(format_report_table(rows))
     uncut = [event for event, report in rows if num_parts > 1 and method != "sectors" and report.halo_fraction == 0]
-    if uncut:
+    if uncut and summary is None:  # a failed command's last line is its error
         click.echo(
             f"warning: {len(uncut)} of {len(rows)} plan(s) cut no edge (event {uncut[0]}{', ...' if len(uncut) > 1 else ''}): "
             "their parts share no halo, so training or verifying on them exchanges nothing; small or disconnected graphs "
