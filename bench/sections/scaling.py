@@ -28,7 +28,9 @@ and ends at a barrier of the group, so it is the slowest rank's):
 * **memory per rank**: the step's peak above what the rank held before it
   (``max_memory_allocated`` on CUDA, the resident-set high-water mark on CPU),
   the largest rank's;
-* **speed-up** over P = 1, and parallel efficiency.
+* **speed-up** over P = 1, and parallel efficiency; and, since a shared
+  machine's load inflates wall time, the busiest rank's CPU seconds per step
+  and the speed-up they give.
 
 Beside each measurement stands the prediction of :mod:`bench.scaling_model`
 for the same P, from the event's own plans (halo rows per rank) and traced
@@ -54,12 +56,11 @@ import torch
 import torch.distributed as dist
 
 from bench import scaling_model
-from bench.common.memory import traced_peak
-from bench.common.plans import graph_at, largest_part_index, part_at, plan_for
+from bench.common.plans import graph_at, plan_for
 from bench.common.report import Column, Section
 from bench.common.timing import load_average
 from bench.common.workloads import missing_full_event
-from bench.sections.scaling_inputs import plan_traffic
+from bench.sections.scaling_inputs import add_traced_step, plan_traffic
 from domainpar.comm.reduce import all_reduce_gradients
 from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
 from domainpar.parallel.part import rank_part
@@ -223,12 +224,14 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
         models[overlap] = InteractionNetwork(dataclasses.replace(base, overlap=overlap)).to(device)
         optimizers[overlap] = torch.optim.AdamW(models[overlap].parameters(), lr=1e-4)
 
+    cpu_seconds: list[float] = []
+
     def step(overlap: bool, exchange: Any = None) -> float:
         model, optimizer = models[overlap], optimizers[overlap]
         if num_parts > 1:
             dist.barrier(group=group)
         sync()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         # Each global edge counted once (on its owner), normalised by the event's edges, as in training.
         loss = (model(rp.graph, exchange or rp.exchange) * mask).sum() / rp.graph.num_edges_global
         loss.backward()
@@ -237,6 +240,7 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         sync()
+        cpu_seconds.append(time.process_time() - cpu_start)
         if num_parts > 1:
             dist.barrier(group=group)  # the step ends when the slowest rank is done
         return time.perf_counter() - start
@@ -254,6 +258,7 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
                 peaks.append(peak)
     if num_parts == 1:
         times[True] = times[False]
+    timed_cpu = list(cpu_seconds[len(settings_of_p):])  # the rounds' steps, not the warm-up
     exchanges_before = getattr(rp.exchange, "num_exchanges", 0)
     seconds_in_exchanges = {}
     for kind, meet in (("exposed", None), ("transfer", lambda: dist.barrier(group=group) if num_parts > 1 else None)):
@@ -270,16 +275,14 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
         "step_overlap_s": statistics.median(times[True]),
         "exchange_s": seconds_in_exchanges["exposed"],
         "transfer_s": seconds_in_exchanges["transfer"],
+        # This process's CPU seconds per step (what a shared machine's load does not inflate as it does wall time).
+        "cpu_s": statistics.median(timed_cpu),
         "exchanges": exchanges,
         # Forward rows out and as many gradient rows back.
         "halo_bytes": 2 * exchanges * bytes_per_exchange,
         "peak_bytes": max(peaks) if peaks else None,
         "local_edges": rp.graph.num_edges,
     }
-    del models, optimizers, rp, timed
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return record
 
 
@@ -300,6 +303,9 @@ def rank_body(rank: int, world: int, settings: Settings, device_kind: str) -> li
         group = dist.new_group(list(range(num_parts))) if num_parts > 1 else None
         if rank < num_parts:
             records.append({"num_parts": num_parts, "rank": rank, **_measure(rank, num_parts, group, device, settings)})
+            gc.collect()  # the part, models and optimisers of this P are gone before the next P allocates its own
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         dist.barrier()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, {"records": records, "link": link})
@@ -316,16 +322,7 @@ def model_inputs(settings: Settings, world: int, gpus_per_node: int) -> tuple[li
     rows = []
     for num_parts in range(1, world + 1):
         record = plan_traffic(path, num_parts, settings.method, gpus_per_node)
-        part = part_at(path, num_parts, settings.method, largest_part_index(plan_for(path, num_parts, settings.method)))
-        for checkpointing in (False, True):
-            config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]),
-                                 hidden=settings.hidden, num_iterations=settings.iterations, checkpointing=checkpointing)
-            traced = traced_peak(part, config)
-            suffix = "_ckpt" if checkpointing else ""
-            record[f"peak_bytes{suffix}"] = traced["total"]
-            record[f"activation_bytes{suffix}"] = traced["activations"]
-            record[f"flops{suffix}"] = traced["flops"]
-            record["parameter_bytes"] = traced["parameters"]
+        add_traced_step(record, path, settings.method, settings.hidden, settings.iterations)
         rows.append(record)
     extra = {"graph": path.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "hidden": settings.hidden,
              "iterations": settings.iterations, "gpus_per_node": gpus_per_node}
@@ -364,6 +361,7 @@ def combine(gathered: list[dict], settings: Settings, device: torch.device, gpus
         p: {
             "step_s": max(r["step_s"] for r in rs), "step_overlap_s": max(r["step_overlap_s"] for r in rs),
             "exchange_s": max(r["exchange_s"] for r in rs), "transfer_s": max(r["transfer_s"] for r in rs),
+            "cpu_s": max(r["cpu_s"] for r in rs),
             "halo_bytes": sum(r["halo_bytes"] for r in rs),
             "exchanges": max(r["exchanges"] for r in rs),
             "peak_bytes": max((r["peak_bytes"] for r in rs if r["peak_bytes"] is not None), default=None),
@@ -398,6 +396,7 @@ def combine(gathered: list[dict], settings: Settings, device: torch.device, gpus
             "peak_mib_model": (inp["peak_bytes"] - inp["parameter_bytes"]) / 2**20,
             "speedup": one["step_overlap_s"] / m["step_overlap_s"], "speedup_model": pred["speedup"],
             "efficiency": one["step_overlap_s"] / m["step_overlap_s"] / p,
+            "busiest_cpu_s": m["cpu_s"], "speedup_cpu": one["cpu_s"] / m["cpu_s"],
             "paper_step_overlap_ms": paper[p]["step_overlap_ms"] if paper else None,
             "paper_speedup": paper[p]["speedup"] if paper else None,
         })
@@ -429,6 +428,8 @@ _COLUMNS = [
     Column("speedup", "speed-up", "{:.2f}"),
     Column("speedup_model", "model", "{:.2f}"),
     Column("efficiency", "efficiency", "{:.0%}"),
+    Column("busiest_cpu_s", "busiest rank CPU s/step", "{:.2f}"),
+    Column("speedup_cpu", "speed-up in CPU time", "{:.2f}"),
 ]
 
 
