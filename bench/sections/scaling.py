@@ -162,7 +162,8 @@ def _link_probe(rank: int, world: int, device: torch.device, large_bytes: int, r
         return None
     sync = _synchroniser(device)
     results = {}
-    for label, nbytes in (("small", 4), ("large", max(large_bytes, 4096))):
+    # The bandwidth from a message large enough that the transfer outweighs the latency (at least 8 MiB).
+    for label, nbytes in (("small", 4), ("large", max(large_bytes, 8 << 20))):
         buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
         times = []
         for _ in range(repeats + 2):
@@ -183,7 +184,8 @@ def _link_probe(rank: int, world: int, device: torch.device, large_bytes: int, r
             times.append((time.perf_counter() - start) / 2)  # one direction
         results[label] = (statistics.median(times[2:]), nbytes)
     (t_small, _), (t_large, n_large) = results["small"], results["large"]
-    bandwidth = (n_large - 4) / max(t_large - t_small, 1e-9)
+    # Net of the latency when the large message took longer (it should); else its whole time (a lower bound).
+    bandwidth = (n_large - 4) / (t_large - t_small) if t_large > 2 * t_small else n_large / t_large
     return {"latency_s": t_small, "bandwidth_bytes_s": bandwidth, "large_bytes": n_large, "large_seconds": t_large}
 
 
@@ -454,7 +456,7 @@ def run(ctx: Any, world: int | None = None) -> Section:
     default_hidden, default_iterations = DEFAULT_MODEL[device_kind]
     hidden = getattr(ctx, "hidden", None) or default_hidden
     iterations = getattr(ctx, "iterations", None) or default_iterations
-    rounds = ctx.size(2, 3)
+    rounds = ctx.size(2, 5)
     start = time.perf_counter()
     load_before = load_average()
     if launcher.joins:

@@ -283,3 +283,16 @@ def test_a_ranks_flag_that_contradicts_the_srun_step_is_refused(graphs, tmp_path
         "error: --ranks 4: this process is task 1 of srun step 9.0 (2 tasks), and the launcher sets the world size; "
         "drop --ranks, or run domainpar outside torchrun/srun (e.g. in the batch script itself) to spawn 4 local ranks"
     ]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_verify_inside_an_sbatch_batch_script_spawns_its_parts(graphs, tmp_path):
+    """`domainpar verify --parts 2` in a batch script: local ranks, not a join that waits for MASTER_ADDR."""
+    env = {**_clean_env(), "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node001"}
+    done = subprocess.run([sys.executable, "-m", "domainpar", "verify", "--graph", str(graphs / "event000000003.npz"),
+                           "--parts", "2", "--hidden", "8", "--iterations", "2"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=220)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "PASSED" in done.stdout and "halo rows per rank: [0, 0]" not in done.stdout
