@@ -82,12 +82,13 @@ class LauncherEnv:
             return f"task {self.rank} of srun step {self.slurm_job}.{self.slurm_step} ({self.world_size} tasks)"
         if self.kind == "planned":
             return f"a planned job of {self.world_size} ranks"
-        if self.slurm_job is not None:
-            where = f"the {self.slurm_step} step" if self.slurm_step in ("batch", "interactive") else "outside any srun step"
-            if self.slurm_step not in (None, "batch", "interactive"):
-                where = f"a one-task srun step ({self.slurm_job}.{self.slurm_step})"
-            return f"one process in {where} of Slurm job {self.slurm_job}"
-        return "one process (no torchrun or srun)"
+        if self.slurm_job is None:
+            return "one process (no torchrun or srun)"
+        if self.slurm_step in ("batch", "interactive"):
+            return f"one process in the {self.slurm_step} step of Slurm job {self.slurm_job}"
+        if self.slurm_step is None:
+            return f"one process of Slurm job {self.slurm_job}, outside any srun step (its batch script or an salloc shell)"
+        return f"the only task of srun step {self.slurm_job}.{self.slurm_step}"
 
 
 def _int(environ: Mapping[str, str], names: tuple[str, ...]) -> int | None:

@@ -62,7 +62,7 @@ def test_every_option_shows_its_type_and_default(name):
             assert "[default: " in help_text, f"{name} {flag} does not show its default"
 
 
-@pytest.mark.parametrize("name", ["simulate", "build", "partition", "train", "evaluate"])
+@pytest.mark.parametrize("name", ["simulate", "build", "partition", "train", "evaluate", "demo"])
 def test_every_command_that_draws_progress_takes_quiet(name):
     assert "--quiet" in {opt for param in _commands()[name].params for opt in param.opts}
 
