@@ -3,14 +3,22 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
-TORCH_CPU ?= torch==2.13.0
+# torch first, and the build asked for: a version pin alone does not choose one (on PyPI, Linux wheels carry
+# CUDA, several GB). The local version names the build exactly: 2.13.0+cpu (default) or, for a GPU node,
+# `make TORCH_BUILD=cu128` (any build the PyTorch index serves: cu126, cu128, ...).
+TORCH_VERSION ?= 2.13.0
+TORCH_BUILD   ?= cpu
+TORCH_INDEX   ?= https://download.pytorch.org/whl/$(TORCH_BUILD)
+TORCH         := torch==$(TORCH_VERSION)+$(TORCH_BUILD)
 
 .PHONY: install run test test-fast clean
 
+# A wheel this site already keeps (pip's find-links) is installed without the network, its dependencies from
+# the configured index; otherwise the PyTorch index of that build serves torch (PyPI the rest).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q $(TORCH_CPU) || $(PIP) install -q torch --index-url https://download.pytorch.org/whl/cpu
+	if $(PIP) install -q --no-index --no-deps '$(TORCH)' 2>/dev/null; then $(PIP) install -q '$(TORCH)'; \
+	else $(PIP) install -q '$(TORCH)' --extra-index-url $(TORCH_INDEX); fi
 	$(PIP) install -q -e '.[test]'
 	touch $@
 

@@ -6,6 +6,10 @@ inputs are missing is reported as skipped with the reason; a section that
 fails is reported as failed with the error's last line (the exit status is
 then 1), and the others still run. ``--device cuda`` on a machine without
 CUDA prints one line and exits 0.
+
+Under torchrun (``torchrun --nproc-per-node N -m bench --only scaling``) every
+rank runs the multi-rank section and rank 0 alone prints and writes the report;
+the other sections measure one process and are refused there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bench import sections as registry
 from bench.common.report import REPO_ROOT, Section, machine_info, report_stem, write_report
 from bench.common.timing import load_average
 from bench.common.workloads import DATA_ENV
+from domainpar.launch.env import detect
 
 
 def _failed(name: str, exc: BaseException, seconds: float) -> Section:
@@ -33,8 +38,15 @@ def _failed(name: str, exc: BaseException, seconds: float) -> Section:
     return section
 
 
-def run_all(names: tuple[str, ...], ctx: registry.Context, mode: str) -> tuple[Path, Path, list[Section]]:
-    """Run the named sections in report order and write the report after each one."""
+#: Sections that run on the ranks of a torchrun job (every other section measures one process).
+MULTI_RANK_SECTIONS = ("scaling",)
+
+
+def run_all(names: tuple[str, ...], ctx: registry.Context, mode: str, *, writer: bool = True) -> tuple[Path | None, Path | None, list[Section]]:
+    """Run the named sections in report order and write the report after each one (``writer``: this process reports)."""
+    if not writer:
+        # A rank other than 0 of a torchrun job: it measures with the others and says nothing.
+        return None, None, [registry.load(name).section(ctx) for name in registry.ORDER if name in names]
     machine = machine_info()
     machine["load_average_start"] = load_average()
     machine["device"] = ctx.device
@@ -74,6 +86,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default=None,
                         help=f"TrackML data directory holding event000021000-* (default: ${DATA_ENV} or <repo>/../shared/data/trackml)")
     parser.add_argument("--cache", default=None, help="keep built graphs here between runs (default: a temp dir, removed)")
+    parser.add_argument("--graph", default=None,
+                        help="scaling: measure this event graph (.npz) instead of the real full event")
+    parser.add_argument("--hidden", type=int, default=None, help="scaling: model width (default 16 on CPU, 64 on CUDA)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="scaling: message-passing iterations (default 4 on CPU, 8 on CUDA)")
     return parser.parse_args(argv)
 
 
@@ -89,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[DATA_ENV] = str(Path(args.data).resolve())  # probes and spawned ranks inherit it
     names = tuple(args.only) if args.only else registry.ORDER
     names = tuple(n for n in names if args.device in registry.devices(n))
+    launcher = detect()
+    if launcher.joins and not set(names) <= set(MULTI_RANK_SECTIONS):
+        print(f"error: under torchrun only --only {' '.join(MULTI_RANK_SECTIONS)} runs (the other sections measure one "
+              "process: run them with python -m bench)", file=sys.stderr)
+        return 2
+    if args.graph is not None and not Path(args.graph).is_file():
+        print(f"error: --graph {args.graph}: graph file not found", file=sys.stderr)
+        return 2
     if not names:
         print(f"[bench] none of the selected sections runs on --device {args.device}")
         return 0
@@ -97,13 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     stem = report_stem(socket.gethostname(), mode)
-    ctx = registry.Context(quick=args.quick, device=args.device, cache=cache, out=out, stem=stem)
+    ctx = registry.Context(quick=args.quick, device=args.device, cache=cache, out=out, stem=stem,
+                           graph=None if args.graph is None else Path(args.graph).resolve(), hidden=args.hidden,
+                           iterations=args.iterations)
     start = time.perf_counter()
+    writer = launcher.rank == 0
     try:
-        json_path, md_path, done = run_all(names, ctx, mode)
+        json_path, md_path, done = run_all(names, ctx, mode, writer=writer)
     finally:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
+    if not writer:
+        return 0
     failed = [s.name for s in done if s.skipped and s.skipped.startswith("failed")]
     print(f"[bench] wrote {json_path} and {md_path} in {time.perf_counter() - start:.0f} s")
     if failed:

@@ -30,9 +30,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from tqdm import tqdm
 
 from domainpar.errors import DomainparError, one_line
+from domainpar.progress import progress as progress_display
 
 T = TypeVar("T")
 
@@ -142,7 +142,7 @@ def run_items(
     names = [str(item) for item in items] if names is None else list(names)
     results: list[ItemResult | None] = [None] * len(items)
     failed = 0
-    bar = tqdm(total=len(items), desc=desc, unit="event", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = progress_display(total=len(items), desc=desc, unit="event", enabled=progress)
 
     def finish(index: int, result: ItemResult) -> None:
         nonlocal failed

@@ -198,3 +198,26 @@ def checkpointed_run_config(data: Path, out: Path, **overrides):
 
     return load_config(None, {**CHECKPOINTED_RUN, "data.train": str(data), "run.out": str(out), **overrides})
 
+def slurm_job_with_free_port() -> tuple[int, int]:
+    """A Slurm job id whose derived rendezvous port (step 0, :func:`domainpar.launch.env.rendezvous_port`)
+    is free now, and that port: srun-like tests then meet where domainpar looks, without a fixed port."""
+    import socket
+
+    from domainpar.launch.env import RENDEZVOUS_PORT_BASE, RENDEZVOUS_PORT_SPAN
+
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if RENDEZVOUS_PORT_BASE <= port < RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORT_SPAN:
+            break
+    else:  # the kernel hands out ports above the range: take one inside it that binds
+        for port in range(RENDEZVOUS_PORT_BASE + 1000, RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORT_SPAN):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            break
+    job = ((port - RENDEZVOUS_PORT_BASE) * pow(97, -1, RENDEZVOUS_PORT_SPAN)) % RENDEZVOUS_PORT_SPAN
+    return job, port

@@ -39,6 +39,7 @@ ORDER = (
     "training",
     "faults",
     "scaling_inputs",
+    "scaling",
     "gpu",
     "physics",
 )
@@ -62,6 +63,12 @@ class Context:
     """File stem of this run's report (``<host>-<date>[-quick]``)."""
     shared: dict[str, Any] = field(default_factory=dict)
     """Figures one section measures and a later one reuses (memoised by name)."""
+    graph: Path | None = None
+    """``--graph``: the event graph of sections that measure one event (scaling) instead of the real full event."""
+    hidden: int | None = None
+    """``--hidden``: the model width of sections that take one (scaling); None: the section's default."""
+    iterations: int | None = None
+    """``--iterations``: message-passing iterations of sections that take them (scaling)."""
 
     def size(self, quick: T, full: T) -> T:
         """The quick or full value of a setting."""

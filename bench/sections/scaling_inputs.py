@@ -79,6 +79,23 @@ def plan_traffic(path, num_parts: int, method: str, gpus_per_node: int) -> dict:
     }
 
 
+def add_traced_step(record: dict, path, method: str, hidden: int, iterations: int) -> None:
+    """Trace a training step of the largest part of ``record``'s plan (:func:`plan_traffic`), with and without
+    checkpointing: adds ``peak_bytes``, ``activation_bytes``, ``flops`` (each also ``_ckpt``) and ``parameter_bytes``."""
+    part = part_at(path, record["num_parts"], method, record["largest_part"])
+    for checkpointing in (False, True):
+        config = ModelConfig(
+            node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]),
+            hidden=hidden, num_iterations=iterations, checkpointing=checkpointing,
+        )
+        peak = traced_peak(part, config)
+        suffix = "_ckpt" if checkpointing else ""
+        record[f"peak_bytes{suffix}"] = peak["total"]
+        record[f"activation_bytes{suffix}"] = peak["activations"]
+        record[f"flops{suffix}"] = peak["flops"]
+        record["parameter_bytes"] = peak["parameters"]
+
+
 def fit_surface_law(parts: list[int], total_halo: list[int]) -> tuple[float, float]:
     """Least-squares fit of log(total halo rows) = log c + alpha log P; returns (c, alpha)."""
     alpha, log_c = np.polyfit(np.log(parts), np.log(total_halo), 1)
@@ -104,18 +121,7 @@ def run(
     for num_parts in parts:
         record = plan_traffic(full.path, num_parts, method, gpus_per_node)
         if num_parts in trace_parts:
-            part = part_at(full.path, num_parts, method, record["largest_part"])
-            for checkpointing in (False, True):
-                config = ModelConfig(
-                    node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]),
-                    hidden=hidden, num_iterations=iterations, checkpointing=checkpointing,
-                )
-                peak = traced_peak(part, config)
-                suffix = "_ckpt" if checkpointing else ""
-                record[f"peak_bytes{suffix}"] = peak["total"]
-                record[f"activation_bytes{suffix}"] = peak["activations"]
-                record[f"flops{suffix}"] = peak["flops"]
-                record["parameter_bytes"] = peak["parameters"]
+            add_traced_step(record, full.path, method, hidden, iterations)
         rows.append(record)
     fit_parts = [r["num_parts"] for r in rows if 2 <= r["num_parts"] <= 16]
     c, alpha = fit_surface_law(fit_parts, [r["total_halo_rows"] for r in rows if r["num_parts"] in fit_parts])

@@ -153,3 +153,9 @@ def evaluate(
     click.echo(format_table(s))
     for path in written:
         click.echo(f"wrote {path}")
+    if s["num_parts"] > 1 and not any(event.get("num_halo_nodes") for event in s.get("events", [])):
+        click.echo(
+            f"warning: the {s['num_parts']} parts of every event share no edge (0 halo rows: small or disconnected graphs "
+            "get a 0 % METIS cut), so no halo was exchanged; --method geometric, or larger events, exercise the exchange",
+            err=True,
+        )

@@ -2,9 +2,12 @@
 
 A field's help text is its docstring (the string literal under it in the class
 body), its type gives the click type (``bool`` becomes ``--x/--no-x``,
-``X | None`` accepts the literal ``none``), and its value is collected under a
-destination that names the field, so a command turns the given flags back into
-field overrides without a hand-written table.
+``X | None`` accepts the literal ``none`` and is shown as ``INTEGER|none``),
+its default is shown in ``--help`` even where the option itself defaults to
+"not given" (so a config file's value is not overridden), a field with a fixed
+set of values shows them (``[domain|sectors|single]``), and its value is
+collected under a destination that names the field, so a command turns the
+given flags back into field overrides without a hand-written table.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import click
 
@@ -57,13 +60,73 @@ def _base_type(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _click_type(annotation: Any) -> Any:
+class OptionalValue(click.ParamType):
+    """An ``X | None`` field's option: a value of the base type, or the literal ``none`` (passed on as text, so a
+    command line can clear a value its config file sets; the config layer turns it into None)."""
+
+    def __init__(self, base: click.ParamType) -> None:
+        self.base = base
+        self.name = f"{base.name}|none"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # noqa: D102 - click's protocol
+        return f"{self.base.name.upper()}|none"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: D102
+        if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+            return "none"
+        return self.base.convert(value, param, ctx)
+
+
+class ShownChoices(click.ParamType):
+    """Text whose allowed values are shown in ``--help`` (``[a|b|c]``); the config layer checks them, with the
+    same one-line message for a flag and a config file."""
+
+    name = "choice"
+
+    def __init__(self, choices: Iterable[str]) -> None:
+        self.choices = tuple(choices)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # noqa: D102
+        return "[" + "|".join(self.choices) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: D102
+        return value
+
+
+class FieldOption(click.Option):
+    """An option whose ``--help`` shows its field's default as ``[default: 64]``, also when the option itself
+    defaults to "not given" (click prints a text default in parentheses: ``[default: (64)]``)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:  # noqa: D102 - click's protocol
+        record = super().get_help_record(ctx)
+        if record is None or not isinstance(self.show_default, str):
+            return record
+        return record[0], record[1].replace(f"default: ({self.show_default})", f"default: {self.show_default}")
+
+
+_BASE_TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
+
+
+def _click_type(annotation: Any, choices: Iterable[str] | None = None) -> Any:
     base, optional = _base_type(annotation)
     if base is bool:
         return bool
-    if optional:
-        return str  # "none" must get through to the config layer, which coerces and checks the value
-    return {int: int, float: float, str: str, Path: click.Path(path_type=Path)}.get(base, str)
+    if base is Path:
+        kind = click.Path(path_type=Path)
+    elif choices is not None:
+        kind = ShownChoices(choices)
+    else:
+        kind = _BASE_TYPES.get(base, click.STRING)
+    return OptionalValue(kind) if optional else kind
+
+
+def _default_text(value: Any, flag: str, kind: Any) -> str:
+    """How ``--help`` shows a field's default: ``none``, the bool flag that is on, or the value."""
+    if value is None:
+        return "none"
+    if kind is bool:
+        return flag[2:] if value else "no-" + flag[2:]
+    return str(value)
 
 
 def dataclass_options(
@@ -73,6 +136,7 @@ def dataclass_options(
     flag_name: Callable[[str], str] | None = None,
     exclude: Iterable[str] = (),
     use_defaults: bool = False,
+    choices: Mapping[str, Iterable[str]] | None = None,
 ) -> Callable[[Callable], Callable]:
     """A decorator adding one click option per field of ``cls``.
 
@@ -81,12 +145,14 @@ def dataclass_options(
         section: prefix of the destinations (``section__field``) and of the dotted names given to ``flag_name``.
         flag_name: ``dotted name → "--flag"`` (default: ``--field-name``).
         exclude: field names that get no option.
-        use_defaults: give each option the field's default (shown in ``--help``); otherwise options default to
-            None, meaning "not given" (for overriding a config file).
+        use_defaults: give each option the field's default; otherwise options default to None, meaning "not
+            given" (for overriding a config file). ``--help`` shows the field's default either way.
+        choices: field name → its allowed values, shown in ``--help``.
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     skipped = set(exclude)
+    choices = dict(choices or {})
 
     def decorate(function: Callable) -> Callable:
         for field in reversed(dataclasses.fields(cls)):
@@ -95,17 +161,18 @@ def dataclass_options(
             dotted = f"{section}.{field.name}" if section else field.name
             flag = flag_name(dotted) if flag_name else "--" + field.name.replace("_", "-")
             dest = f"{section}{_SEP}{field.name}" if section else field.name
-            kind = _click_type(hints[field.name])
+            kind = _click_type(hints[field.name], choices.get(field.name))
             help_text = docs.get(field.name, "")
-            default = field.default if use_defaults and field.default is not dataclasses.MISSING else None
+            has_default = field.default is not dataclasses.MISSING
+            default = field.default if use_defaults and has_default else None
+            shown = _default_text(field.default, flag, kind) if has_default and field.default != "" else False
             if kind is bool:
                 name = flag[2:]
                 decl = f"{flag}/--no-{name}"
-                function = click.option(decl, dest, default=default, help=help_text, show_default=use_defaults)(function)
+                function = click.option(decl, dest, default=default, help=help_text, show_default=shown, cls=FieldOption)(function)
             else:
-                function = click.option(
-                    flag, dest, type=kind, default=default, help=help_text, show_default=use_defaults and default is not None
-                )(function)
+                function = click.option(flag, dest, type=kind, default=default, help=help_text, show_default=shown,
+                                        cls=FieldOption)(function)
         return function
 
     return decorate

@@ -57,6 +57,7 @@ def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list
               help="Partition only every N-th graph starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
 @click.option("--compress", is_flag=True,
               help="Deflate the part files: about half the disk, about twice the time to read a part.")
+@click.option("--quiet", is_flag=True, help="No progress (bar on a terminal, periodic lines in a log).")
 def partition(
     graph_path: Path,
     num_parts: int,
@@ -70,6 +71,7 @@ def partition(
     workers: int | None,
     shard: str | None,
     compress: bool,
+    quiet: bool,
 ) -> None:
     """Partition event graphs into halo plans and report their quality.
 
@@ -118,7 +120,7 @@ def partition(
         plots = [plot_path if single else plot_path.with_name(f"{plot_path.stem}_{e:09d}.png") for _, e in chosen]
     results = partition_files(
         files, plan_dirs, num_parts, method, seed=seed, compress=compress, hidden=hidden, dtype=dtype,
-        plot_paths=plots, workers=workers or available_cores(), progress=not single,
+        plot_paths=plots, workers=workers or available_cores(), progress=not (single or quiet),
     )
     summary = failure_summary(results, "graphs")
     if summary is not None and len(results) == 1:
@@ -136,6 +138,14 @@ def partition(
         rows.append((str(value["event_id"]), value["report"]))
     if rows:
         click.echo(format_report_table(rows))
+    uncut = [event for event, report in rows if num_parts > 1 and method != "sectors" and report.halo_fraction == 0]
+    if uncut and summary is None:  # a failed command's last line is its error
+        click.echo(
+            f"warning: {len(uncut)} of {len(rows)} plan(s) cut no edge (event {uncut[0]}{', ...' if len(uncut) > 1 else ''}): "
+            "their parts share no halo, so training or verifying on them exchanges nothing; small or disconnected graphs "
+            "get a 0 % METIS cut (geometric sectors cut them)",
+            err=True,
+        )
     if json_path is not None:
         with atomic_path(json_path) as tmp:
             tmp.write_text(json.dumps(records[0] if single else records, indent=1) + "\n")

@@ -13,9 +13,14 @@ from pathlib import Path
 import click
 
 from domainpar.cli.options import dataclass_options, given_fields
+from domainpar.errors import DomainparError
 from domainpar.launch import ranks
+from domainpar.launch.env import detect as detect_launcher
+from domainpar.launch.env import planned_job
 from domainpar.launch.lifeline import Terminated, terminate_on_signals
-from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, flag_name, load_config
+from domainpar.output_paths import check_output_dir
+from domainpar.train.config import DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, domain_size_of, flag_name, load_config
+from domainpar.train.preflight import check_run
 
 
 def _fmt(value) -> str:
@@ -27,14 +32,45 @@ def _fmt(value) -> str:
 def _section_options(function):
     for section, cls in reversed(list(SECTION_TYPES.items())):
         exclude = [dotted.partition(".")[2] for dotted in DERIVED_FIELDS if dotted.startswith(section + ".")]
-        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude)(function)
+        choices = {dotted.partition(".")[2]: values for dotted, values in FIELD_CHOICES.items() if dotted.startswith(section + ".")}
+        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude, choices=choices)(function)
     return function
+
+
+def _steps_text(summary: dict) -> str:
+    """What this run trained: ``12 steps (3 epochs)``, or after a resume ``8 steps (steps 5-12, resumed at step 4; 3 epochs)``."""
+    done, position = summary.get("steps_this_run", summary["steps"]), summary["steps"]
+    plural = "" if done == 1 else "s"
+    if done == position:
+        return f"{done} step{plural} ({summary['epochs']} epochs)"
+    start = position - done
+    where = f"steps {start + 1}-{position}" if done else f"nothing left after step {position}"
+    return f"{done} step{plural} ({where}, resumed at step {start}; {summary['epochs']} epochs in all)"
+
+
+def _dry_run(config) -> None:
+    """Run every pre-start check for a job of ``--ranks`` ranks started by a launcher, print the layout, exit."""
+    world = 1 if config.parallel.mode == "single" else config.parallel.ranks
+    planned = planned_job(world)
+    resolved = check_run(config, world, planned)
+    check_output_dir(resolved.run.out, "--out")
+    group = domain_size_of(resolved, world)
+    resumes = "resumes from its checkpoints" if (resolved.run.resume or resolved.run.resume_from) else "starts fresh"
+    click.echo(
+        f"ok: {resolved.parallel.mode} mode, {world} rank(s) = {world // group} replica(s) x domain size {group}, "
+        f"{resolved.optim.batch_events} event(s) per step, device {resolved.parallel.device}, out {resolved.run.out} "
+        f"({resumes})"
+    )
 
 
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="YAML config (see examples/train_default.yaml); flags override it.")
+@click.option("--quiet", is_flag=True, help="No progress (the same as --no-progress).")
+@click.option("--dry-run", is_flag=True,
+              help="Check the run as a job of --ranks ranks would start it (config, data, plans, world-size settings, --out) "
+                   "and print its layout; start nothing (the Slurm scripts run this before srun).")
 @_section_options
-def train(config_path: Path | None, **options) -> None:
+def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> None:
     """Train the edge classifier in domain, sectors or single mode.
 
     \b
@@ -43,17 +79,31 @@ def train(config_path: Path | None, **options) -> None:
       domainpar train --config examples/train_default.yaml --lr 3e-4
       torchrun --nproc-per-node 4 -m domainpar train --config run.yaml --domain-size 2
       srun -n 8 domainpar train --config run.yaml --domain-size 4
+      domainpar train --config run.yaml --ranks 16 --domain-size 4 --dry-run
     """
     # Imported when the command runs: the training stack (pandas, the kernels) is not needed for --help.
     from domainpar.train.run import train as run_training
 
-    launched_rank = ranks.running_under_launcher()
+    if dry_run:
+        _dry_run(load_config(config_path, given_fields(options)))
+        return
+    launcher = detect_launcher()
+    launched_rank = launcher.joins
+    given = given_fields(options)
+    if quiet:
+        given["run.progress"] = False
     # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
     # a rank of a torchrun/srun job names the failure that made its launcher stop it.
     terminate_on_signals()
     try:
-        config = load_config(config_path, given_fields(options))
-        summary = run_training(config)
+        asked = given.get("parallel.ranks")
+        if launched_rank and asked is not None and int(asked) != launcher.world_size:
+            raise DomainparError(
+                f"--ranks {asked}: this process is {launcher.describe()}, and the launcher sets the world size; drop "
+                f"--ranks, or run domainpar outside torchrun/srun (e.g. in the batch script itself) to spawn {asked} local ranks"
+            )
+        config = load_config(config_path, given)
+        summary = run_training(config, launcher)
     except ranks.SpawnError as exc:
         # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
         if exc.traceback_text:
@@ -65,6 +115,11 @@ def train(config_path: Path | None, **options) -> None:
             ranks.fail_rank(exc)
         click.echo(f"error: domainpar train {exc}; its ranks were stopped", err=True)
         sys.exit(exc.exit_code)
+    except DomainparError as exc:
+        ranks.refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
+        if launched_rank:
+            ranks.fail_rank(exc)
+        raise
     except BaseException as exc:
         if launched_rank:
             ranks.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)
@@ -73,7 +128,7 @@ def train(config_path: Path | None, **options) -> None:
         return
     final = summary.get("final") or {}
     click.echo(
-        f"trained {summary['steps']} steps ({summary['epochs']} epochs) in {summary['mode']} mode on "
+        f"trained {_steps_text(summary)} in {summary['mode']} mode on "
         f"{summary['world_size']} rank(s), domain size {summary['domain_size']}, {summary['num_replicas']} replica(s)"
     )
     keys = ("epoch", "train_loss", "val_loss", "efficiency", "purity", "auc", "seconds", "peak_memory_bytes", "halo_bytes")

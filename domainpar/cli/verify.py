@@ -11,6 +11,7 @@ import click
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import METIS_SEED, finite, max_local_ranks
 from domainpar.errors import DomainparError
+from domainpar.launch.env import detect as detect_launcher
 from domainpar.output_paths import check_output_file
 
 
@@ -50,29 +51,45 @@ def verify(
 ) -> None:
     """Compare a partitioned run with one process on the same graph and weights.
 
-    Started plainly, it launches --parts local processes (gloo on CPU). Started
-    by torchrun or srun (RANK/WORLD_SIZE set), every rank joins the job's
-    process group (NCCL on GPUs): run it on a new cluster to check the NCCL
-    setup. It prints a table of the logit, loss and gradient errors and exits
-    1 if any exceeds the tolerance.
+    Started plainly (also in an sbatch script), it launches --parts local
+    processes (gloo on CPU). Started by torchrun or as the tasks of an srun
+    step, every rank joins the job's process group (NCCL on GPUs): run it on a
+    new cluster to check the NCCL setup. It prints a table of the logit, loss
+    and gradient errors and exits 1 if any exceeds the tolerance; a partition
+    that cut no edge (nothing exchanged, so nothing tested) is said in a
+    warning line.
     """
     # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
-    from domainpar.launch.ranks import running_under_launcher
+    from domainpar.launch.ranks import refused_before_join
+
+    launcher = detect_launcher()
+    try:
+        _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, hidden, iterations, seed,
+                timeout_s, json_path, fault)
+    except DomainparError as exc:
+        refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
+        raise
+
+
+def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, hidden, iterations, seed, timeout_s,
+            json_path, fault) -> None:
+    """The command's body (its arguments as above; ``launcher`` is how this process was started)."""
+    # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
     from domainpar.model.interaction_network import ModelConfig
-    from domainpar.verification.run import format_result_table, verify_graph_distributed, verify_graph_local
+    from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size
+    from domainpar.verification.run import empty_halo_warning, format_result_table, verify_graph_distributed, verify_graph_local
+
+    running_under_launcher = launcher.joins
 
     # Checked before the run: a report that cannot be written should not cost a full verification first.
     if json_path is not None:
         check_output_file(json_path, "--json")
-    # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
-    from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size
-
     for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
         if value < 1:
             raise DomainparError(f"{option} must be at least 1 (got {value})")
         if most is not None and value > most:
             raise DomainparError(f"{option} must be at most {most} (got {value})")
-    if not running_under_launcher() and num_parts > max_local_ranks():
+    if not running_under_launcher and num_parts > max_local_ranks():
         raise DomainparError(
             f"--parts {num_parts} starts that many local processes: at most {max_local_ranks()} on this machine "
             "(4 per CPU core); run under torchrun or srun for more"
@@ -82,9 +99,10 @@ def verify(
     config = ModelConfig(hidden=hidden, num_iterations=iterations, checkpointing=checkpointing, overlap=overlap)
     # Each rank holds the weights, gradients and the reference's copies (float64): refuse a model that cannot fit.
     check_model_size(config, "fp64" if dtype == "float64" else "fp32", copies=4, options="--hidden/--iterations")
-    if running_under_launcher():
+    if running_under_launcher:
         result, rank, backend = verify_graph_distributed(
-            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
+            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault,
+            launcher=launcher,
         )
     else:
         result = verify_graph_local(
@@ -95,6 +113,9 @@ def verify(
         click.echo(f"graph: {graph_path}   method: {method}   backend: {backend}   "
                    f"checkpointing: {checkpointing}   overlap: {overlap}")
         click.echo(format_result_table(result))
+        warning = empty_halo_warning(result)
+        if warning is not None:
+            click.echo(warning, err=True)
         if json_path is not None:
             record = {**result.to_dict(), "graph": str(graph_path), "method": method, "backend": backend,
                       "model": config.to_dict()}

@@ -126,7 +126,7 @@ def build_dataset(
         out_dir: where ``event{id:09d}.npz`` (or ``.pyg``) graph files are written.
         config: the cuts.
         fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
-        progress: show a tqdm progress bar.
+        progress: show progress on stderr (a bar on a terminal, a line every 30 s in a log).
         workers: events built in parallel processes (see :func:`build_graph_files`).
 
     Returns:

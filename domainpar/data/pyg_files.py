@@ -62,12 +62,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from domainpar.atomic import atomic_path, staged_outputs
 from domainpar.data.event_graph import EDGE_FEATURES, EventGraph, save_graph
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError, one_line
+from domainpar.progress import progress as progress_display
 
 #: File suffixes taken for PyG graph files.
 PYG_SUFFIXES = (".pyg", ".pt")
@@ -589,7 +589,7 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
     # The converted graphs appear only when every file converted: a refused file leaves nothing behind.
     with staged_outputs() as outputs:
         staging = None
-        for file in tqdm(files, desc="converting PyG graphs", unit="event", disable=not progress):
+        for file in progress_display(files, desc="converting PyG graphs", unit="event", enabled=progress):
             target = target_dir / f"{file.stem}.npz"
             if not target.is_file():
                 loaded = load_pyg_file(file)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
@@ -39,6 +38,7 @@ from domainpar.inference.events import load_events
 from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
 from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
+from domainpar.progress import progress
 from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc
 
 
@@ -80,18 +80,18 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
     if exported is not None:
         for event in events:
             exported.check_widths(event.source, event.graph.x.shape[1], event.graph.edge_attr.shape[1])
-        bar = tqdm(graphs, desc="inference", unit="event", disable=not config.progress)
+        bar = progress(graphs, desc="inference", unit="event", enabled=config.progress)
         logits = [infer_exported(exported, g) for g in bar]
     elif config.num_parts == 1:
-        logits = [infer_single(loaded, g) for g in tqdm(graphs, desc="inference", unit="event", disable=not config.progress)]
+        logits = [infer_single(loaded, g) for g in progress(graphs, desc="inference", unit="event", enabled=config.progress)]
     else:
         logits, partition_records = infer_partitioned(
             Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
         )
     seconds_inference = time.perf_counter() - start
     evaluations = []
-    for event, event_logits, part_record in tqdm(
-        list(zip(events, logits, partition_records)), desc="scoring", unit="event", disable=not config.progress
+    for event, event_logits, part_record in progress(
+        list(zip(events, logits, partition_records)), desc="scoring", unit="event", enabled=config.progress
     ):
         evaluation = score_event_graph(event, event_logits, config, threshold)
         evaluation.record.update(part_record)

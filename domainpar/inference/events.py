@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph
@@ -18,6 +17,7 @@ from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.config import EvaluateConfig
+from domainpar.progress import progress
 from domainpar.tracks.efficiency import ParticleTable
 
 
@@ -99,7 +99,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
     events: list[EventInput] = []
     if raw:
         graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
-        for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
+        for prefix in progress(event_prefixes(data), desc="building graphs", unit="event", enabled=config.progress):
             if not has_truth(prefix):
                 raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
             parts = ("hits", "particles", "truth") + (("cells",) if graph_config.needs_cells else ())

@@ -161,7 +161,8 @@ def train_args(data: Path, out: Path, *extra: str) -> list[str]:
 def start(launcher: str, world_size: int, data: Path, out: Path, *extra: str) -> Job:
     """Start ``domainpar train`` on ``world_size`` ranks with ``launcher`` (spawn, torchrun or srun-like)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                 "SLURM_STEP_ID", "SLURM_JOB_ID"):
         env.pop(name, None)
     args = train_args(data, out, *extra)
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out.parent)
@@ -178,7 +179,8 @@ def start(launcher: str, world_size: int, data: Path, out: Path, *extra: str) ->
         port = free_port()
         processes = []
         for rank in range(world_size):
-            task_env = {**env, "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world_size), "SLURM_LOCALID": str(rank),
+            task_env = {**env, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
+                        "SLURM_NTASKS": str(world_size), "SLURM_LOCALID": str(rank),
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             processes.append(subprocess.Popen([sys.executable, "-m", "domainpar", "train", *args], env=task_env, **popen))
     else:

@@ -55,6 +55,7 @@ from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
 from domainpar.errors import DomainparError
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process
+from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
@@ -124,20 +125,13 @@ def backend_for(device: torch.device | str) -> str:
     return "cpu:gloo,cuda:nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def _env_int(names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value is not None and value != "":
-            try:
-                return int(value)
-            except ValueError:
-                raise DomainparError(f"environment variable {name} must be an integer (got {value!r})") from None
-    return None
-
-
 def running_under_launcher() -> bool:
-    """True when torchrun/srun variables say this process is one rank of a job."""
-    return _env_int(("RANK", "SLURM_PROCID")) is not None and _env_int(("WORLD_SIZE", "SLURM_NTASKS")) is not None
+    """True when this process is one rank of a torchrun/env:// job or a task of an srun step of two or more.
+
+    The variables of an sbatch batch script (SLURM_PROCID, SLURM_NTASKS) alone do not count: the batch
+    step is no srun step (:mod:`domainpar.launch.env`).
+    """
+    return detect().joins
 
 
 
@@ -186,6 +180,21 @@ def report_to_stderr(rank: int, failure: Failure, traceback_text: str = "") -> N
     _write_torchelastic_error_file(line)
 
 
+def refused_before_join(exc: DomainparError, launcher: LauncherEnv) -> None:
+    """A rank refused before it joined its job (a pre-start check failed): one line per node, not one per rank.
+
+    Every rank of a node reads the same files and settings and reaches the same verdict, so local rank 0
+    says it (the caller prints the line and exits 2) and the others exit 2 here without a word; all of
+    them leave the line in torchrun's error file, so its summary names it. Returns at once for a process
+    that is no rank of a job, or one that already joined (its watchdog reports instead).
+    """
+    if not launcher.joins or current() is not None or dist.is_initialized():
+        return
+    _write_torchelastic_error_file(str(exc))
+    if launcher.local_rank != 0:
+        sys.exit(2)
+
+
 def fail_rank(exc: BaseException) -> None:
     """End this rank of a torchrun/srun job after ``exc``; returns only when there is no watchdog (one process).
 
@@ -226,8 +235,11 @@ def init_from_env(
 ) -> DistEnv:
     """Join a torchrun or srun job: initialise the default process group from its variables.
 
-    Reads RANK, WORLD_SIZE and LOCAL_RANK (falling back to SLURM_PROCID,
-    SLURM_NTASKS and SLURM_LOCALID) and rendezvous at MASTER_ADDR:MASTER_PORT.
+    Reads RANK, WORLD_SIZE and LOCAL_RANK, or an srun step's SLURM_PROCID,
+    SLURM_STEP_NUM_TASKS and SLURM_LOCALID (:func:`~domainpar.launch.env.detect`:
+    never the variables of an sbatch batch script), and rendezvous at
+    MASTER_ADDR:MASTER_PORT (under srun, when unset: the step's first host and
+    a port derived from the job and step ids).
     If the default group already exists it is reused. This process dies with
     its parent (the launcher) and, in a job of two or more, runs a watchdog
     that reports on stderr; a normal exit marks the rank finished.
@@ -240,25 +252,32 @@ def init_from_env(
     Returns:
         This process's :class:`DistEnv`.
     """
-    rank = _env_int(("RANK", "SLURM_PROCID"))
-    world_size = _env_int(("WORLD_SIZE", "SLURM_NTASKS"))
-    local_rank = _env_int(("LOCAL_RANK", "SLURM_LOCALID"))
-    if rank is None or world_size is None:
+    launcher = detect()
+    if not launcher.joins:
+        hint = ""
+        if launcher.slurm_job is not None:
+            hint = (f"; this is {launcher.describe()}, whose SLURM_PROCID/SLURM_NTASKS describe the allocation, not "
+                    "a step: start the ranks with srun (or torchrun), or let domainpar spawn local ones (--ranks/--parts)")
         raise DomainparError(
-            "RANK and WORLD_SIZE (or SLURM_PROCID and SLURM_NTASKS) must be set to join a distributed job (got neither); "
-            "start with torchrun or srun"
+            "RANK and WORLD_SIZE (torchrun) or an srun step of two or more tasks (SLURM_STEP_ID, SLURM_PROCID, "
+            f"SLURM_NTASKS) are needed to join a distributed job (got neither){hint}"
         )
-    if local_rank is None:
-        local_rank = 0
+    rank, world_size, local_rank = launcher.rank, launcher.world_size, launcher.local_rank
     if threading.current_thread() is threading.main_thread():
         die_with_parent()
         name_process(rank)
     chosen = device_for_local_rank(local_rank, device)
     backend = backend_for(chosen)
     if not dist.is_initialized():
+        if launcher.kind == "srun":
+            # An srun step meets at its first host unless the script exported an address (launch.env).
+            address, port = slurm_rendezvous(launcher)
+            os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address, port
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if not os.environ.get(name):
-                raise DomainparError(f"environment variable {name} must be set for the rendezvous (got nothing)")
+                raise DomainparError(
+                    f"environment variable {name} must be set for the rendezvous of {launcher.describe()} (got nothing)"
+                )
         dist.init_process_group(
             backend=backend,
             init_method="env://",

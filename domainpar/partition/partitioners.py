@@ -7,7 +7,7 @@ import time
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
-from domainpar.partition.geometric import geometric_owners
+from domainpar.partition.geometric import geometric_owners, require_positions
 from domainpar.partition.metis import metis_owners
 from domainpar.partition.owners import check_num_parts
 from domainpar.partition.plan import PartitionPlan, build_plan
@@ -63,6 +63,8 @@ def partition_graph(
     if method == "metis":
         owner = metis_owners(graph.edge_index, graph.num_nodes, num_parts, seed=seed, **method_options)
     else:
+        if num_parts > 1:
+            require_positions(graph.pos, method)
         owner = geometric_owners(graph.pos, graph.edge_index, num_parts, **method_options)
     seconds_partition = time.perf_counter() - start
     return build_plan(

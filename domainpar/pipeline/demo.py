@@ -58,6 +58,8 @@ class DemoConfig:
     """Also evaluate on the real labelled TrackML event(s) here, if the directory exists."""
     seed: int | None = None
     """Seed of weights and sampling (default: the recipe's); the events use the recipe's simulation seeds."""
+    quiet: bool = False
+    """No progress (bars on a terminal, a line every 30 s in a log) while simulating, building, training, evaluating."""
 
     def __post_init__(self) -> None:
         # Optional options arrive from the command line as text ("none" meaning unset).
@@ -179,8 +181,11 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
     val_events = out_dir / "events" / "val"
     for directory in (train_events, val_events):
         shutil.rmtree(directory, ignore_errors=True)
-    simulate_dataset(train_events, sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1)
-    simulate_dataset(val_events, sim.val_events, recipe.validation_simulation(), seed=sim.val_seed, first_event_id=1001)
+    progress = not config.quiet
+    simulate_dataset(train_events, sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1,
+                     progress=progress)
+    simulate_dataset(val_events, sim.val_events, recipe.validation_simulation(), seed=sim.val_seed, first_event_id=1001,
+                     progress=progress)
 
     section("2/5 build hit graphs" + (" and prune them with the recipe's edge filter" if recipe.filter else ""))
     sources = {"train": train_events, "val": val_events}
@@ -191,7 +196,7 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
     records = []
     for kind, events in sources.items():
         shutil.rmtree(built[kind], ignore_errors=True)
-        for stats in build_dataset(events, built[kind], recipe.graph):
+        for stats in build_dataset(events, built[kind], recipe.graph, progress=progress):
             records.append((kind, stats.as_record()))
     echo(f"{'set':>5} {'event':>6} {'nodes':>8} {'edges':>9} {'eff':>6} {'eff_pt1':>8} {'purity':>7} {'s':>6}")
     for kind, r in records:
@@ -240,6 +245,7 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
             "parallel.threads": None,
             "run.out": str(run_dir),
             "run.seed": seed,
+            "run.progress": progress,
         }
     )
     summary = train(train_config)
@@ -256,6 +262,7 @@ def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
         eval_config = EvaluateConfig(
             checkpoint=Path(summary["model"]), data=graph_dirs[kind], events_dir=sources[kind], num_parts=ranks,
             method=method, seed=seed, threshold=recipe.tracks.threshold, track_method=recipe.tracks.method,
+            progress=progress,
         )  # fmt: skip
         eval_report = evaluate(eval_config)
         slug = label.split()[0].lower()

@@ -6,10 +6,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from tqdm import tqdm
-
 from domainpar.data.trackml import write_event
 from domainpar.errors import DomainparError
+from domainpar.progress import progress as progress_display
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.event import simulate_event
 
@@ -31,7 +30,7 @@ def simulate_dataset(
         config: simulation parameters (default :class:`~domainpar.sim.config.SimulationConfig`).
         seed: base seed; event ``i`` uses the stream (seed, event_id).
         first_event_id: event number of the first event; the others follow consecutively.
-        progress: show a tqdm progress bar.
+        progress: show progress on stderr (a bar on a terminal, a line every 30 s in a log).
         compress: gzip the CSV files (``.csv.gz``); False writes plain ``.csv``.
 
     Returns:
@@ -43,7 +42,8 @@ def simulate_dataset(
         raise DomainparError(f"first_event_id must be non-negative (got {first_event_id})")
     config = SimulationConfig() if config is None else config
     prefixes = []
-    for event_id in tqdm(range(first_event_id, first_event_id + num_events), desc="simulate", unit="event", disable=not progress):
+    events = range(first_event_id, first_event_id + num_events)
+    for event_id in progress_display(events, desc="simulate", unit="event", enabled=progress):
         frames = simulate_event(config, event_id, seed)
         prefixes.append(write_event(out_dir, event_id, frames, compress=compress))
     return prefixes

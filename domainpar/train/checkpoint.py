@@ -485,6 +485,12 @@ def load_checkpoint(
     state = read_checkpoint_file(path, advice=advice)
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise DomainparError(f"{path}: expected a domainpar checkpoint dict (got {_kind(state)})")
+    if {"weights", "meta"} <= set(state) and "model" not in state:
+        # What the physics recipe's filter stage writes (filter.pt): its format version is its own, not a checkpoint's.
+        raise DomainparError(
+            f"{path}: expected a GNN checkpoint of `domainpar train` (model.pt or checkpoints/step-*.pt), found an edge "
+            "filter (the physics recipe's filter.pt, which prunes graphs before the GNN); pass the GNN's model.pt"
+        )
     if "format_version" not in state:
         raise DomainparError(f"{path}: expected a domainpar checkpoint dict with a format_version entry (got keys {shorten(sorted(state))})")
     version = state["format_version"]

@@ -28,7 +28,8 @@ import yaml
 
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.kernels import compile as compiler
+from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork, ModelConfig
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -76,8 +77,8 @@ class OptimConfig:
     """Clip gradients to this global L2 norm (0 = no clipping)."""
     pos_weight: float = 1.0
     """Weight of true edges in the binary cross-entropy."""
-    batch_events: int = 1
-    """Events per optimiser step over the whole world (global batch); a multiple of the number of replicas."""
+    batch_events: int | None = None
+    """Events per optimiser step over the whole world (global batch), a multiple of the number of replicas (None: one event per replica, or the resumed run's batch)."""
     schedule: str = "cosine"
     """Learning-rate schedule after warm-up: cosine, step or constant."""
     warmup: int = 0
@@ -101,7 +102,7 @@ class ParallelConfig:
     mode: str = "domain"
     """domain (events split over G ranks with halo exchange), sectors (naive, no halo) or single (one process)."""
     ranks: int = 1
-    """Local processes to spawn (ignored under torchrun/srun, where the environment gives the world size)."""
+    """Local processes to spawn, also inside a Slurm batch script; under torchrun or an srun step the launcher sets the world size (a --ranks flag that differs is refused, a config value ignored)."""
     domain_size: int | None = None
     """Ranks per domain group G (default: the whole world); world_size / G replicas train on different events."""
     timeout_s: float = 300.0
@@ -187,6 +188,18 @@ SECTION_TYPES = {
     "run": RunConfig,
 }
 
+
+#: Fields with a fixed set of values (checked by :func:`validate_config` and the dataclasses; shown in ``--help``).
+FIELD_CHOICES = {
+    "data.method": METHODS,
+    "model.activation": tuple(sorted(ACTIVATIONS)),
+    "model.compile": compiler.SETTINGS,
+    "optim.schedule": SCHEDULES,
+    "optim.lr_scaling": LR_SCALINGS,
+    "parallel.mode": MODES,
+    "parallel.device": DEVICES,
+    "run.precision": PRECISIONS,
+}
 
 #: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
 FLAG_NAMES = {
@@ -480,7 +493,7 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, f"AdamW betas must be in [0, 1) (got {o.beta1}, {o.beta2})")
     _require(o.clip >= 0, f"--clip must be non-negative (got {o.clip}; 0 disables clipping)")
     _require(o.pos_weight > 0, f"--pos-weight must be positive (got {o.pos_weight})")
-    _require(o.batch_events >= 1, f"--batch-events must be at least 1 (got {o.batch_events})")
+    _require(o.batch_events is None or o.batch_events >= 1, f"--batch-events must be at least 1 (got {o.batch_events})")
     _require(o.warmup >= 0, f"--warmup must be non-negative steps (got {o.warmup})")
     _require(0 <= o.min_lr_ratio <= 1, f"min_lr_ratio must be in [0, 1] (got {o.min_lr_ratio})")
     _require(o.step_size >= 1, f"step_size must be at least 1 (got {o.step_size})")
@@ -534,7 +547,7 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     )
     replicas = world_size // group
     _require(
-        o.batch_events % replicas == 0,
+        o.batch_events is None or o.batch_events % replicas == 0,
         f"--batch-events {o.batch_events} must be a multiple of the number of replicas {replicas} "
         f"(world size {world_size} / domain size {group})",
     )

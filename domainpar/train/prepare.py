@@ -36,13 +36,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tqdm import tqdm
 
 from domainpar.atomic import atomic_path
 from domainpar.comm import wait
@@ -55,6 +53,7 @@ from domainpar.data.pyg_files import convert_pyg_files
 from domainpar.errors import DomainparError
 from domainpar.partition.dataset import partition_file
 from domainpar.partition.io import plan_dir_name, read_manifest
+from domainpar.progress import progress
 from domainpar.train.config import TrainConfig, domain_size_of
 from domainpar.train.events import check_feature_widths, graph_header, plan_directory, require_labels
 from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
@@ -164,11 +163,6 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
         files[kind] = [str(g) for g in graphs]
     if "val" not in files:
         files["val"], roots["val"] = files["train"], roots["train"]
-    if config.optim.batch_events > len(files["train"]):
-        raise DomainparError(
-            f"--batch-events {config.optim.batch_events} must be at most the number of training events "
-            f"({len(files['train'])} in {config.data.train})"
-        )
     return items, RunInputs(files["train"], files["val"], roots["train"], roots["val"])
 
 
@@ -416,8 +410,7 @@ class _GlobalProgress:
 
     def __init__(self, store: Any, key: str, total: int, enabled: bool) -> None:
         self.store, self.key = store, key
-        self.bar = tqdm(total=total, desc="preparing events (all ranks)", unit="event", disable=not enabled,
-                        file=sys.stderr, dynamic_ncols=True)
+        self.bar = progress(total=total, desc="preparing events (all ranks)", unit="event", enabled=enabled)
         self.enabled = enabled
 
     def poll(self) -> None:

@@ -1,19 +1,25 @@
 """``train(config)``: the programmatic entry point behind ``domainpar train``.
 
-Three ways a run starts:
+Three ways a run starts (:func:`~domainpar.launch.env.detect` reads which):
 
-* under ``torchrun`` or ``srun`` (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS
-  set): this process is one rank; it joins the job and trains;
-* ``parallel.ranks > 1`` (domain or sectors mode): this process spawns that
-  many local ranks (gloo on CPU, NCCL with one GPU per rank on CUDA) and
-  waits; a rank that raises or dies stops the others and the error names it;
+* as one rank of a torchrun job or a task of an srun step of two or more
+  tasks: this process checks the run at the launcher's world size
+  (:func:`~domainpar.train.preflight.check_run`), joins the job and trains;
+* ``parallel.ranks > 1`` (domain or sectors mode), also inside an sbatch
+  batch script, which is no srun step: this process checks the run, spawns
+  that many local ranks (gloo on CPU, NCCL with one GPU per rank on CUDA)
+  and waits; a rank that raises or dies stops the others and the error
+  names it;
 * otherwise (single mode, or one rank): training runs in this process.
+
+Whatever would fail only once ranks exist is checked before they start
+(:mod:`domainpar.train.preflight`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import sys
 from typing import Any
 
 import torch
@@ -22,8 +28,10 @@ from domainpar.comm.watchdog import WatchdogConfig
 from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.errors import DomainparError
 from domainpar.launch import ranks, runlock
+from domainpar.launch.env import LauncherEnv, detect
 from domainpar.output_paths import check_output_dir
-from domainpar.train.config import TrainConfig, validate_config
+from domainpar.train.config import TrainConfig
+from domainpar.train.preflight import check_run
 from domainpar.train.prepare import prepare, prepare_distributed
 from domainpar.train.trainer import run_rank
 
@@ -52,7 +60,7 @@ def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False
     """Validate ``config`` for ``world_size`` ranks, prepare its events (graphs, plans: see
     :mod:`domainpar.train.prepare`) and return the argument of :func:`~domainpar.train.trainer.run_rank`
     (for launching ranks yourself, e.g. in sweeps)."""
-    validate_config(config, world_size=world_size)
+    config = check_run(config, world_size)
     return _payload(config, prepare(config, world_size, progress=progress))
 
 
@@ -68,15 +76,16 @@ def _watchdog_config(config: TrainConfig):
     return WatchdogConfig(dead_after_s=config.parallel.heartbeat_s)
 
 
-def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
+def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[str, Any]:
     """This process is one rank of a torchrun/srun job: join it, prepare its shard of the events, train.
 
     Every rank prepares the events of its shard (graphs, plans: :mod:`domainpar.train.prepare`) and waits for
     the others through the rendezvous store, not in a barrier: no process-group timeout bounds the
     preparation, and a rank's failure reaches every rank within a poll with its line.
     """
+    # Checked before joining: a mistake ends every rank at once with its line, not after the rendezvous.
+    config = check_run(config, launcher.world_size, launcher)
     env = ranks.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
-    validate_config(config, world_size=env.world_size)
     lock = None
 
     def own_out() -> None:
@@ -105,16 +114,21 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
             runlock.release(lock)
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Validate ``config``, start the ranks, train, and return rank 0's summary.
+def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str, Any]:
+    """Check ``config``, start the ranks, train, and return rank 0's summary.
 
     One run at a time writes ``config.run.out`` (:mod:`domainpar.launch.runlock`).
 
+    Args:
+        config: the run's configuration.
+        launcher: how this process was started (default: read from the environment).
+
     Returns:
         A dict with ``out``, ``mode``, ``world_size``, ``domain_size``,
-        ``num_replicas``, ``steps``, ``epochs``, ``final`` (the last
-        ``metrics.jsonl`` record), ``step_losses``, ``checkpoint``, ``model``
-        (path of ``model.pt``), ``seconds`` and ``steps_per_second``.
+        ``num_replicas``, ``steps`` (the run's position), ``steps_this_run``,
+        ``epochs``, ``final`` (the last ``metrics.jsonl`` record),
+        ``step_losses``, ``checkpoint``, ``model`` (path of ``model.pt``),
+        ``seconds`` and ``steps_per_second``.
 
     Raises:
         DomainparError: invalid configuration or data, another run holds ``--out``, or a rank failed on a
@@ -122,16 +136,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
         SpawnError: a spawned rank crashed, died or stopped answering (the message names the first one).
         PeerFailed: under torchrun/srun, another rank failed first (named).
     """
-    if ranks.running_under_launcher():
-        return _train_as_launched_rank(config)
+    launcher = detect() if launcher is None else launcher
+    if launcher.joins:
+        return _train_as_launched_rank(config, launcher)
 
     world_size = 1 if config.parallel.mode == "single" else config.parallel.ranks
-    validate_config(config, world_size=world_size)
-    local_limit = 4 * (os.cpu_count() or 1)
-    if world_size > local_limit:
-        raise DomainparError(
-            f"--ranks {world_size} starts that many local processes: at most {local_limit} on this machine "
-            "(4 per CPU core); use torchrun or srun to run on several nodes"
+    config = check_run(config, world_size, launcher)
+    if world_size > 1 and launcher.slurm_job is not None and (launcher.slurm_nodes or 1) > 1:
+        print(
+            f"domainpar: {launcher.describe()}: spawning {world_size} local ranks on this node only; "
+            "start the ranks with srun to use every node of the allocation",
+            file=sys.stderr,
         )
     check_output_dir(config.run.out, "--out")
     with runlock.run_lock(config.run.out):

@@ -34,6 +34,7 @@ from domainpar.data.graph_files import read_graph_description, read_graph_metada
 from domainpar.launch.ranks import device_for_local_rank
 from domainpar.model.interaction_network import InteractionNetwork
 from domainpar.parallel.part import attach
+from domainpar.progress import progress
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     checkpoint_dir,
@@ -46,6 +47,7 @@ from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of
 from domainpar.train.events import EventParts, array_shape
 from domainpar.train.feed import Feeder, PartCache
 from domainpar.train.logs import RunLogs
+from domainpar.train.preflight import resolve_defaults
 from domainpar.train.memory import peak_memory_bytes, reset_peak_memory
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate
@@ -104,6 +106,8 @@ class Trainer:
         train_plans: str | None = None,
         val_plans: str | None = None,
     ) -> None:
+        # An unset global batch is one event per replica (check_run resolved it already for launched runs).
+        config = resolve_defaults(config, world_size)
         self.config = config
         self.device = device
         self.dtype = torch_dtype(config.run.precision)
@@ -151,6 +155,7 @@ class Trainer:
         self._start_at = (0, 0)  # (step, epoch) where this run (re)started
         self._last_step: dict[str, float] = {"lr": 0.0, "data_wait": 0.0}
         self.val_data_wait = 0.0
+        self._halo_warned = False
 
     # ------------------------------------------------------------- resume
 
@@ -341,6 +346,19 @@ class Trainer:
             "domain_size": layout.domain_size,
         }
 
+    def _warn_if_no_halo(self, record: dict[str, Any]) -> None:
+        """Say once when a domain group of several ranks exchanged nothing: its partitions cut no edge."""
+        if self._halo_warned or self.config.parallel.mode != "domain" or self.layout.domain_size < 2:
+            return
+        if record["halo_bytes"] == 0 and record["steps"] > 0:
+            self._halo_warned = True
+            print(
+                f"warning: halo_bytes 0 in epoch {record['epoch']}: the plans of these events cut no edge, so the "
+                f"{self.layout.domain_size} ranks of a domain group exchanged nothing (METIS finds a 0 % cut on small "
+                "or disconnected graphs); train on larger events, or use --method geometric, to exercise the halo exchange",
+                file=sys.stderr,
+            )
+
     # ------------------------------------------------------------------- run
 
     def run(self) -> dict[str, Any]:
@@ -381,14 +399,13 @@ class Trainer:
             reset_peak_memory(self.device)
             # Validation parts are read while the epoch trains.
             self._val_feed = self._val_feed or self._feeder(self.val_parts, self._val_order(), "val")
-            bar = tqdm(
+            # A bar on a terminal; in a log (a batch job's output file) one plain line every 30 s.
+            bar = progress(
                 total=steps_per_epoch,
                 initial=p.step_in_epoch,
                 desc=f"epoch {p.epoch + 1}/{config.run.epochs}",
                 unit="step",
-                disable=not (main and config.run.progress),
-                file=sys.stderr,
-                dynamic_ncols=True,
+                enabled=main and config.run.progress,
             )
             while p.step_in_epoch < steps_per_epoch:
                 t0 = time.perf_counter()
@@ -420,6 +437,7 @@ class Trainer:
             if main:
                 self._start_outputs()
                 self.logs.epoch(record)
+                self._warn_if_no_halo(record)
             finished = stop or p.epoch >= config.run.epochs
             if finished or (epoch_done and p.epoch % config.run.checkpoint_every_epochs == 0):
                 last_checkpoint = self.save() or last_checkpoint

@@ -11,8 +11,11 @@ import torch.distributed as dist
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.launch.env import LauncherEnv, detect
 from domainpar.launch.ranks import init_from_env, spawn
 from domainpar.model.interaction_network import ModelConfig
+from domainpar.partition.geometric import require_positions
+from domainpar.partition.owners import check_num_parts
 from domainpar.partition.partitioners import partition_graph
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import VerifyCase, VerifyResult
@@ -34,7 +37,34 @@ def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGr
     graph = load_graph(graph_path)
     if graph.y is None:
         raise DomainparError(f"{graph_path}: verify needs a graph with truth labels for the loss (got a graph without y)")
+    check_num_parts(num_parts, graph.num_nodes, source="--parts")
     return graph
+
+
+def check_before_start(graph_path: str, num_parts: int, method: str, dtype: str) -> EventGraph:
+    """Everything a verification would otherwise find only once its ranks exist; returns the loaded graph.
+
+    Raises:
+        DomainparError: a graph without labels, more parts than nodes, geometric sectors of a graph without
+            hit positions, or a method without a halo.
+    """
+    if method not in ("metis", "geometric"):
+        raise DomainparError(f"--method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
+    graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    if method == "geometric" and num_parts > 1:
+        require_positions(graph.pos, method, graph_path)
+    return graph
+
+
+def empty_halo_warning(result: VerifyResult) -> str | None:
+    """One line when a partitioned check exchanged nothing (it then proves nothing about the exchange)."""
+    if result.num_parts < 2 or any(result.num_halo):
+        return None
+    return (
+        f"warning: the {result.num_parts} parts share no edge (0 halo rows: the partition cut nothing, as METIS does on "
+        "small or disconnected graphs), so no halo was exchanged and this check did not test the exchange; "
+        "use a larger graph (a full event) or --method geometric"
+    )
 
 
 def verify_graph_local(
@@ -50,7 +80,7 @@ def verify_graph_local(
     fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    graph = check_before_start(graph_path, num_parts, method, dtype)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
@@ -69,18 +99,23 @@ def verify_graph_distributed(
     seed: int = 0,
     timeout_s: float = 600.0,
     fault: str | None = None,
+    launcher: LauncherEnv | None = None,
 ) -> tuple[VerifyResult, int, str]:
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
-    Rank 0 partitions and broadcasts the owners, so every rank uses one plan.
+    Every rank checks the arguments and reads the graph before it joins the job, so a mistake ends
+    the job at once; then rank 0 partitions and broadcasts the owners, so every rank uses one plan.
 
     Returns:
         (result, this rank, backend).
     """
+    launcher = detect() if launcher is None else launcher
+    if launcher.world_size != num_parts:
+        raise DomainparError(
+            f"--parts {num_parts} must equal the number of launched ranks: this process is {launcher.describe()}"
+        )
+    graph = check_before_start(graph_path, num_parts, method, dtype)
     env = init_from_env(timeout_s)
-    if env.world_size != num_parts:
-        raise DomainparError(f"--parts must equal the number of launched ranks {env.world_size} (got {num_parts})")
-    graph = _load_labelled_graph(graph_path, num_parts, dtype)
     # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
     owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
     if env.rank == 0:

@@ -200,7 +200,7 @@ def test_train_refuses_plans_of_another_part_count_before_writing(tmp_path, grap
         capsys, "train", "--data", graph_file.parent, "--plans", tmp_path / "plans", "--mode", "domain", "--ranks", "2",
         "--hidden", "4", "--iterations", "1", "--epochs", "1", "--out", tmp_path / "run",
     )  # fmt: skip
-    assert "must have 2 parts, one per rank of a domain group (got a plan of 3 parts)" in line
+    assert "has 3 parts, but a domain group has 2 ranks (--domain-size, world size 2); partition with --parts 2" in line
     assert not (tmp_path / "run").exists()  # used to fail inside the ranks after writing config.yaml
 
 

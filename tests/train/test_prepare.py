@@ -188,7 +188,7 @@ def _free_port() -> int:
 def test_a_preparation_error_on_rank_1_ends_an_srun_like_job_without_any_agent(tmp_path):
     """Two plain processes (as srun starts them, no torchrun agent to kill the peers): rank 0 must stop by itself."""
     graphs = _failing_dataset(tmp_path)
-    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "SLURM_NTASKS": "2"}
+    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}
     processes, streams = [], []
     for rank in range(2):
         lines: list[tuple[float, str]] = []
@@ -243,7 +243,7 @@ def test_preparation_longer_than_the_process_group_timeout_does_not_kill_a_healt
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(SLOW_RANK0)
-    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "SLURM_NTASKS": "2",
+    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0",
            "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]), "SLOW_PREPARE_S": "24"}
     args = [sys.executable, *_train_args(tmp_path / "graphs", tmp_path / "out"), "--workers", "1", "--timeout", "8", "--no-progress"]
     processes = [

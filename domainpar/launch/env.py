@@ -1,0 +1,209 @@
+"""Which launcher started this process, read from its environment, and where its ranks meet.
+
+What each launcher sets (and what it does not):
+
+* ``torchrun`` gives every worker RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+  MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID; a hand-made ``env://`` job
+  sets RANK and WORLD_SIZE (and the address) itself.
+* ``srun`` starts the tasks of a job *step*: each task gets SLURM_STEP_ID (and
+  the obsolete SLURM_STEPID), SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID,
+  SLURM_STEP_NUM_TASKS and SLURM_STEP_NODELIST, and SLURM_NTASKS/SLURM_NPROCS
+  for the step. This holds inside ``sbatch`` and inside ``salloc`` alike.
+* The batch script of ``sbatch`` is not an srun step: Slurm runs it as the
+  special "batch" step and gives it SLURM_JOB_ID, the allocation's
+  SLURM_NTASKS (from ``--ntasks``) and SLURM_PROCID=0, but no SLURM_STEP_ID
+  (the batch step's id, 0xfffffffb, is never exported as one; nor is the
+  interactive step's of ``salloc``, 0xfffffffa). A process started straight
+  from the script is one process, however many tasks the allocation has.
+
+So a process *joins* a job when torchrun's (or env://'s) RANK and WORLD_SIZE
+are set, or when it is a task of an srun step of two or more tasks; the
+batch script's variables alone never make it a rank. Inside an allocation
+but outside a step, ``--ranks N`` / ``--parts N`` spawn N local ranks.
+
+An srun step without MASTER_ADDR/MASTER_PORT meets at the first host of the
+step's node list, on a port derived from the job and step ids
+(:func:`slurm_rendezvous`), so ``srun domainpar train ...`` needs no exports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from domainpar.errors import DomainparError
+
+#: Largest id of a normal job step; ids above it are Slurm's special steps (batch 0xfffffffb, interactive 0xfffffffa, ...).
+SLURM_MAX_NORMAL_STEP_ID = 0xFFFFFFF0
+#: Names of Slurm's special steps, by id, for messages.
+SLURM_SPECIAL_STEPS = {0xFFFFFFFA: "interactive", 0xFFFFFFFB: "batch", 0xFFFFFFFC: "extern", 0xFFFFFFFD: "pending"}
+#: First port of the range a Slurm rendezvous port is derived in (below Linux's ephemeral range, 32768 and up).
+RENDEZVOUS_PORT_BASE = 20000
+#: Size of that range.
+RENDEZVOUS_PORT_SPAN = 10000
+
+KINDS = ("torchrun", "env", "srun", "planned", "none")
+
+
+@dataclass(frozen=True)
+class LauncherEnv:
+    """Where this process sits: a rank of a torchrun/env:// job or an srun step, or a process of its own."""
+
+    kind: str
+    """"torchrun", "env" (RANK/WORLD_SIZE set by hand), "srun" (a task of an srun step), "planned" (a job a
+    launcher will start: ``train --dry-run``) or "none"."""
+    rank: int
+    """Global rank (0 when kind is "none")."""
+    world_size: int
+    """Processes of the job (1 when kind is "none")."""
+    local_rank: int
+    """Rank on this node (selects the GPU)."""
+    slurm_job: str | None = None
+    """SLURM_JOB_ID when this process runs inside a Slurm allocation."""
+    slurm_step: str | None = None
+    """The step's id ("0", "1", ...), or "batch"/"interactive" for Slurm's special steps, None outside a step."""
+    slurm_nodes: int | None = None
+    """Nodes of the allocation (SLURM_JOB_NUM_NODES), when known."""
+
+    @property
+    def joins(self) -> bool:
+        """True when this process is one rank of a job started by a launcher (it must not spawn ranks)."""
+        return self.kind != "none"
+
+    def describe(self) -> str:
+        """This process in words, for messages: "rank 3 of 8 under torchrun", "task 3 of srun step 4242.0 (8 tasks)"."""
+        if self.kind == "torchrun":
+            return f"rank {self.rank} of {self.world_size} under torchrun"
+        if self.kind == "env":
+            return f"rank {self.rank} of {self.world_size} (RANK/WORLD_SIZE set in the environment)"
+        if self.kind == "srun":
+            return f"task {self.rank} of srun step {self.slurm_job}.{self.slurm_step} ({self.world_size} tasks)"
+        if self.kind == "planned":
+            return f"a planned job of {self.world_size} ranks"
+        if self.slurm_job is None:
+            return "one process (no torchrun or srun)"
+        if self.slurm_step in ("batch", "interactive"):
+            return f"one process in the {self.slurm_step} step of Slurm job {self.slurm_job}"
+        if self.slurm_step is None:
+            return f"one process of Slurm job {self.slurm_job}, outside any srun step (its batch script or an salloc shell)"
+        return f"the only task of srun step {self.slurm_job}.{self.slurm_step}"
+
+
+def _int(environ: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` that is set, as an integer; a set but non-integer value is one line naming it."""
+    for name in names:
+        value = environ.get(name)
+        if value is not None and value.strip() != "":
+            try:
+                return int(value)
+            except ValueError:
+                raise DomainparError(f"environment variable {name} must be an integer (got {value[:40]!r})") from None
+    return None
+
+
+def _step(environ: Mapping[str, str]) -> tuple[str | None, bool]:
+    """(the step's name, whether it is a normal srun step) from SLURM_STEP_ID / SLURM_STEPID."""
+    for name in ("SLURM_STEP_ID", "SLURM_STEPID"):
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            raise DomainparError(f"environment variable {name} must be an integer (got {value[:40]!r})") from None
+        if 0 <= number <= SLURM_MAX_NORMAL_STEP_ID:
+            return str(number), True
+        # Older Slurm printed the special ids as negative ints (%d of 0xfffffffb is -5).
+        special = SLURM_SPECIAL_STEPS.get(number % 2**32)
+        return special or str(number), False
+    return None, False
+
+
+def detect(environ: Mapping[str, str] | None = None) -> LauncherEnv:
+    """Read this process's launcher from ``environ`` (default ``os.environ``); see the module docstring.
+
+    Raises:
+        DomainparError: a launcher variable that is set but not an integer (named).
+    """
+    env = os.environ if environ is None else environ
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None
+    nodes = _int(env, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")) if job else None
+    step, normal_step = _step(env)
+    rank, world = _int(env, ("RANK",)), _int(env, ("WORLD_SIZE",))
+    if rank is not None and world is not None:
+        local = _int(env, ("LOCAL_RANK",))
+        kind = "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env"
+        return LauncherEnv(kind, rank, world, 0 if local is None else local, job, step, nodes)
+    if normal_step:
+        rank = _int(env, ("SLURM_PROCID",))
+        world = _int(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"))
+        if rank is not None and world is not None and world > 1:
+            local = _int(env, ("SLURM_LOCALID",))
+            return LauncherEnv("srun", rank, world, 0 if local is None else local, job, step, nodes)
+    return LauncherEnv("none", 0, 1, 0, job, step, nodes)
+
+
+def planned_job(world_size: int, environ: Mapping[str, str] | None = None) -> LauncherEnv:
+    """The job a launcher will start with ``world_size`` ranks, seen from here (``train --dry-run`` in a batch script)."""
+    here = detect(environ)
+    return LauncherEnv("planned", 0, world_size, 0, here.slurm_job, here.slurm_step, here.slurm_nodes)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list: ``gpu-a[001-004,007],cpu9`` → ``gpu-a001``.
+
+    Each bracket of the first comma-separated entry is replaced by its first element, keeping its
+    zero padding (what ``scontrol show hostnames | head -n 1`` prints).
+
+    Raises:
+        DomainparError: an empty or malformed list.
+    """
+    text = nodelist.strip()
+    depth, end = 0, len(text)
+    for index, char in enumerate(text):
+        depth += char == "["
+        depth -= char == "]"
+        if char == "," and depth == 0:
+            end = index
+            break
+    entry = text[:end]
+
+    def first(match: re.Match) -> str:
+        return re.split(r"[,-]", match.group(1), maxsplit=1)[0]
+
+    host = re.sub(r"\[([^\]]*)\]", first, entry)
+    if not host or any(c in host for c in "[],"):
+        raise DomainparError(f"Slurm node list {nodelist[:80]!r}: expected host names like node[01-04],node7")
+    return host
+
+
+def rendezvous_port(job_id: int, step_id: int) -> int:
+    """A port every task of one srun step derives alike: job and step ids hashed into 20000-29999."""
+    return RENDEZVOUS_PORT_BASE + (job_id * 97 + step_id) % RENDEZVOUS_PORT_SPAN
+
+
+def slurm_rendezvous(launcher: LauncherEnv, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """MASTER_ADDR and MASTER_PORT of an srun step: the environment's, else the step's first host and a derived port.
+
+    Raises:
+        DomainparError: neither the address nor a node list to take it from (names Slurm and what to set).
+    """
+    env = os.environ if environ is None else environ
+    address, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+    if not address:
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not nodelist:
+            raise DomainparError(
+                f"{launcher.describe()}: MASTER_ADDR is not set and Slurm gave no node list (SLURM_STEP_NODELIST) to "
+                "take it from; export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p) before srun"
+            )
+        address = first_host(nodelist)
+    if not port:
+        job = _int(env, ("SLURM_JOB_ID", "SLURM_JOBID")) or 0
+        port = str(rendezvous_port(job, int(launcher.slurm_step or 0)))
+    return address, port
+
+
+__all__ = ["KINDS", "LauncherEnv", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]
