@@ -19,6 +19,7 @@ import numpy as np
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.npzfile import write_npz
+from domainpar.parsing import parse_json
 
 #: Bumped whenever the on-disk layout changes. Version 2 added the feature names and the build
 #: configuration; version 1 files (without them) are still read.
@@ -228,10 +229,10 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             column_array = "x" if name == "node_features" else "edge_attr"
             raise _fail(source, name, f"one name per column of {column_array} ({array.shape[1]})", f"{len(names)} names")
     if graph.build_config is not None:
-        import json
-
         try:
-            parsed = json.loads(graph.build_config)
+            parsed = parse_json(graph.build_config, f"{source}: build_config", "a JSON object")
+        except DomainparError:
+            raise
         except (TypeError, ValueError):
             parsed = None
         if not isinstance(parsed, dict):
@@ -460,7 +461,7 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
     try:
-        description = json.loads(str(text))
+        description = parse_json(str(text), f"{path} entry {DESCRIPTION_ENTRY}", "a JSON object")
     except ValueError:
         description = None
     if not isinstance(description, dict):
@@ -519,18 +520,44 @@ def read_graph_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
+def refuse_mixed_inputs(path: Path, option: str) -> None:
+    """A directory must hold graph files or raw TrackML events, not both: one kind would be silently left out.
+
+    Raises:
+        DomainparError: naming ``option``, the directory and an example of each kind.
+    """
+    if not path.is_dir():
+        return
+    events = sorted(path.glob("event*-hits.csv*"))
+    if events and has_graph_files(path):
+        graphs = sorted(p.name for p in path.iterdir() if p.suffix in (".npz", ".pyg", ".pt") and not p.name.startswith("."))
+        raise DomainparError(
+            f"{option} {path}: expected graph files or raw TrackML events, found both (e.g. {graphs[0] if graphs else 'graph files'} "
+            f"and {events[0].name}); keep built graphs in a directory of their own"
+        )
+
+
 def graph_files(path: str | os.PathLike) -> list[Path]:
     """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
-    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""
+    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``).
+
+    Raises:
+        DomainparError: no graph files, or a directory holding both formats (one would be left out).
+    """
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(path.glob("*.npz"))
-        if not files:
-            from domainpar.data.pyg_files import pyg_files_in
+        from domainpar.data.pyg_files import pyg_files_in
 
-            files = pyg_files_in(path)
+        files = sorted(p for p in path.glob("*.npz") if not p.name.startswith("."))
+        pyg = pyg_files_in(path)
+        if files and pyg:
+            raise DomainparError(
+                f"{path}: expected graph files of one format (found {len(files)} *.npz and {len(pyg)} PyG files, e.g. "
+                f"{files[0].name} and {pyg[0].name}); a run reads one format per directory: put the other in a directory of its own"
+            )
+        files = files or pyg
         if not files:
             raise DomainparError(f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) in this directory, found none")
         return files

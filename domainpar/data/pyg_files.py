@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, reraise_fault
 
 #: File suffixes taken for PyG graph files.
 PYG_SUFFIXES = (".pyg", ".pt")
@@ -158,6 +158,7 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
         else:
             reason = f"not a readable torch file ({detail[:120]})"
     except (zipfile.BadZipFile, EOFError, RuntimeError, KeyError, ValueError, AttributeError, TypeError) as exc:
+        reraise_fault(exc)  # torch's allocator failing on a huge file is the machine's, not the file's
         reason = f"not a readable torch file ({one_line(exc, 120)})"
     raise DomainparError(f"{path}: refused to load as a PyG graph: {reason}")
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
-from domainpar.errors import DomainparError
+from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph, refuse_mixed_inputs
+from domainpar.errors import DomainparError, shorten
 from domainpar.inference.config import EvaluateConfig
+from domainpar.parsing import parse_json
 from domainpar.tracks.efficiency import ParticleTable
 
 
@@ -55,15 +56,20 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     record (older checkpoints) the default cuts are used, with the legacy cell
     features when the model's input width asks for them.
     """
-    import json
-
     from domainpar.data.graph import CELL_FEATURES, GraphConfig
 
     build = None if not graph_meta else graph_meta.get("build_config")
     if build is None:
         return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
-    settings = json.loads(build)
+    try:
+        settings = parse_json(build, f"{config.checkpoint}: graph build configuration", "a JSON object")
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict):
+        raise DomainparError(f"{config.checkpoint}: the recorded graph build configuration must be a JSON object (got {shorten(build)})")
     recorded_filter = settings.pop("edge_filter", None)
+    if recorded_filter is not None and not isinstance(recorded_filter, dict):
+        raise DomainparError(f"{config.checkpoint}: the recorded edge filter must be a JSON object (got {shorten(recorded_filter)})")
     graph_config = GraphConfig.from_dict(settings, source=f"{config.checkpoint}: graph build configuration")
     if recorded_filter is None:
         if config.edge_filter is not None:
@@ -87,6 +93,27 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     return graph_config, edge_filter
 
 
+def check_model_inputs(graph: EventGraph, source: str, node_features: int, graph_meta: dict | None, whose: str) -> None:
+    """A graph's features must be the model's inputs: as many node columns, and the same names where both are known.
+
+    Raises:
+        DomainparError: naming ``source``, what the model expects and what the graph has.
+    """
+    if graph.x.shape[1] != node_features:
+        raise DomainparError(
+            f"{source}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
+            "(build the graphs with the same features as the training graphs)"
+        )
+    for kind in ("node_features", "edge_features"):
+        expected = None if not graph_meta else graph_meta.get(kind)
+        found = getattr(graph, kind)
+        if expected is not None and found is not None and list(found) != list(expected):
+            raise DomainparError(
+                f"{source}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
+                f"(got {list(found)}; build the graphs with the same features)"
+            )
+
+
 def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | None = None) -> list[EventInput]:
     """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth).
 
@@ -99,6 +126,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
     from tqdm import tqdm
 
     data = Path(config.data)
+    refuse_mixed_inputs(data, "--data")
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
     if raw:
@@ -118,6 +146,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
             )  # fmt: skip
             if edge_filter is not None:
                 graph = edge_filter.apply(graph)
+            check_model_inputs(graph, str(prefix), node_features, graph_meta, "the model")
             event = EventInput(graph=graph, source=str(prefix))
             _attach_truth(event, hits, particles, truth)
             events.append(event)
@@ -139,19 +168,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
                 f"{first_source[graph.event_id].name} and {path.name})"
             )
         first_source[graph.event_id] = path
-        if graph.x.shape[1] != node_features:
-            raise DomainparError(
-                f"{path}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
-                "(build the graphs with the same --cell-features setting as the training graphs)"
-            )
-        for kind in ("node_features", "edge_features"):
-            expected = None if not graph_meta else graph_meta.get(kind)
-            found = getattr(graph, kind)
-            if expected is not None and found is not None and list(found) != list(expected):
-                raise DomainparError(
-                    f"{path}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
-                    f"(got {list(found)}; build the graphs with the same features)"
-                )
+        check_model_inputs(graph, str(path), node_features, graph_meta, whose)
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from domainpar.errors import DomainparError
+from domainpar.npzfile import archive_digest
 from domainpar.workers import ItemResult, run_items
 
 
@@ -53,7 +54,8 @@ def partition_file(
     except DomainparError as exc:
         raise DomainparError(f"{graph_path}: {exc}") from None
     planned = time.perf_counter()
-    save_plan(plan, plan_dir, graph, compress=compress)
+    # The digest of the file read: a run given other graphs (a rebuild with other features) refuses this plan.
+    save_plan(plan, plan_dir, graph, compress=compress, graph_digest=archive_digest(graph_path))
     written = time.perf_counter()
     if plot_path is not None:
         from domainpar.partition.plot import plot_partition
@@ -121,4 +123,5 @@ def partition_files(
         progress=progress,
         should_stop=should_stop,
         on_result=on_result,
+        temporaries_in=[Path(d).parent for d in plan_dirs] + [Path(p).parent for p in plots if p is not None],
     )

@@ -53,7 +53,7 @@ import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, is_fault
 from domainpar.train.lifeline import Terminated, die_with_parent, name_process
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
@@ -207,7 +207,7 @@ def fail_rank(exc: BaseException) -> None:
         watchdog.finish_failed(failure, exc.exit_code)
     failure = watchdog.explain(exc)
     own = failure.rank == watchdog.rank
-    text = "" if (not own or failure.user_error) else "".join(traceback.format_exception(exc))
+    text = "" if (not own or failure.user_error or is_fault(exc)) else "".join(traceback.format_exception(exc))
     watchdog.report(failure, text)
     watchdog.finish_failed(failure, 2 if own and failure.user_error else 1)
 
@@ -320,7 +320,8 @@ def _child(
         # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
         payload = pickle.dumps(value)
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
-        text = traceback.format_exc()
+        # A bug keeps its traceback; a machine fault (out of memory, disk full) is its one line.
+        text = "" if is_fault(exc) else traceback.format_exc()
         if watchdog is None:
             report(raised(rank, exc), text)
             if dist.is_initialized():

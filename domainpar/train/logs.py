@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from domainpar.atomic import atomic_path
+from domainpar.parsing import parse_json
 
 #: Epoch figures mirrored to TensorBoard (under ``epoch/``).
 _TENSORBOARD_EPOCH_KEYS = ("train_loss", "val_loss", "efficiency", "purity", "auc")
@@ -25,7 +26,7 @@ def read_jsonl(path: Path) -> list[dict]:
     records = []
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            records.append(parse_json(line, str(path), "JSON lines of run records"))
         except json.JSONDecodeError:
             continue
     return records
