@@ -158,6 +158,8 @@ OTHER_ERRNOS = {errno.EIO: "input/output error of the device", errno.ENOMEM: "ou
 #: Text of allocation failures that libraries raise as RuntimeError (torch's CPU and CUDA allocators, C++ bad_alloc).
 _MEMORY_MARKERS = ("can't allocate memory", "cannot allocate memory", "out of memory", "std::bad_alloc",
                    "failed to allocate", "allocation failed")  # fmt: skip
+#: Text of a thread that could not be started (no memory for its stack, or the process limit reached).
+_THREAD_MARKERS = ("can't start new thread", "cannot start new thread", "Resource temporarily unavailable")
 #: Text of write failures that torch's C++ writer raises as RuntimeError (its errno is lost).
 _WRITE_MARKERS = ("PytorchStreamWriter failed writing", "file write failed")
 
@@ -211,22 +213,37 @@ def fault_kind(exc: BaseException) -> tuple[str, BaseException] | None:
         if isinstance(item, RuntimeError):
             text = str(item)
             lowered = text.lower()
-            if any(marker in lowered for marker in _MEMORY_MARKERS):
+            if any(marker in lowered for marker in _MEMORY_MARKERS) or any(marker in text for marker in _THREAD_MARKERS):
                 return "memory", item
             if any(marker in text for marker in _WRITE_MARKERS):
                 return "disk", item
     return None
 
 
+def _writer(item: BaseException) -> str:
+    """Where an OSError without a file name was raised (``numba/core/caching.py``): the innermost frame's file."""
+    frame = item.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:
+        return ""
+    parts = frame.tb_frame.f_code.co_filename.replace(os.sep, "/").split("/")
+    return f" (writing in {'/'.join(parts[-3:])})"
+
+
 def _what(kind: str, item: BaseException) -> str:
     if isinstance(item, OSError) and item.errno is not None:
         reason = DISK_ERRNOS.get(item.errno) or OTHER_ERRNOS.get(item.errno) or (item.strerror or "").lower()
         name = item.filename if item.filename is not None else None
-        return f"{os.fsdecode(name)}: {reason}" if name is not None else reason
+        return f"{os.fsdecode(name)}: {reason}" if name is not None else reason + _writer(item)
+    if kind == "memory" and any(marker in str(item) for marker in _THREAD_MARKERS):
+        return f"out of memory or processes: could not start a thread ({one_line(item, limit=80)})"
     if kind == "memory":
-        detail = one_line(item, limit=160) if not isinstance(item, MemoryError) or str(item) else ""
-        # torch's allocator message starts with "[enforce fail at alloc_cpu.cpp:127] err == 0. ": keep what it says.
-        detail = detail.split("DefaultCPUAllocator: ", 1)[-1] if "DefaultCPUAllocator: " in detail else detail
+        text = str(item) if not isinstance(item, MemoryError) or str(item) else ""
+        # torch's allocator says "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate
+        # memory: you tried to allocate N bytes ...": keep what it says after the location.
+        text = text.split("DefaultCPUAllocator: ", 1)[-1]
+        detail = one_line(ValueError(text), limit=160) if text else ""
         return "out of memory" + (f" ({detail})" if detail else "")
     if kind == "disk":
         return "could not write a file (the file system is full or a file-size limit was reached)"

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         with _stop_on_signals():
             cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
     except click.exceptions.Abort:
-        _fail("aborted", 130)
+        _fail("interrupted", 130)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except Terminated as exc:

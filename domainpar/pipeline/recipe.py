@@ -31,8 +31,8 @@ from typing import Any, Mapping
 
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
-from domainpar.parsing import load_yaml
 from domainpar.filter.edge_filter import FilterConfig
+from domainpar.parsing import load_yaml
 from domainpar.train.config import TrainConfig, config_from_dict
 
 #: Sections of a recipe file besides the training ones.

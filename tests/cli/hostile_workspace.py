@@ -132,6 +132,20 @@ def problems(outcome: Outcome, before: dict, after: dict) -> list[str]:
     return found
 
 
+def wrong_reason(outcome: Outcome, expect: str, places: dict[str, str]) -> list[str]:
+    """The error line must say ``expect`` (the file or option blamed and why), with ``places`` (path → placeholder)
+    written as their placeholders: a case refused for another reason than its own is a failure too."""
+    lines = _stderr_lines(outcome.stderr)
+    if not lines:
+        return []
+    line = lines[-1]
+    for path, placeholder in sorted(places.items(), key=lambda item: -len(item[0])):
+        line = line.replace(path, placeholder)
+    if expect not in line:
+        return [f"refused for another reason: expected {expect!r} in {line[:400]!r}"]
+    return []
+
+
 # ----------------------------------------------------------------------------- base inputs
 
 

@@ -41,8 +41,9 @@ def _rank_with_its_own_file_system(rank: int, world_size: int, payload: dict, sh
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume_agreement")
     write_graphs(root / "graphs", 2)
+    # A constant schedule: the resume may add an epoch (a cosine schedule's length must stay the checkpoint's).
     values = {"data.train": str(root / "graphs"), "parallel.mode": "single", "run.epochs": 2, "run.checkpoint_every": 1,
-              "run.keep": 4, "model.hidden": 8, "model.num_iterations": 1, "run.progress": False, "run.curves": False,
+              "optim.schedule": "constant", "run.keep": 4, "model.hidden": 8, "model.num_iterations": 1, "run.progress": False, "run.curves": False,
               "parallel.threads": 1}
     out = root / "out"
     train(load_config(None, {**values, "run.out": str(out)}))  # 4 steps: checkpoints 1, 2, 3, 4

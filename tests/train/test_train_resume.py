@@ -151,5 +151,5 @@ def test_resume_from_corrupted_checkpoint_is_a_clear_error(tmp_path):
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 3])
     with pytest.raises(DomainparError, match=rf"{latest.name}: expected a domainpar checkpoint, could not load it"):
         train(_config(data, data, out, **{"run.resume": True}))
-    with pytest.raises(DomainparError, match=r"resuming needs the same --batch-events as the checkpoint \(1, got 2\)"):
+    with pytest.raises(DomainparError, match=r"a resume continues the run that wrote this checkpoint, but --batch-events is 2 here and 1 in the checkpoint"):
         train(_config(data, data, out, **{"run.resume_from": str(older), "optim.batch_events": 2}))
