@@ -40,9 +40,10 @@ def _dangling(link: Path, option: str, target: Path) -> DomainparError:
         points_to = os.readlink(link)
     except OSError:
         points_to = "?"
-    where = "" if link == target.absolute() else f" (on the way to {target})"
+    itself = link == target.absolute()
+    shown, where = (target, "") if itself else (link, f" (on the way to {target})")
     return DomainparError(
-        f"{option} {target}: {link} is a symbolic link to {points_to}, which does not exist{where}; "
+        f"{option} {target}: {shown} is a symbolic link to {points_to}, which does not exist{where}; "
         "create its target or pass another path"
     )
 
@@ -101,6 +102,8 @@ def check_output_file(path: str | os.PathLike, option: str, suffix: str | None =
         DomainparError: ``path`` is a directory, has the wrong suffix, or cannot be created.
     """
     path = Path(path)
+    if os.path.islink(path) and not _exists(path, option, path):
+        raise _dangling(path.absolute(), option, path)
     if _exists(path, option, path) and path.is_dir():
         raise DomainparError(f"{option} {path}: expected a file path (found an existing directory)")
     if suffix is not None and path.suffix.lower() != suffix:

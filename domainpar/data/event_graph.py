@@ -458,14 +458,26 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
                 return None
         with np.load(path, allow_pickle=False) as npz:
             text = npz[DESCRIPTION_ENTRY]
+            names = {kind: [str(v) for v in npz[kind]] for kind in ("node_features", "edge_features") if kind in npz.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
     try:
         description = parse_json(str(text), f"{path} entry {DESCRIPTION_ENTRY}", "a JSON object")
+    except DomainparError:
+        raise
     except ValueError:
         description = None
     if not isinstance(description, dict):
         raise DomainparError(f"{path}: entry {DESCRIPTION_ENTRY} must hold a JSON object (got {str(text)[:60]!r})")
+    # The description goes into checkpoints and exported models' sidecars: it must describe the columns this file has.
+    for kind, found in names.items():
+        described = description.get(kind)
+        listed = [f.get("name") if isinstance(f, dict) else f for f in described] if isinstance(described, list) else None
+        if listed is not None and listed != found:
+            raise DomainparError(
+                f"{path}: entry {DESCRIPTION_ENTRY} describes {kind.replace('_', ' ')} {shorten(listed)} but the file's "
+                f"{kind} are {shorten(found)}; rebuild it with `domainpar build`"
+            )
     return description
 
 

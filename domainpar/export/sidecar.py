@@ -141,6 +141,8 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
         )
     try:
         sidecar = load_json(path, "the JSON sidecar of an exported model")
+    except DomainparError:
+        raise
     except (UnicodeDecodeError, ValueError) as exc:
         raise DomainparError(f"{path}: expected the JSON sidecar of an exported model, could not read it ({exc})") from None
     if not isinstance(sidecar, dict) or sidecar.get("format") != SIDECAR_FORMAT:

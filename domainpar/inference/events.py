@@ -63,6 +63,8 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
         return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
     try:
         settings = parse_json(build, f"{config.checkpoint}: graph build configuration", "a JSON object")
+    except DomainparError:
+        raise
     except ValueError:
         settings = None
     if not isinstance(settings, dict):

@@ -48,11 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from domainpar.data.event_graph import read_graph_metadata, refuse_mixed_inputs
+from domainpar.data.dataset import event_inputs
+from domainpar.data.event_graph import graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs
 from domainpar.errors import DomainparError
 from domainpar.npzfile import archive_digest
 from domainpar.partition.io import read_manifest
+from domainpar.train.checkpoint import load_checkpoint
 from domainpar.train.config import TrainConfig, domain_size_of
+from domainpar.train.state import check_resume_early, resume_candidate
 from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
 
 
@@ -184,6 +187,33 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
     return items, RunInputs(files["train"], files["val"], roots["train"], roots["val"])
 
 
+def count_training_events(config: TrainConfig) -> int | None:
+    """How many training events ``data.train`` holds, from its listing alone (nothing is built or converted);
+    None when that cannot be told without reading them."""
+    path = Path(config.data.train)
+    refuse_mixed_inputs(path, "--data")
+    if _is_raw(path):
+        return len(event_inputs(path))
+    if has_graph_files(path):
+        return len(graph_files(path))
+    return None
+
+
+def precheck_resume(config: TrainConfig) -> None:
+    """Before anything is prepared or written: a resume must continue the run of its checkpoint (settings, schedule).
+
+    Loads the checkpoint rank 0 will choose (checksum and fields verified) and compares what needs no graph;
+    the ranks compare everything again (feature widths, the training events' digests) before the first step.
+
+    Raises:
+        DomainparError: a damaged checkpoint, or a setting that differs from the checkpoint's (named, both values).
+    """
+    path = resume_candidate(config)
+    if path is None:
+        return
+    check_resume_early(path, load_checkpoint(path), config, count_training_events(config))
+
+
 def plan_is_current(plan_dir: Path, graph: Path, num_parts: int) -> bool:
     """Whether ``plan_dir`` holds a readable plan of ``num_parts`` parts made from this content of ``graph``."""
     try:
@@ -259,9 +289,10 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
     if widths is not None:
         for name, width, found in zip(("x", "edge_attr"), widths, (header.node_features, header.edge_features)):
             if found != width:
+                role = "--val graph " if item.kind == "val" else ""
                 raise DomainparError(
-                    f"{graph}: {name} must have {width} columns like {params['widths_of']} "
-                    f"(got {found}; graphs built with different --cell-features?)"
+                    f"{role}{graph}: {name} must have {width} columns like the training graph {params['widths_of']} "
+                    f"(got {found}; graphs built with other --node-features/--edge-features?)"
                 )
     if item.plan_dir is not None:
         plan_dir = Path(item.plan_dir)
@@ -501,4 +532,5 @@ class _GlobalProgress:
         self.bar.close()
 
 
-__all__ = ["PrepItem", "RunInputs", "list_items", "plan_root", "prepare", "prepare_distributed", "prepare_item"]
+__all__ = ["PrepItem", "RunInputs", "count_training_events", "list_items", "plan_root", "precheck_resume", "prepare",
+           "prepare_distributed", "prepare_item"]

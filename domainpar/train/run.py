@@ -76,7 +76,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     """
     from domainpar.comm.watchdog import current as current_watchdog
     from domainpar.train import launch, runlock
-    from domainpar.train.prepare import prepare, prepare_distributed
+    from domainpar.train.prepare import precheck_resume, prepare, prepare_distributed
     from domainpar.train.trainer import run_rank
 
     env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
@@ -84,9 +84,11 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     lock = None
 
     def own_out() -> None:
-        """Rank 0 checks --out and holds its lock (inside the preparation's failure channel)."""
+        """Rank 0 checks --out, the checkpoint a resume starts from, and holds the lock (inside the preparation's
+        failure channel)."""
         nonlocal lock
         check_output_dir(config.run.out, "--out")
+        precheck_resume(config)
         lock = runlock.acquire(config.run.out)
         watchdog = current_watchdog()
         if watchdog is not None:  # a rank ended by its watchdog skips the finally below
@@ -141,9 +143,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
             "(4 per CPU core); use torchrun or srun to run on several nodes"
         )
     check_output_dir(config.run.out, "--out")
-    with runlock.run_lock(config.run.out):
-        from domainpar.train.prepare import prepare
+    from domainpar.train.prepare import precheck_resume, prepare
 
+    # A resume that would not continue its checkpoint's run is refused before anything is prepared or written.
+    precheck_resume(config)
+    with runlock.run_lock(config.run.out):
         inputs = prepare(config, world_size, progress=config.run.progress)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
         payload = _payload(config, inputs)

@@ -258,6 +258,58 @@ def _setting(dotted: str) -> str:
     return flag_name(dotted) if section in ("data", "model", "optim", "parallel", "run") and dotted.count(".") == 1 else dotted
 
 
+def _head(path: Path) -> str:
+    return f"{path}: a resume continues the run that wrote this checkpoint, but"
+
+
+def _check_settings(path: Path, state: dict[str, Any], config: TrainConfig, model_config: Any | None) -> TrainConfig:
+    """Every setting but the elastic ones must be the checkpoint's (the model's feature widths too, when given).
+
+    Returns:
+        The checkpoint's configuration.
+    """
+    saved = config_from_dict(state["config"], source=f"{path}: config")
+    found = []
+    if model_config is not None:
+        saved_model = type(model_config).from_dict(dict(state["model_config"])).to_dict()
+        found += _differences(saved_model, model_config.to_dict(), "model.")
+    found += [d for d in _differences(saved.to_dict(), config.to_dict(), "") if model_config is None or not d[0].startswith("model.")]
+    if found:
+        dotted, was, now = found[0]
+        others = f" (also different: {', '.join(_setting(d) for d, _, _ in found[1:6])})" if len(found) > 1 else ""
+        raise DomainparError(
+            f"{_head(path)} {_setting(dotted)} is {_show(now)} here and {_show(was)} in the checkpoint{others}; it changes what "
+            f"the weights mean or how they are trained: pass the checkpoint's value, or train into a new --out"
+        )
+    return saved
+
+
+def _check_schedule(path: Path, state: dict[str, Any], saved: TrainConfig, config: TrainConfig, total_steps: int) -> None:
+    """A cosine schedule's length must stay the checkpoint's (step and constant schedules do not depend on it)."""
+    saved_total = (state.get("schedule") or {}).get("total_steps")
+    if config.optim.schedule != "cosine" or saved_total is None or saved_total == total_steps:
+        return
+
+    def spans(c: TrainConfig) -> str:
+        return f"--epochs {c.run.epochs}" + (f", --max-steps {c.run.max_steps}" if c.run.max_steps is not None else "")
+
+    raise DomainparError(
+        f"{_head(path)} its cosine learning-rate schedule spans {saved_total} steps ({spans(saved)}) and this run's would span "
+        f"{total_steps} ({spans(config)}), so the rate would jump at step {state['step']}; resume with the checkpoint's "
+        "--epochs and --max-steps (--stop-after-steps pauses a run without changing its schedule)"
+    )
+
+
+def check_resume_early(path: Path, state: dict[str, Any], config: TrainConfig, num_train_events: int | None) -> None:
+    """What can be checked before the run prepares anything (writes nothing): the settings, and the schedule's length
+    when the number of training events is known. :func:`check_resume` checks everything again on the ranks."""
+    saved = _check_settings(path, state, config, None)
+    if num_train_events is not None:
+        steps = config.run.epochs * (num_train_events // config.optim.batch_events)
+        total = steps if config.run.max_steps is None else min(steps, config.run.max_steps)
+        _check_schedule(path, state, saved, config, total)
+
+
 def check_resume(
     path: Path,
     state: dict[str, Any],
@@ -279,44 +331,32 @@ def check_resume(
     Raises:
         DomainparError: one line naming the first differing setting with both values (and the others that differ).
     """
-    head = f"{path}: a resume continues the run that wrote this checkpoint, but"
-    saved = config_from_dict(state["config"], source=f"{path}: config")
-    saved_model = type(model_config).from_dict(dict(state["model_config"])).to_dict()
-    found = _differences(saved_model, model_config.to_dict(), "model.")
-    found += [d for d in _differences(saved.to_dict(), config.to_dict(), "") if not d[0].startswith("model.")]
-    if found:
-        dotted, was, now = found[0]
-        others = f" (also different: {', '.join(_setting(d) for d, _, _ in found[1:6])})" if len(found) > 1 else ""
-        raise DomainparError(
-            f"{head} {_setting(dotted)} is {_show(now)} here and {_show(was)} in the checkpoint{others}; it changes what "
-            f"the weights mean or how they are trained: pass the checkpoint's value, or train into a new --out"
-        )
+    saved = _check_settings(path, state, config, model_config)
     recorded = state.get("inputs")
     if isinstance(recorded, dict):
         for kind in ("node_features", "edge_features"):
             was, now = recorded.get(kind), inputs.get(kind)
             if was is not None and now is not None and list(was) != list(now):
                 raise DomainparError(
-                    f"{head} the training graphs' {kind.replace('_', ' ')} are {list(now)} here and {list(was)} in the checkpoint; "
-                    "resume on the graphs the run was trained on"
+                    f"{_head(path)} the training graphs' {kind.replace('_', ' ')} are {list(now)} here and {list(was)} in the "
+                    "checkpoint; resume on the graphs the run was trained on"
                 )
         if recorded.get("num_events") != inputs["num_events"] or recorded.get("digest") != inputs["digest"]:
             raise DomainparError(
-                f"{head} --data holds {inputs['num_events']} training events (content digest {inputs['digest'][:12]}…) and the "
-                f"checkpoint was trained on {recorded.get('num_events')} (digest {str(recorded.get('digest'))[:12]}…); the event "
-                "order and the weights depend on them: resume on the same training events, or train into a new --out"
+                f"{_head(path)} --data holds {inputs['num_events']} training events (content digest {inputs['digest'][:12]}…) and "
+                f"the checkpoint was trained on {recorded.get('num_events')} (digest {str(recorded.get('digest'))[:12]}…); the "
+                "event order and the weights depend on them: resume on the same training events, or train into a new --out"
             )
-    schedule = state.get("schedule") or {}
-    saved_total = schedule.get("total_steps")
-    if config.optim.schedule == "cosine" and saved_total is not None and saved_total != total_steps:
-        def spans(c: TrainConfig) -> str:
-            return f"--epochs {c.run.epochs}" + (f", --max-steps {c.run.max_steps}" if c.run.max_steps is not None else "")
+    _check_schedule(path, state, saved, config, total_steps)
 
-        raise DomainparError(
-            f"{head} its cosine learning-rate schedule spans {saved_total} steps ({spans(saved)}) and this run's would span "
-            f"{total_steps} ({spans(config)}), so the rate would jump at step {state['step']}; resume with the checkpoint's "
-            "--epochs and --max-steps (--stop-after-steps pauses a run without changing its schedule)"
-        )
+
+def resume_candidate(config: TrainConfig) -> Path | None:
+    """The checkpoint a run would resume from, as rank 0 chooses it: ``--resume-from``, else the newest in ``--out``."""
+    if config.run.resume_from is not None:
+        return Path(config.run.resume_from)
+    if config.run.resume:
+        return latest_checkpoint(checkpoint_dir(Path(config.run.out)))
+    return None
 
 
 def agreed_checkpoint(config: TrainConfig, out: Path, layout: Layout) -> tuple[Path | None, dict[str, Any] | None, str | None]:
@@ -336,7 +376,7 @@ def agreed_checkpoint(config: TrainConfig, out: Path, layout: Layout) -> tuple[P
     choice: tuple[str | None, str | None] = (None, None)
     state = None
     if layout.is_main:
-        path = Path(config.run.resume_from) if config.run.resume_from is not None else latest_checkpoint(checkpoint_dir(out))
+        path = resume_candidate(config)
         if path is not None:
             state = load_checkpoint(path)
             choice = (str(path), state[DIGEST_KEY])
@@ -384,6 +424,8 @@ __all__ = [
     "RESUME_ELASTIC",
     "agreed_checkpoint",
     "check_resume",
+    "check_resume_early",
+    "resume_candidate",
     "checkpoint_state",
     "model_weights",
     "new_epoch_state",

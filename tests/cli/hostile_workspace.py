@@ -177,6 +177,11 @@ class Base:
     def checkpoints(self) -> list[Path]:
         return sorted((self.run / "checkpoints").glob("step-*.pt"))
 
+    @property
+    def exported(self) -> Path:
+        """The base model exported as TorchScript (its sidecar beside it)."""
+        return self.root / "exported" / "model.pt"
+
 
 def small_event(num_particles: int = 40, num_noise: int = 40) -> dict[str, pd.DataFrame]:
     """A subsample of the real labelled event: the hits of its most-hit particles plus some noise."""
@@ -215,6 +220,7 @@ def make_base(root: Path) -> Base:
     _must(["build", "--input", hits_only, "--out", root / "unlabelled", "--quiet"])
     _must(["partition", "--graph", root / "graphs", "--parts", "2", "--out", root / "plans"])
     _must(["train", "--data", root / "graphs", "--out", root / "run", *TINY_TRAIN, "--epochs", "2", "--keep", "2", "--threads", "1"])
+    _must(["export", "--checkpoint", root / "run" / "model.pt", "--format", "torchscript", "--out", root / "exported" / "model.pt"])
     truth = frames["truth"]
     submission = root / "submission.csv"
     # Perfect tracks: one track per particle, noise hits each in a track of their own.

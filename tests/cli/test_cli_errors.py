@@ -182,7 +182,8 @@ def test_train_refuses_mixed_feature_widths_before_writing(tmp_path, graph_file,
     cells = with_cell_features(graph_file, tmp_path / "cells" / "event000000008.npz")
     line = run_cli(capsys, "train", "--data", cells.parent, "--val", graph_file.parent, "--mode", "single",
                    "--hidden", "4", "--iterations", "1", "--epochs", "1", "--out", tmp_path / "run")  # fmt: skip
-    assert line == f"error: {graph_file}: x must have 5 columns like {cells} (got 3; graphs built with different --cell-features?)"
+    assert line == (f"error: --val graph {graph_file}: x must have 5 columns like the training graph {cells} "
+                    "(got 3; graphs built with other --node-features/--edge-features?)")
     assert not (tmp_path / "run").exists()  # used to train a step and leave config.yaml and steps.jsonl
 
 

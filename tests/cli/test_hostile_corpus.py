@@ -1733,6 +1733,334 @@ def _(ws):
             "--particles", "10", "--epochs", "1"]  # fmt: skip
 
 
+# =============================================================================== identity of inputs
+
+
+def _graph_copy(ws, name: str, *, node_features=None, x=None):
+    """The base graph in ``<tmp>/<name>/`` with other node feature names and/or other node features (a rebuild)."""
+
+    def edit(arrays):
+        if x is not None:
+            arrays["x"] = x(arrays["x"]).astype(np.float32)
+        if node_features is not None:
+            import json
+
+            from domainpar.data.features import NODE_FEATURE_SPECS, feature_list
+
+            arrays["node_features"] = np.array(node_features, dtype=np.str_)
+            # As a rebuild writes it: the description names the same columns.
+            description = json.loads(str(arrays["description_json"]))
+            description["node_features"] = feature_list(node_features, NODE_FEATURE_SPECS)
+            arrays["description_json"] = np.array(json.dumps(description, sort_keys=True))
+
+    return ws.graph(edit, name=name)
+
+
+#: The base run's settings: a resume must keep them.
+RESUME = (*TINY_TRAIN, "--epochs", "2", "--keep", "2", "--threads", "1", "--resume")
+
+
+def _resume(ws, *extra, data=None):
+    return ["train", "--data", data or ws.base.graphs, "--out", ws.run_copy(), *RESUME, *extra]
+
+
+@case("train-plans-part-labels-rewritten", "part_00000.npz: part file checksum must match its manifest")
+def _(ws):
+    from domainpar.npzfile import read_npz, write_npz
+
+    plans = _plans_copy(ws)
+    part = sorted(plans.rglob("part_00000.npz"))[0]
+    arrays = read_npz(part)
+    arrays["y"] = (1.0 - arrays["y"]).astype(np.float32)  # every label flipped; a valid archive with valid fields
+    write_npz(part, arrays)
+    return _train_with_plans(ws, plans)
+
+
+@case("train-plans-made-from-other-features", "the plan was made from a graph with node features ['r', 'phi', 'z'], but WS/g4/event000000001.npz has ['r', 'phi', 'z', 'eta']")
+def _(ws):
+    graph = _graph_copy(ws, "g4", node_features=["r", "phi", "z", "eta"], x=lambda x: np.concatenate([x, x[:, :1]], axis=1))
+    return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
+
+
+@case("train-plans-made-from-an-earlier-build", "--plans BASE/plans/event000000001: the plan was made from another version of event000000001.npz")
+def _(ws):
+    graph = _graph_copy(ws, "rebuilt", x=lambda x: x + 0.25)  # same names, same structure, other feature values
+    return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
+
+
+@case("train-val-other-feature-names", "--val graph WS/val/event000000001.npz: node features must be ['r', 'phi', 'z'] like the training graph")
+def _(ws):
+    val = _graph_copy(ws, "val", node_features=["r", "z", "phi"])
+    return ["train", "--data", ws.base.graphs, "--val", val.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-val-other-feature-width", "--val graph WS/val/event000000001.npz: x must have 3 columns like the training graph BASE/graphs/event000000001.npz (got 4")
+def _(ws):
+    val = _graph_copy(ws, "val", node_features=["r", "phi", "z", "eta"], x=lambda x: np.concatenate([x, x[:, :1]], axis=1))
+    return ["train", "--data", ws.base.graphs, "--val", val.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-resume-activation-differs", "but --activation is 'relu' here and 'silu' in the checkpoint")
+def _(ws):
+    return _resume(ws, "--activation", "relu")
+
+
+@case("train-resume-iterations-differs", "but --iterations is 2 here and 1 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--iterations", "2")
+
+
+@case("train-resume-loss-weight-differs", "but --pos-weight is 3.0 here and 1.0 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--pos-weight", "3")
+
+
+@case("train-resume-layer-norm-differs", "but --layer-norm is False here and True in the checkpoint")
+def _(ws):
+    return _resume(ws, "--no-layer-norm")
+
+
+@case("train-resume-seed-differs", "but --seed is 5 here and 0 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--seed", "5")
+
+
+@case("train-resume-sectors-instead-of-domain", "but --mode is 'sectors' here and 'single' in the checkpoint")
+def _(ws):
+    return _resume(ws, "--mode", "sectors", "--ranks", "2")
+
+
+@case("train-resume-longer-cosine-schedule", "its cosine learning-rate schedule spans 2 steps (--epochs 2) and this run's would span 3 (--epochs 3)")
+def _(ws):
+    return _resume(ws, "--epochs", "3")
+
+
+@case("train-resume-max-steps-shortens-schedule", "spans 2 steps (--epochs 2) and this run's would span 1 (--epochs 2, --max-steps 1)")
+def _(ws):
+    return _resume(ws, "--max-steps", "1")
+
+
+@case("train-resume-other-training-events", "--data holds 1 training events")
+def _(ws):
+    return _resume(ws, data=_graph_copy(ws, "rebuilt", x=lambda x: x + 0.25).parent)
+
+
+@case("train-resume-other-feature-names", "the training graphs' node features are ['r', 'z', 'phi'] here and ['r', 'phi', 'z'] in the checkpoint")
+def _(ws):
+    return _resume(ws, data=_graph_copy(ws, "renamed", node_features=["r", "z", "phi"]).parent)
+
+
+def _mixed_formats(ws) -> Path:
+    """The base graph (.npz) and a PyG file of another event in one directory."""
+    import shutil
+
+    import torch
+
+    mixed = ws.path("mixed")
+    mixed.mkdir()
+    shutil.copy(ws.base.graph, mixed / ws.base.graph.name)
+    torch.save({"x": torch.zeros(4, 3), "edge_index": torch.tensor([[0, 1], [1, 2]]), "y": torch.ones(2)}, mixed / "event000000002.pyg")
+    return mixed
+
+
+def _graphs_and_events(ws) -> Path:
+    import shutil
+
+    both = ws.event(name="both")
+    shutil.copy(ws.base.graph, both / ws.base.graph.name)
+    return both
+
+
+MIXED = "expected graph files of one format (found 1 *.npz and 1 PyG files, e.g. event000000001.npz and event000000002.pyg)"
+BOTH = "expected graph files or raw TrackML events, found both (e.g. event000000001.npz and event000000001-hits.csv)"
+
+
+@case("train-data-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["train", "--data", _mixed_formats(ws), "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("partition-graph-dir-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["partition", "--graph", _mixed_formats(ws), "--parts", "2", "--out", ws.path("plans")]
+
+
+@case("evaluate-data-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", _mixed_formats(ws), "--quiet"]
+
+
+@case("train-data-graphs-and-raw-events", f"--data WS/both: {BOTH}")
+def _(ws):
+    return ["train", "--data", _graphs_and_events(ws), "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("evaluate-data-graphs-and-raw-events", f"--data WS/both: {BOTH}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", _graphs_and_events(ws), "--quiet"]
+
+
+@case("evaluate-step-checkpoint-other-feature-names", "WS/renamed/event000000001.npz: graph node features must be ['r', 'phi', 'z'] like the model's training graphs")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["evaluate", "--checkpoint", ws.base.checkpoints[-1], "--data", graph.parent, "--quiet"]
+
+
+@case("evaluate-exported-model-other-feature-names", "WS/renamed/event000000001.npz: graph node features must be ['r', 'phi', 'z'] like the model's training graphs")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["evaluate", "--model", ws.base.exported, "--data", graph.parent, "--quiet"]
+
+
+def _exported_copy(ws) -> Path:
+    import shutil
+
+    target = ws.path("exported")
+    shutil.copytree(ws.base.exported.parent, target)
+    return target / ws.base.exported.name
+
+
+@case("evaluate-exported-model-file-swapped", "WS/exported/model.pt: the model file does not match its sidecar model.pt.json")
+def _(ws):
+    model = _exported_copy(ws)
+    model.write_bytes(model.read_bytes() + b"\0")  # another file under the sidecar's name
+    return ["evaluate", "--model", model, "--data", ws.base.graphs, "--quiet"]
+
+
+@case("export-graphs-other-features", "--graphs WS/renamed: node features must be ['r', 'phi', 'z'] like BASE/run/model.pt's training graphs (got ['r', 'z', 'phi'])")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", ws.path("m.pt"), "--graphs", graph.parent]
+
+
+@case("train-graph-description-disagrees-with-its-names", "WS/g/event000000001.npz: entry description_json describes node features ['r', 'phi', 'z'] but the file's node_features are ['r', 'z', 'phi']")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("node_features", np.array(["r", "z", "phi"])))
+    return ["train", "--data", graph.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("export-check-graph-other-features", "--check-graph WS/renamed/event000000001.npz: node features must be ['r', 'phi', 'z']")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", ws.path("m.pt"), "--check-graph", graph]
+
+
+# =============================================================================== nesting and size of parsed files
+
+DEEP = "found containers nested deeper than 32 levels"
+
+
+@case("train-config-deeply-nested-flow", f"WS/run.yaml: expected a YAML config file, {DEEP}")
+def _(ws):
+    return _config(ws, "optim: " + "[" * 20000 + "]" * 20000 + "\n")
+
+
+@case("train-config-deeply-nested-block", f"WS/run.yaml: expected a YAML config file, {DEEP}")
+def _(ws):
+    return _config(ws, "".join("  " * depth + "a:\n" for depth in range(200)) + "  " * 200 + "b: 1\n")
+
+
+@case("train-config-larger-than-any-config", "WS/run.yaml: expected a YAML config file of at most 67,108,864 bytes (got 67,108,865)")
+def _(ws):
+    path = ws.path("run.yaml")
+    with open(path, "wb") as fh:
+        fh.truncate(64 * 2**20 + 1)  # sparse: no disk used
+    return ["train", "--config", path, "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-plans-manifest-deeply-nested", f"manifest.json: expected a JSON plan manifest, {DEEP}")
+def _(ws):
+    plans = _plans_copy(ws)
+    sorted(plans.rglob("manifest.json"))[0].write_text("[" * 100000 + "]" * 100000)
+    return _train_with_plans(ws, plans)
+
+
+@case("evaluate-exported-model-sidecar-deeply-nested", f"WS/exported/model.pt.json: expected the JSON sidecar of an exported model, {DEEP}")
+def _(ws):
+    model = _exported_copy(ws)
+    Path(str(model) + ".json").write_text('{"format": ' + "[" * 100000 + "]" * 100000 + "}")
+    return ["evaluate", "--model", model, "--data", ws.base.graphs, "--quiet"]
+
+
+@case("train-graph-description-deeply-nested", f"entry description_json: expected a JSON object, {DEEP}")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("description_json", np.array("[" * 50000 + "]" * 50000)))
+    return ["train", "--data", graph.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("partition-graph-build-config-deeply-nested", f"build_config: expected a JSON object, {DEEP}")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("build_config", np.array('{"a": ' + "[" * 50000 + "]" * 50000 + "}")))
+    return ["partition", "--graph", graph, "--parts", "2", "--out", ws.path("plans")]
+
+
+@case("train-resume-from-deeply-nested-checkpoint", f"WS/ckpt.pt: expected a domainpar checkpoint, {DEEP}")
+def _(ws):
+    def edit(state):
+        nested: list = []
+        for _ in range(100):
+            nested = [nested]
+        state["epoch_state"]["nested"] = nested
+
+    return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
+
+
+# =============================================================================== output paths through symbolic links
+
+DANGLING = "WS/link is a symbolic link to WS/nowhere, which does not exist"
+
+
+def _dangling(ws, name: str = "link") -> Path:
+    link = ws.path(name)
+    link.symlink_to(ws.path("nowhere"))
+    return link
+
+
+@case("simulate-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["simulate", "--out", _dangling(ws), "--events", "1", "--particles", "10"]
+
+
+@case("simulate-out-under-dangling-symlink", f"--out WS/link/sub: {DANGLING} (on the way to WS/link/sub)")
+def _(ws):
+    return ["simulate", "--out", _dangling(ws) / "sub", "--events", "1", "--particles", "10"]
+
+
+@case("build-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["build", "--input", ws.base.events, "--out", _dangling(ws), "--quiet"]
+
+
+@case("partition-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", _dangling(ws)]
+
+
+@case("train-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", _dangling(ws), *TINY_TRAIN]
+
+
+@case("evaluate-json-dangling-symlink", f"--json WS/link: {DANGLING}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--json", _dangling(ws), "--quiet"]
+
+
+@case("export-out-dangling-symlink", f"--out WS/link.pt: WS/link.pt is a symbolic link to WS/nowhere, which does not exist")
+def _(ws):
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", _dangling(ws, "link.pt")]
+
+
+@case("verify-json-dangling-symlink", f"--json WS/link: {DANGLING}")
+def _(ws):
+    return ["verify", "--graph", ws.base.graph, "--parts", "2", "--hidden", "4", "--iterations", "1", "--json", _dangling(ws)]
+
+
+@case("demo-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["demo", "--out", _dangling(ws)]
+
+
 # =============================================================================== the corpus
 
 
@@ -1742,7 +2070,8 @@ def base(tmp_path_factory) -> Base:
 
 
 #: Cases that spawn ranks (seconds each, more on a loaded machine).
-SLOW_CASES = {"train-plans-part-file-flipped", "train-plans-manifest-garbage"}
+SLOW_CASES = {"train-plans-part-file-flipped", "train-plans-manifest-garbage", "train-plans-part-labels-rewritten",
+              "train-plans-manifest-deeply-nested", "train-resume-sectors-instead-of-domain"}
 
 
 @pytest.mark.timeout(120)
