@@ -145,7 +145,23 @@ def message_line(message: str, limit: int = LINE_LIMIT) -> str:
 
 
 class MachineFault(Exception):
-    """The machine failed (disk full, file too large, out of memory, a killed worker): one line, exit status 1."""
+    """The machine failed (disk full, file too large, out of memory, a killed worker): one line, exit status 1.
+
+    Args:
+        message: the line (what failed, where, and what to try).
+        kind: ``"disk"``, ``"memory"`` or ``"io"`` when ``message`` says what failed but not yet what to try:
+            the command that reports it adds its own advice (:meth:`line`).
+    """
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def line(self, advice: dict[str, str] | None = None) -> str:
+        """The message, with what to try (``advice`` by kind, else :data:`DEFAULT_ADVICE`) when it has none yet."""
+        if self.kind is None:
+            return str(self)
+        return f"{self}; {(advice or {}).get(self.kind) or DEFAULT_ADVICE[self.kind]}"
 
 
 #: errno values of a full or size-limited file system: what to free, not what to fix in the input.
@@ -250,6 +266,17 @@ def _what(kind: str, item: BaseException) -> str:
     return one_line(item, limit=200)
 
 
+def fault_parts(exc: BaseException) -> tuple[str | None, str] | None:
+    """``(kind, what failed)`` of a machine fault without the advice (kind None: the text is complete), or None."""
+    found = fault_kind(exc)
+    if found is None:
+        return None
+    kind, item = found
+    if kind == "fault":
+        return getattr(item, "kind", None), str(item)
+    return kind, _what(kind, item)
+
+
 def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, str] | None = None) -> str | None:
     """The one line that reports ``exc`` as a machine fault, or None when it is none.
 
@@ -263,7 +290,7 @@ def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, s
         return None
     kind, item = found
     if kind == "fault":
-        text = str(item)
+        text = item.line(advice) if isinstance(item, MachineFault) else str(item)
         return f"{where}: {text}" if where and not text.startswith(where) else text
     what = _what(kind, item)
     tip = (advice or {}).get(kind) or DEFAULT_ADVICE[kind]

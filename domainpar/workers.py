@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
-from domainpar.errors import DomainparError, MachineFault, Terminated, fault_line, one_line
+from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, one_line
 
 T = TypeVar("T")
 
@@ -93,6 +93,8 @@ class ItemResult:
     """Wall time the function took."""
     fault: bool = False
     """The failure was the machine's (out of memory or disk space, a killed worker), not the item's."""
+    fault_kind: str | None = None
+    """``disk``, ``memory`` or ``io`` for a fault whose ``error`` does not say yet what to try."""
 
     @property
     def ok(self) -> bool:
@@ -105,6 +107,8 @@ _IN_WORKER = False
 _IN_ITEM = False
 #: Seconds a worker gets to unwind after SIGTERM before it is killed.
 STOP_GRACE_S = 3.0
+#: In a pool worker: where it says which item it starts (the parent names the item of a worker that is killed).
+_STARTED: Any = None
 
 
 def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResult:
@@ -113,6 +117,8 @@ def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResu
     global _IN_ITEM
     start = time.perf_counter()
     _IN_ITEM = _IN_WORKER
+    if _STARTED is not None:
+        _STARTED.put((os.getpid(), name))
     try:
         value = fn(item, *args)
     except Terminated as exc:
@@ -123,9 +129,10 @@ def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResu
     except DomainparError as exc:
         return ItemResult(name, error=one_line(exc), seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the type says it was a bug
-        line = fault_line(exc)
-        if line is not None:
-            return ItemResult(name, error=line, seconds=time.perf_counter() - start, fault=True)
+        fault = fault_parts(exc)
+        if fault is not None:
+            # What failed, without advice: the command adds what to try (its own options).
+            return ItemResult(name, error=fault[1], seconds=time.perf_counter() - start, fault=True, fault_kind=fault[0])
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
         return ItemResult(name, error=f"{type(exc).__name__} at {where}: {one_line(exc)}", seconds=time.perf_counter() - start)
@@ -140,9 +147,10 @@ def _worker_stop(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
-def _init_worker() -> None:
-    global _IN_WORKER
+def _init_worker(started: Any = None) -> None:
+    global _IN_WORKER, _STARTED
     _IN_WORKER = True
+    _STARTED = started
     # The parent owns Ctrl-C (it reaches the whole process group) and stops the workers itself with SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _worker_stop)
@@ -155,7 +163,7 @@ def _init_worker() -> None:
 def _raise_fault(result: ItemResult) -> None:
     """A machine fault ends the run: the other items would meet the same full disk or memory."""
     if result.fault:
-        raise MachineFault(f"{result.name}: {result.error}")
+        raise MachineFault(f"{result.name}: {result.error}", kind=result.fault_kind)
 
 
 def run_items(
@@ -230,17 +238,31 @@ def run_items(
     return [r for r in results if r is not None]
 
 
-def _worker_death(name: str, processes: list) -> ItemResult:
-    """The result of an item whose worker process vanished (a BrokenProcessPool): a machine fault."""
-    codes = [p.exitcode for p in processes if p.exitcode is not None and p.exitcode != 0]
+def _worker_death(name: str, processes: list, running: dict[int, str]) -> ItemResult:
+    """The result of a worker process that vanished (a BrokenProcessPool): a machine fault naming the item it ran.
+
+    Args:
+        name: the item whose result was lost (named when the dead worker's own item is unknown).
+        processes: the pool's worker processes.
+        running: worker pid → the item it last started.
+    """
+    deadline = time.monotonic() + 2.0
+    for process in processes:  # the pool stops the other workers (SIGTERM) once one died: wait for the codes
+        process.join(max(0.0, deadline - time.monotonic()))
+    dead = [p for p in processes if p.exitcode is not None and p.exitcode != 0]
+    # The pool's own SIGTERM to the survivors says nothing: the culprit comes first.
+    dead.sort(key=lambda p: p.exitcode in (-signal.SIGTERM, 128 + signal.SIGTERM))
     how = "was killed"
-    if codes and codes[0] < 0:
-        try:
-            how = f"was killed by {signal.Signals(-codes[0]).name}"
-        except ValueError:
-            how = f"was killed by signal {-codes[0]}"
-    elif codes:
-        how = f"exited with status {codes[0]}"
+    if dead:
+        code = dead[0].exitcode
+        name = running.get(dead[0].pid, name)
+        if code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
     line = f"a worker process {how} (by the system's out-of-memory killer?); try fewer --workers"
     return ItemResult(name, error=line, fault=True)
 
@@ -270,8 +292,18 @@ def _stop_workers(processes: list, directories: list) -> None:
 
 def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
+    context = mp.get_context("spawn")
+    # A SimpleQueue writes synchronously: a worker killed right after saying what it starts has said it.
+    started = context.SimpleQueue()
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(started,))
     processes: list = []
+    running: dict[int, str] = {}
+
+    def note_started() -> None:
+        while not started.empty():
+            pid, name = started.get()
+            running[pid] = name
+
     try:
         # Workers start with SIGINT and SIGTERM blocked (the mask is inherited) until their initializer has set
         # their own handlers: a Ctrl-C while they start must not print a traceback from each.
@@ -291,7 +323,8 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
                 try:
                     result = future.result()
                 except cf.process.BrokenProcessPool:
-                    result = _worker_death(names[index], processes)
+                    note_started()
+                    result = _worker_death(names[index], processes, running)
                 except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
                     result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
                 finish(index, result)
@@ -302,8 +335,10 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
         processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
         _stop_workers(processes, directories)
         pool.shutdown(wait=False, cancel_futures=True)
+        started.close()
         raise
     pool.shutdown(wait=True)
+    started.close()
 
 
 def failure_summary(results: Iterable[ItemResult], what: str = "events", names_chars: int = 300) -> str | None:

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except MachineFault as exc:
-        _fail(str(exc), 1)
+        _fail(exc.line(_fault_advice(argv)), 1)
     except OSError as exc:
         # A path the user gave that cannot be used is their mistake; disk full or an I/O error is the machine's.
         line = fault_line(exc, advice=_fault_advice(argv))
