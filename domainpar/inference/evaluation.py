@@ -24,6 +24,7 @@ How events are judged and summed is :mod:`domainpar.inference.scoring`'s job.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,10 +76,12 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         from domainpar.export.sidecar import feature_names
 
         # The sidecar names the model's input columns: graph files of other features are refused by name too.
+        cuts = (exported.sidecar.get("graph") or {}).get("cuts")
         graph_meta = {
             "node_features": feature_names(exported.sidecar["node_features"]),
             "edge_features": feature_names(exported.sidecar["edge_features"]) if exported.num_edge_features else None,
-            "build_config": None,
+            # Raw events are built with the training graphs' cuts, as the sidecar records them.
+            "build_config": json.dumps(cuts) if isinstance(cuts, dict) else None,
         }
     else:
         graph_meta = loaded.graph

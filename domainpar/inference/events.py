@@ -58,21 +58,22 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     """
     from domainpar.data.graph import CELL_FEATURES, GraphConfig
 
+    source = config.checkpoint if config.checkpoint is not None else config.model  # what recorded the build
     build = None if not graph_meta else graph_meta.get("build_config")
     if build is None:
         return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
     try:
-        settings = parse_json(build, f"{config.checkpoint}: graph build configuration", "a JSON object")
+        settings = parse_json(build, f"{source}: graph build configuration", "a JSON object")
     except DomainparError:
         raise
     except ValueError:
         settings = None
     if not isinstance(settings, dict):
-        raise DomainparError(f"{config.checkpoint}: the recorded graph build configuration must be a JSON object (got {shorten(build)})")
+        raise DomainparError(f"{source}: the recorded graph build configuration must be a JSON object (got {shorten(build)})")
     recorded_filter = settings.pop("edge_filter", None)
     if recorded_filter is not None and not isinstance(recorded_filter, dict):
-        raise DomainparError(f"{config.checkpoint}: the recorded edge filter must be a JSON object (got {shorten(recorded_filter)})")
-    graph_config = GraphConfig.from_dict(settings, source=f"{config.checkpoint}: graph build configuration")
+        raise DomainparError(f"{source}: the recorded edge filter must be a JSON object (got {shorten(recorded_filter)})")
+    graph_config = GraphConfig.from_dict(settings, source=f"{source}: graph build configuration")
     if recorded_filter is None:
         if config.edge_filter is not None:
             raise DomainparError(
@@ -81,7 +82,7 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
         return graph_config, None
     if config.edge_filter is None:
         raise DomainparError(
-            f"{config.checkpoint}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
+            f"{source}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
             "pass its filter file with --filter (filter.pt of the recipe run) or evaluate graph files built with it"
         )
     from domainpar.filter.edge_filter import load_filter
@@ -109,6 +110,11 @@ def check_model_inputs(graph: EventGraph, source: str, node_features: int, graph
     for kind in ("node_features", "edge_features"):
         expected = None if not graph_meta else graph_meta.get(kind)
         found = getattr(graph, kind)
+        if expected is not None and found is not None and len(found) != len(expected):
+            raise DomainparError(
+                f"{source}: graph has {len(found)} {kind.replace('_', ' ')} but {whose} expects {len(expected)} "
+                f"({', '.join(expected)})"
+            )
         if expected is not None and found is not None and list(found) != list(expected):
             raise DomainparError(
                 f"{source}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
@@ -159,7 +165,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         )
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
-    whose = "the model" if config.model is not None else "the checkpoint's model"
+    whose = f"model {Path(config.model).name}" if config.model is not None else "the checkpoint's model"
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
         graph = load_graph(path)
