@@ -10,6 +10,7 @@ import pandas as pd
 
 from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph, refuse_mixed_inputs
 from domainpar.errors import DomainparError, shorten
+from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.config import EvaluateConfig
 from domainpar.parsing import parse_json
 from domainpar.tracks.efficiency import ParticleTable
@@ -96,6 +97,69 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     return graph_config, edge_filter
 
 
+def _pruned_by(build_config: str | None) -> str | None:
+    """The hash of the edge filter a graph (or a model's training graphs) was pruned with, from its build record."""
+    if not build_config:
+        return None
+    try:
+        record = parse_json(build_config, "build_config", "a JSON object")
+    except ValueError:
+        return None
+    pruned = record.get("edge_filter") if isinstance(record, dict) else None
+    return str(pruned.get("hash")) if isinstance(pruned, dict) else None
+
+
+def check_pruning(graph: EventGraph, source: str, filter_path, given: str | None, trained_build: str | None) -> None:
+    """Graph files are scored as they are: a ``--filter`` must be the one they were pruned with, and a model trained
+    on pruned graphs must be given graphs pruned by the same filter (other edges, other figures).
+
+    Raises:
+        DomainparError: naming the graph file, the filters (hashes) and what to do.
+    """
+    pruned = _pruned_by(graph.build_config)
+    if given is not None and pruned != given:
+        how = "was not pruned by an edge filter" if pruned is None else f"was pruned by another edge filter (hash {pruned})"
+        raise DomainparError(
+            f"--filter {filter_path}: graph files are evaluated as they are, and {source} {how}; pass raw events "
+            "(they are pruned with --filter) or graphs pruned by this filter"
+        )
+    if trained_build is None:
+        return
+    trained = _pruned_by(trained_build)
+    if trained != pruned:
+        model = "graphs that were not pruned" if trained is None else f"graphs pruned by edge filter {trained}"
+        found = "was not pruned" if pruned is None else f"was pruned by edge filter {pruned}"
+        raise DomainparError(
+            f"{source}: the model was trained on {model}, and this graph {found}; evaluate graphs built like the "
+            "training graphs (or raw events, with --filter for a pruned model)"
+        )
+
+
+def check_same_event(graph: EventGraph, hits: pd.DataFrame, graph_source: str, event_source: str) -> None:
+    """A graph scored against a raw event (``--events``) must have been built from it: every node's hit id is one
+    of the event's, at the hit's position (TrackML numbers hits 1..N in every event, so ids alone match any
+    event of as many hits).
+
+    Raises:
+        DomainparError: naming both, and the first hit that differs.
+    """
+    positions = hits.set_index("hit_id")[["x", "y", "z"]]
+    known = np.isin(graph.hit_id, positions.index.to_numpy())
+    if not known.all():
+        first = int(graph.hit_id[~known][0])
+        raise DomainparError(
+            f"--events {event_source}: expected the event {graph_source} was built from (its hit {first} is not in this event)"
+        )
+    raw = positions.loc[graph.hit_id].to_numpy(dtype=np.float32)
+    far = np.flatnonzero(np.abs(raw - graph.pos).max(axis=1) > 1e-3 * np.maximum(1.0, np.abs(raw).max(axis=1)))
+    if far.size:
+        i = int(far[0])
+        raise DomainparError(
+            f"--events {event_source}: expected the event {graph_source} was built from (hit {int(graph.hit_id[i])} is at "
+            f"{tuple(round(float(v), 2) for v in raw[i])} mm here and at {tuple(round(float(v), 2) for v in graph.pos[i])} mm in the graph)"
+        )
+
+
 def check_model_inputs(graph: EventGraph, source: str, node_features: int, graph_meta: dict | None, whose: str) -> None:
     """A graph's features must be the model's inputs: as many node columns, and the same names where both are known.
 
@@ -166,6 +230,10 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
     whose = f"model {Path(config.model).name}" if config.model is not None else "the checkpoint's model"
+    given_filter = None
+    if config.edge_filter is not None:
+        given_filter = load_filter(config.edge_filter).content_hash
+    trained_build = None if not graph_meta else graph_meta.get("build_config")
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
         graph = load_graph(path)
@@ -177,12 +245,14 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
             )
         first_source[graph.event_id] = path
         check_model_inputs(graph, str(path), node_features, graph_meta, whose)
+        check_pruning(graph, str(path), config.edge_filter, given_filter, trained_build)
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))
         if config.events_dir is not None:
             prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
             hits, particles, truth = _raw_truth(prefix)
+            check_same_event(graph, hits, str(path), str(prefix))
             _attach_truth(event, hits, particles, truth)
         else:
             event.particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)

@@ -53,7 +53,7 @@ import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
-from domainpar.errors import DomainparError, is_fault
+from domainpar.errors import DomainparError, MachineFault, is_fault
 from domainpar.train.lifeline import Terminated, die_with_parent, name_process
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
@@ -75,6 +75,24 @@ class SpawnError(RuntimeError):
     def line(self) -> str:
         """The one-line summary (the message without the traceback)."""
         return str(self).split("\n", 1)[0]
+
+
+def spawn_failure(exc: SpawnError, what: str) -> BaseException:
+    """What a command raises for a failed spawned job: a rank's user mistake (one line, exit 2), a rank's machine
+    fault, death or silence (:class:`~domainpar.errors.MachineFault`, exit 1), or the SpawnError itself for a bug
+    (its traceback is the report).
+
+    Args:
+        exc: the job's failure.
+        what: the work the ranks did, put first in the line (e.g. ``"partitioned inference"``).
+    """
+    failure = exc.failure
+    if failure is not None and failure.user_error:
+        return DomainparError(exc.line)
+    if failure is None or failure.kind in ("died", "hung") or not exc.traceback_text:
+        # A rank killed (by the out-of-memory killer, usually), silent, past the time limit, or out of memory itself.
+        return MachineFault(f"{what}: {exc.line}", kind=None if " out of memory" in exc.line else "memory")
+    return exc
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def verify_graph_local(
     fault: str | None = None,
 ) -> VerifyResult:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
-    from domainpar.train.launch import spawn
+    from domainpar.train.launch import SpawnError, spawn, spawn_failure
 
     graph = _load_labelled_graph(graph_path, num_parts, dtype)
     owner = _owner_for(graph, num_parts, method, seed)
@@ -58,7 +58,13 @@ def verify_graph_local(
         import os
 
         num_threads = max(1, (os.cpu_count() or 1) // num_parts)
-    per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
+    try:
+        per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
+    except SpawnError as exc:
+        failure = spawn_failure(exc, "verify")
+        if failure is exc:
+            raise
+        raise failure from None
     return per_rank[0][0]
 
 

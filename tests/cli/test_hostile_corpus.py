@@ -1939,6 +1939,43 @@ def _(ws):
     return ["train", "--data", graph.parent, "--out", ws.path("run"), *TINY_TRAIN]
 
 
+@case("evaluate-events-dir-of-another-event", "--events WS/ev/event000000001: expected the event BASE/graphs/event000000001.npz was built from (hit")
+def _(ws):
+    # The same event number and hit ids, other positions: the truth of another event would score the graph.
+    events = ws.event_column("hits", "x", lambda row, old: str(float(old) + 5.0))
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--events", events, "--quiet"]
+
+
+def _edge_filter(ws) -> Path:
+    """An (untrained) edge filter for the base graphs' features, saved as a recipe run saves its filter.pt."""
+    import torch
+
+    from domainpar.filter.edge_filter import EdgeFilter, FilterConfig, FilterNet
+
+    torch.manual_seed(0)
+    config = FilterConfig(hidden=4, layers=1)
+    edge_filter = EdgeFilter(FilterNet(2 * 3 + 4, config.hidden, config.layers), -1.0, ("r", "phi", "z"),
+                             ("dr", "dphi", "dz", "dR"), config, {})  # fmt: skip
+    return edge_filter.save(ws.path("filter.pt"))
+
+
+@case("evaluate-filter-with-unpruned-graph-files", "--filter WS/filter.pt: graph files are evaluated as they are, and BASE/graphs/event000000001.npz was not pruned by an edge filter")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--filter", _edge_filter(ws), "--quiet"]
+
+
+@case("evaluate-pruned-graphs-with-a-model-of-unpruned-ones", "WS/g/event000000001.npz: the model was trained on graphs that were not pruned, and this graph was pruned by edge filter 0123abcd")
+def _(ws):
+    import json
+
+    def edit(arrays):
+        build = json.loads(str(arrays["build_config"]))
+        build["edge_filter"] = {"hash": "0123abcd", "threshold": 0.1, "efficiency": 0.99}
+        arrays["build_config"] = np.array(json.dumps(build, sort_keys=True))
+
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.graph(edit).parent, "--quiet"]
+
+
 @case("export-check-graph-other-features", "--check-graph WS/renamed/event000000001.npz: node features must be ['r', 'phi', 'z']")
 def _(ws):
     graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
