@@ -373,6 +373,8 @@ class Trainer:
         """
         try:
             return self._run()
+        except PeerFailed:
+            raise  # another rank's failure (maybe its machine fault): named as that rank's, never as this one's
         except Exception as exc:
             line = fault_line(exc, where=self._doing, advice={"memory": MEMORY_ADVICE["train"]})
             if line is None:
