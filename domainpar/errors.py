@@ -5,6 +5,14 @@ Anything a user can get wrong (a path, an argument, a malformed file) raises
 what was expected and what was found. The CLI prints that line and exits 2;
 everything else is a bug and keeps its traceback.
 
+A failure of the machine rather than of the input — a full disk, a file-size
+limit, an allocation that failed (Python's ``MemoryError``, torch's allocator),
+a killed worker — is :class:`MachineFault`, exit status 1. :func:`fault_line`
+recognises one in any exception (also one that a library wrapped, through the
+``__cause__``/``__context__`` chain), so every command reports it in one line
+naming the file or the step, and broad ``except Exception`` blocks that turn a
+reader's failure into "damaged file" let it pass (:func:`reraise_fault`).
+
 A message echoes what was found, and what was found can be anything: a 100 MB
 CSV field, a binary blob, a multi-line string. :func:`shorten` is the one way a
 found value enters a message; :func:`one_line` the one way a third-party
@@ -14,7 +22,10 @@ to the whole line.
 
 from __future__ import annotations
 
+import errno
+import os
 import reprlib
+import signal
 from typing import Any
 
 #: Longest echo of a found value inside a message, in characters.
@@ -30,6 +41,23 @@ _SAFE_REPR.maxstring = _SAFE_REPR.maxother = _SAFE_REPR.maxlong = 2 * VALUE_LIMI
 
 class DomainparError(ValueError):
     """A user-facing error with a one-line message."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (a scheduler or user stopping the job); ``signum`` says which.
+
+    A BaseException, like KeyboardInterrupt: ``except Exception`` blocks let it pass, ``finally`` blocks and
+    the atomic writers' clean-up run on its way out.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number, as a shell reports a process killed by it."""
+        return 128 + self.signum
 
 
 class FieldError(DomainparError):
@@ -111,3 +139,171 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 def message_line(message: str, limit: int = LINE_LIMIT) -> str:
     """A whole error message as the one line the CLI prints: whitespace collapsed, at most ``limit`` characters."""
     return _clip(" ".join(str(message).split()), limit)
+
+
+# ----------------------------------------------------------------------------------------------- machine faults
+
+
+class MachineFault(Exception):
+    """The machine failed (disk full, file too large, out of memory, a killed worker): one line, exit status 1.
+
+    Args:
+        message: the line (what failed, where, and what to try).
+        kind: ``"disk"``, ``"memory"`` or ``"io"`` when ``message`` says what failed but not yet what to try:
+            the command that reports it adds its own advice (:meth:`line`).
+    """
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def line(self, advice: dict[str, str] | None = None) -> str:
+        """The message, with what to try (``advice`` by kind, else :data:`DEFAULT_ADVICE`) when it has none yet."""
+        if self.kind is None:
+            return str(self)
+        return f"{self}; {(advice or {}).get(self.kind) or DEFAULT_ADVICE[self.kind]}"
+
+
+#: errno values of a full or size-limited file system: what to free, not what to fix in the input.
+DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "file too large (the file-size limit was reached)",
+               errno.EDQUOT: "disk quota exceeded"}  # fmt: skip
+#: errno values of other machine faults.
+OTHER_ERRNOS = {errno.EIO: "input/output error of the device", errno.ENOMEM: "out of memory",
+                errno.ENFILE: "too many open files on the system", errno.EMFILE: "too many open files in this process"}  # fmt: skip
+
+#: Text of allocation failures that libraries raise as RuntimeError (torch's CPU and CUDA allocators, C++ bad_alloc).
+_MEMORY_MARKERS = ("can't allocate memory", "cannot allocate memory", "out of memory", "std::bad_alloc",
+                   "failed to allocate", "allocation failed")  # fmt: skip
+#: Text of a thread that could not be started (no memory for its stack, or the process limit reached).
+_THREAD_MARKERS = ("can't start new thread", "cannot start new thread", "Resource temporarily unavailable")
+#: Text of write failures that torch's C++ writer raises as RuntimeError (its errno is lost).
+_WRITE_MARKERS = ("PytorchStreamWriter failed writing", "file write failed")
+
+#: What to try when a command runs out of memory (the disk advice is the same for every command).
+MEMORY_ADVICE = {
+    "train": "try --checkpointing (or --offload), more ranks per event (--ranks/--domain-size: each holds one part), "
+    "a smaller --hidden or fewer --batch-events",
+    "evaluate": "try more --parts (each process holds one part of an event)",
+    "verify": "try more --parts or --checkpointing",
+    "build": "try fewer --workers (each worker holds one event)",
+    "partition": "try fewer --workers (each worker holds one event)",
+    "simulate": "try fewer --particles",
+    "demo": "try fewer --particles or --ranks",
+    "export": "close other programs or export on a machine with more memory",
+    "score": "close other programs or score on a machine with more memory",
+}
+
+#: What to try, by kind of fault, when the command does not say better.
+DEFAULT_ADVICE = {
+    "disk": "free space on that file system (or raise its size limit) or write somewhere else",
+    "memory": "use smaller inputs or options",
+    "io": "check the device and try again",
+}
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from or while handling (cycle-safe, bounded)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and len(seen) < 16:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+
+
+def fault_kind(exc: BaseException) -> tuple[str, BaseException] | None:
+    """``("disk" | "memory" | "io", the exception that says so)`` when ``exc`` is a machine fault, else None.
+
+    Looks through the chain of causes, since libraries wrap an ``OSError`` of a full disk or an
+    allocator's failure in exceptions of their own.
+    """
+    for item in _chain(exc):
+        if isinstance(item, MachineFault):
+            return "fault", item
+        if isinstance(item, MemoryError) or type(item).__name__ == "OutOfMemoryError":
+            return "memory", item
+        if isinstance(item, OSError) and item.errno is not None:
+            if item.errno in DISK_ERRNOS:
+                return "disk", item
+            if item.errno in OTHER_ERRNOS:
+                return ("memory" if item.errno == errno.ENOMEM else "io"), item
+        if isinstance(item, RuntimeError):
+            text = str(item)
+            lowered = text.lower()
+            if any(marker in lowered for marker in _MEMORY_MARKERS) or any(marker in text for marker in _THREAD_MARKERS):
+                return "memory", item
+            if any(marker in text for marker in _WRITE_MARKERS):
+                return "disk", item
+    return None
+
+
+def _writer(item: BaseException) -> str:
+    """Where an OSError without a file name was raised (``numba/core/caching.py``): the innermost frame's file."""
+    frame = item.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:
+        return ""
+    parts = frame.tb_frame.f_code.co_filename.replace(os.sep, "/").split("/")
+    return f" (writing in {'/'.join(parts[-3:])})"
+
+
+def _what(kind: str, item: BaseException) -> str:
+    if isinstance(item, OSError) and item.errno is not None:
+        reason = DISK_ERRNOS.get(item.errno) or OTHER_ERRNOS.get(item.errno) or (item.strerror or "").lower()
+        name = item.filename if item.filename is not None else None
+        return f"{os.fsdecode(name)}: {reason}" if name is not None else reason + _writer(item)
+    if kind == "memory" and any(marker in str(item) for marker in _THREAD_MARKERS):
+        return f"out of memory or processes: could not start a thread ({one_line(item, limit=80)})"
+    if kind == "memory":
+        text = str(item) if not isinstance(item, MemoryError) or str(item) else ""
+        # torch's allocator says "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate
+        # memory: you tried to allocate N bytes ...": keep what it says after the location.
+        text = text.split("DefaultCPUAllocator: ", 1)[-1]
+        detail = one_line(ValueError(text), limit=160) if text else ""
+        return "out of memory" + (f" ({detail})" if detail else "")
+    if kind == "disk":
+        return "could not write a file (the file system is full or a file-size limit was reached)"
+    return one_line(item, limit=200)
+
+
+def fault_parts(exc: BaseException) -> tuple[str | None, str] | None:
+    """``(kind, what failed)`` of a machine fault without the advice (kind None: the text is complete), or None."""
+    found = fault_kind(exc)
+    if found is None:
+        return None
+    kind, item = found
+    if kind == "fault":
+        return getattr(item, "kind", None), str(item)
+    return kind, _what(kind, item)
+
+
+def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, str] | None = None) -> str | None:
+    """The one line that reports ``exc`` as a machine fault, or None when it is none.
+
+    Args:
+        exc: any exception.
+        where: the step it happened in (e.g. ``"training step 12"``), put first.
+        advice: what to try, by kind (``disk``, ``memory``, ``io``); defaults to :data:`DEFAULT_ADVICE`.
+    """
+    found = fault_kind(exc)
+    if found is None:
+        return None
+    kind, item = found
+    if kind == "fault":
+        text = item.line(advice) if isinstance(item, MachineFault) else str(item)
+        return f"{where}: {text}" if where and not text.startswith(where) else text
+    what = _what(kind, item)
+    tip = (advice or {}).get(kind) or DEFAULT_ADVICE[kind]
+    head = f"{where}: " if where else ""
+    return f"{head}{what}; {tip}"
+
+
+def reraise_fault(exc: BaseException) -> None:
+    """Raise ``exc`` again when it is a machine fault (call first in an ``except Exception`` that blames the input)."""
+    if fault_kind(exc) is not None:
+        raise exc
+
+
+def is_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a machine fault (see :func:`fault_kind`)."""
+    return fault_kind(exc) is not None

@@ -11,6 +11,9 @@ refused without hashing the whole file.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import os
 import struct
 import zipfile
@@ -90,7 +93,7 @@ def _read_stored_member(fh: BinaryIO, info: zipfile.ZipInfo, file_size: int, ver
 
 
 def read_npz(
-    path: str | os.PathLike, names: Iterable[str] | None = None, *, verify: bool = True, missing_ok: bool = False
+    path: str | os.PathLike | BinaryIO, names: Iterable[str] | None = None, *, verify: bool = True, missing_ok: bool = False
 ) -> dict[str, np.ndarray]:
     """Read members of an ``.npz`` archive (never unpickling), faster than ``np.load`` for uncompressed ones.
 
@@ -100,7 +103,8 @@ def read_npz(
     ``zipfile``, which checks the CRC itself.
 
     Args:
-        path: the archive.
+        path: the archive, or a seekable binary file object holding it (e.g. the bytes of a file whose
+            digest was just checked, so the file is read once).
         names: members to read (without ``.npy``); None reads all.
         verify: check every member's CRC-32 (a corrupted file raises ``zipfile.BadZipFile``).
         missing_ok: leave out requested members that are absent instead of raising ``KeyError``.
@@ -112,8 +116,9 @@ def read_npz(
         KeyError: a requested member is absent.
         zipfile.BadZipFile, ValueError, OSError, EOFError: damaged file, object arrays, I/O errors.
     """
-    with open(path, "rb") as fh, zipfile.ZipFile(fh) as archive:
-        file_size = os.fstat(fh.fileno()).st_size
+    with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as fh, zipfile.ZipFile(fh) as archive:
+        fh.seek(0, io.SEEK_END)
+        file_size = fh.tell()
         infos = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
         wanted = list(infos) if names is None else list(names)
         out: dict[str, np.ndarray] = {}
@@ -135,3 +140,33 @@ def npz_members(path: str | os.PathLike) -> list[str]:
     """Member names of an ``.npz`` archive (without ``.npy``), from its central directory only."""
     with zipfile.ZipFile(path) as archive:
         return [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
+
+
+def archive_digest(path: str | os.PathLike) -> str:
+    """A digest of a zip archive's content from its central directory alone: every member's name, size and CRC-32.
+
+    Cheap (no member is decompressed), and it changes with any member's bytes (features, labels, edges,
+    names), so it identifies a graph file's content: a plan records the digest of the graph it was made
+    from and a run compares it with the graph it is given. Files that are not zip archives get the
+    SHA-256 of their bytes.
+
+    Returns:
+        ``"zip:<sha256 hex>"`` or ``"sha256:<hex>"``.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            digest = hashlib.sha256()
+            for info in sorted(archive.infolist(), key=lambda i: i.filename):
+                digest.update(f"{info.filename}\0{info.file_size}\0{info.CRC:08x}\n".encode("utf-8", "surrogatepass"))
+            return "zip:" + digest.hexdigest()
+    except zipfile.BadZipFile:
+        pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()

@@ -6,7 +6,10 @@ user's time. Every command checks its output paths *before* doing any work:
 the path must not be of the wrong kind (a file where a directory is expected
 or the other way round) and its nearest existing ancestor must be a directory
 we can create files in. The check creates nothing that outlives it, so a
-command that then fails on its inputs leaves no trace behind.
+command that then fails on its inputs leaves no trace behind. A symbolic link
+is followed (outputs are written through it, see :mod:`domainpar.atomic`); a
+link whose target does not exist, on the path or at its end, is refused with
+the path the user gave.
 """
 
 from __future__ import annotations
@@ -32,9 +35,24 @@ def _exists(path: Path, option: str, target: Path) -> bool:
         raise DomainparError(f"{option} {target}: expected a location we can use, cannot access {path} ({reason})") from None
 
 
+def _dangling(link: Path, option: str, target: Path) -> DomainparError:
+    try:
+        points_to = os.readlink(link)
+    except OSError:
+        points_to = "?"
+    itself = link == target.absolute()
+    shown, where = (target, "") if itself else (link, f" (on the way to {target})")
+    return DomainparError(
+        f"{option} {target}: {shown} is a symbolic link to {points_to}, which does not exist{where}; "
+        "create its target or pass another path"
+    )
+
+
 def _nearest_existing(path: Path, option: str) -> Path:
     current = path.absolute()
     while not _exists(current, option, path):
+        if os.path.islink(current):
+            raise _dangling(current, option, path)
         if current.parent == current:
             break
         current = current.parent
@@ -84,6 +102,8 @@ def check_output_file(path: str | os.PathLike, option: str, suffix: str | None =
         DomainparError: ``path`` is a directory, has the wrong suffix, or cannot be created.
     """
     path = Path(path)
+    if os.path.islink(path) and not _exists(path, option, path):
+        raise _dangling(path.absolute(), option, path)
     if _exists(path, option, path) and path.is_dir():
         raise DomainparError(f"{option} {path}: expected a file path (found an existing directory)")
     if suffix is not None and path.suffix.lower() != suffix:

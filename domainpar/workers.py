@@ -14,6 +14,16 @@ independent, so:
   it, so the other events still finish; :func:`failure_summary` is the one
   line the command ends with.
 
+A machine fault is not an event's problem: an item that runs out of memory or
+space, or whose worker process is killed (the kernel's out-of-memory killer),
+stops the whole run with :class:`~domainpar.errors.MachineFault` naming the
+item (exit status 1). An interrupt (SIGINT, SIGTERM) of the parent stops the
+workers within seconds: each worker unwinds the item it is on (its atomic
+writers remove their temporaries) and exits quietly; one that does not answer
+is killed and its temporaries in the caller's output directories are removed.
+Workers ignore SIGINT themselves (a Ctrl-C reaches the whole process group;
+the parent decides).
+
 The function must be a picklable module-level function whose result depends
 only on its item (every output file is written by its own event), so the
 output does not depend on the number of workers.
@@ -24,14 +34,15 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-
-from domainpar.errors import DomainparError, one_line
+from domainpar.atomic import remove_temporaries_of
+from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, one_line
 from domainpar.progress import progress as progress_display
 
 T = TypeVar("T")
@@ -81,30 +92,79 @@ class ItemResult:
     """One-line reason it failed, or None."""
     seconds: float = 0.0
     """Wall time the function took."""
+    fault: bool = False
+    """The failure was the machine's (out of memory or disk space, a killed worker), not the item's."""
+    fault_kind: str | None = None
+    """``disk``, ``memory`` or ``io`` for a fault whose ``error`` does not say yet what to try."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
+#: Set in pool workers: a stop signal there ends the process (quietly) instead of raising to a caller.
+_IN_WORKER = False
+#: Set while a pool worker runs an item: a stop signal then unwinds the item first (its temporaries are removed).
+_IN_ITEM = False
+#: Seconds a worker gets to unwind after SIGTERM before it is killed.
+STOP_GRACE_S = 3.0
+#: In a pool worker: where it says which item it starts (the parent names the item of a worker that is killed).
+_STARTED: Any = None
+
+
 def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResult:
-    """Run one item; a failure becomes an ItemResult (a user mistake as its line, a bug with its type and place)."""
+    """Run one item; a failure becomes an ItemResult (a user mistake as its line, a machine fault marked as such,
+    a bug with its type and place)."""
+    global _IN_ITEM
     start = time.perf_counter()
+    _IN_ITEM = _IN_WORKER
+    if _STARTED is not None:
+        _STARTED.put((os.getpid(), name))
     try:
         value = fn(item, *args)
+    except Terminated as exc:
+        if not _IN_WORKER:
+            raise
+        # The parent stopped this worker: the item's writers have removed their temporaries on the way here.
+        os._exit(exc.exit_code)
     except DomainparError as exc:
         return ItemResult(name, error=one_line(exc), seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the type says it was a bug
+        fault = fault_parts(exc)
+        if fault is not None:
+            # What failed, without advice: the command adds what to try (its own options).
+            return ItemResult(name, error=fault[1], seconds=time.perf_counter() - start, fault=True, fault_kind=fault[0])
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
         return ItemResult(name, error=f"{type(exc).__name__} at {where}: {one_line(exc)}", seconds=time.perf_counter() - start)
+    finally:
+        _IN_ITEM = False
     return ItemResult(name, value=value, seconds=time.perf_counter() - start)
 
 
-def _init_worker() -> None:
+def _worker_stop(signum: int, frame: Any) -> None:
+    if _IN_ITEM:
+        raise Terminated(signum)
+    os._exit(128 + signum)
+
+
+def _init_worker(started: Any = None) -> None:
+    global _IN_WORKER, _STARTED
+    _IN_WORKER = True
+    _STARTED = started
+    # The parent owns Ctrl-C (it reaches the whole process group) and stops the workers itself with SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     # One process per core: nested thread pools would oversubscribe the cores.
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[name] = "1"
+
+
+def _raise_fault(result: ItemResult) -> None:
+    """A machine fault ends the run: the other items would meet the same full disk or memory."""
+    if result.fault:
+        raise MachineFault(f"{result.name}: {result.error}", kind=result.fault_kind)
 
 
 def run_items(
@@ -119,6 +179,7 @@ def run_items(
     should_stop: Callable[[], BaseException | None] | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
     report_each: bool = False,
+    temporaries_in: Sequence[str | os.PathLike] = (),
 ) -> list[ItemResult]:
     """``fn(item, *args)`` for every item, in ``workers`` processes; results in item order.
 
@@ -135,9 +196,14 @@ def run_items(
         on_result: called in this process for every finished item (e.g. to count progress).
         report_each: with the progress bar on, print ``failed: <name>: <reason>`` as each item fails
             (the caller's final line sums them up).
+        temporaries_in: directories the items write into; what a worker that had to be killed left
+            there (its temporary files) is removed.
 
     Returns:
         One :class:`ItemResult` per item, in item order.
+
+    Raises:
+        MachineFault: an item ran out of memory or disk space, or its worker process was killed.
     """
     names = [str(item) for item in items] if names is None else list(names)
     results: list[ItemResult | None] = [None] * len(items)
@@ -146,6 +212,7 @@ def run_items(
 
     def finish(index: int, result: ItemResult) -> None:
         nonlocal failed
+        _raise_fault(result)
         results[index] = result
         if not result.ok:
             failed += 1
@@ -164,36 +231,113 @@ def run_items(
                     raise stop
                 finish(index, _call(fn, item, names[index], args))
         else:
-            _run_pool(fn, items, names, args, min(workers, len(items)), finish, should_stop)
+            _run_pool(fn, items, names, args, min(workers, len(items)), finish, should_stop, list(temporaries_in))
     finally:
         bar.close()
     return [r for r in results if r is not None]
 
 
-def _run_pool(fn, items, names, args, workers, finish, should_stop) -> None:
+def _worker_death(name: str, processes: list, running: dict[int, str]) -> ItemResult:
+    """The result of a worker process that vanished (a BrokenProcessPool): a machine fault naming the item it ran.
+
+    Args:
+        name: the item whose result was lost (named when the dead worker's own item is unknown).
+        processes: the pool's worker processes.
+        running: worker pid → the item it last started.
+    """
+    deadline = time.monotonic() + 2.0
+    for process in processes:  # the pool stops the other workers (SIGTERM) once one died: wait for the codes
+        process.join(max(0.0, deadline - time.monotonic()))
+    dead = [p for p in processes if p.exitcode is not None and p.exitcode != 0]
+    # The pool's own SIGTERM to the survivors says nothing: the culprit comes first.
+    dead.sort(key=lambda p: p.exitcode in (-signal.SIGTERM, 128 + signal.SIGTERM))
+    how = "was killed"
+    if dead:
+        code = dead[0].exitcode
+        name = running.get(dead[0].pid, name)
+        if code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+    line = f"a worker process {how} (by the system's out-of-memory killer?); try fewer --workers"
+    return ItemResult(name, error=line, fault=True)
+
+
+def _stop_workers(processes: list, directories: list) -> None:
+    """SIGTERM every worker (it unwinds its item and exits), SIGKILL those still there after the grace period,
+    then remove what the workers left in ``directories``."""
+    for process in processes:
+        if process.exitcode is None:
+            try:
+                process.terminate()
+            except (OSError, ValueError, AttributeError):
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.exitcode is None:
+            try:
+                process.kill()
+                process.join(2.0)
+            except (OSError, ValueError, AttributeError):
+                pass
+    if directories:
+        remove_temporaries_of(directories, [p.pid for p in processes if p.pid is not None])
+
+
+def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
+    context = mp.get_context("spawn")
+    # A SimpleQueue writes synchronously: a worker killed right after saying what it starts has said it.
+    started = context.SimpleQueue()
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(started,))
+    processes: list = []
+    running: dict[int, str] = {}
+
+    def note_started() -> None:
+        while not started.empty():
+            pid, name = started.get()
+            running[pid] = name
+
     try:
-        futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
+        # Workers start with SIGINT and SIGTERM blocked (the mask is inherited) until their initializer has set
+        # their own handlers: a Ctrl-C while they start must not print a traceback from each.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
+            # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
             for future in done:
                 index = futures[future]
                 try:
                     result = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker that died (OOM kill, segfault) fails its event
-                    result = ItemResult(names[index], error=f"worker process died ({type(exc).__name__}: {one_line(exc)})")
+                except cf.process.BrokenProcessPool:
+                    note_started()
+                    result = _worker_death(names[index], processes, running)
+                except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
+                    result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
                 finish(index, result)
             stop = should_stop() if should_stop is not None else None
             if stop is not None:
                 raise stop
     except BaseException:
+        processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
+        _stop_workers(processes, directories)
         pool.shutdown(wait=False, cancel_futures=True)
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
+        started.close()
         raise
     pool.shutdown(wait=True)
+    started.close()
 
 
 def failure_summary(results: Iterable[ItemResult], what: str = "events", names_chars: int = 300) -> str | None:

@@ -185,6 +185,8 @@ CHECKPOINTED_RUN = {
     "model.hidden": 8,
     "model.num_iterations": 1,
     "optim.lr": 0.01,
+    # Constant: resumes of this run may add an epoch (a cosine schedule's length must stay the checkpoint's).
+    "optim.schedule": "constant",
     "run.seed": 3,
     "run.progress": False,
     "run.curves": False,

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
-from domainpar.atomic import atomic_path, is_temporary_name, remove_stale_temporaries, staged_outputs
+from domainpar.atomic import (
+    atomic_path,
+    is_temporary_name,
+    remove_stale_temporaries,
+    remove_temporaries_of,
+    staged_outputs,
+    temporary_prefix,
+)
 
 
 def _tree(root):
@@ -78,3 +86,50 @@ def test_atomic_path_leaves_nothing_on_failure_and_stale_files_are_recognised(tm
     (tmp_path / ".hidden").write_text("not ours")
     assert [p.name for p in remove_stale_temporaries(tmp_path)] == [".m.pt.tmp-abc.pt"]
     assert [p.name for p in tmp_path.iterdir()] == [".hidden"]
+
+
+def test_an_output_that_is_a_symbolic_link_is_written_through(tmp_path):
+    """The link stays a link; its target gets the new content (as cp and shell redirection do)."""
+    target = tmp_path / "real" / "report.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "report.json"
+    link.symlink_to(target)
+    with atomic_path(link) as tmp:
+        assert tmp.parent == target.parent  # the rename stays on the target's file system
+        tmp.write_text("new")
+    assert link.is_symlink() and os.readlink(link) == str(target) and target.read_text() == "new"
+    directory = tmp_path / "real_dir"
+    directory.mkdir()
+    (tmp_path / "out").symlink_to(directory)
+    with staged_outputs() as outputs:
+        (outputs.directory(tmp_path / "out") / "a.txt").write_text("a")
+        outputs.file(tmp_path / "out" / "b.txt").write_text("b")
+    assert (tmp_path / "out").is_symlink() and sorted(p.name for p in directory.iterdir()) == ["a.txt", "b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real", "real_dir", "report.json"]  # no temporaries
+
+
+def test_a_write_failure_names_the_destination_not_the_temporary(tmp_path):
+    destination = tmp_path / "model.pt"
+    with pytest.raises(OSError) as info:
+        with atomic_path(destination) as tmp:
+            with open(tmp, "wb"):
+                raise OSError(errno.EFBIG, "File too large")  # what write() raises: no file name
+    assert info.value.filename == str(destination) and list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError) as info:
+        with staged_outputs() as outputs:
+            staged = outputs.directory(tmp_path / "events")
+            raise FileNotFoundError(errno.ENOENT, "No such file", str(staged / "event1-hits.csv"))
+    assert info.value.filename == str(tmp_path / "events" / "event1-hits.csv") and list(tmp_path.iterdir()) == []
+
+
+def test_the_temporaries_of_a_killed_writer_are_found_by_its_pid(tmp_path):
+    mine = tmp_path / (temporary_prefix("event1.npz") + "abc.npz")
+    mine.write_text("half")
+    (tmp_path / (temporary_prefix("plan") + "xyz")).mkdir()
+    other = tmp_path / ".event2.npz.tmp-1-abc.npz"  # another writer's (pid 1): not ours to remove
+    other.write_text("half")
+    keep = tmp_path / "event3.npz"
+    keep.write_text("done")
+    removed = remove_temporaries_of([tmp_path], [os.getpid()])
+    assert len(removed) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [other.name, keep.name]

@@ -97,6 +97,11 @@ def build(
     if workers is not None and workers < 1:
         raise DomainparError(f"--workers must be at least 1 (got {workers})")
     check_output_dir(out_dir, "--out")
+    if Path(input_path).is_dir() and Path(out_dir).resolve() == Path(input_path).resolve():
+        raise DomainparError(
+            f"--out {out_dir}: expected a directory of its own for the graphs, got the --input directory (train and "
+            "evaluate refuse a directory that holds both raw events and graphs)"
+        )
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise DomainparError(f"--out {out_dir}: output must be a directory (found a file)")
     if json_path is not None:

@@ -20,6 +20,30 @@ def _check_graph(path: Path):
     return CheckGraph(name=str(path), x=graph.x, edge_index=graph.edge_index, edge_attr=graph.edge_attr)
 
 
+def _names(description: dict | None, kind: str) -> list[str] | None:
+    features = None if description is None else description.get(kind)
+    if not isinstance(features, list):
+        return None
+    names = [f.get("name") if isinstance(f, dict) else f for f in features]
+    return names if all(isinstance(n, str) for n in names) else None
+
+
+def _graph_description_of(path: Path) -> dict | None:
+    """The feature names of a graph file, in a description's shape (names only)."""
+    from domainpar.data.graph_files import graph_files, read_graph_metadata
+
+    meta = read_graph_metadata(graph_files(path)[0])
+    return {kind: meta.get(kind) for kind in ("node_features", "edge_features")}
+
+
+def _same_features(what: str, given: dict | None, recorded: dict | None, whose: str, kinds: tuple[str, ...]) -> None:
+    """Refuse graphs whose feature names differ from those the checkpoint was trained on (where both are known)."""
+    for kind in kinds:
+        found, expected = _names(given, kind), _names(recorded, kind)
+        if found is not None and expected is not None and found != expected:
+            raise DomainparError(f"{what}: {kind.replace('_', ' ')} must be {expected} like {whose} (got {found})")
+
+
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--checkpoint", required=True, type=click.Path(path_type=Path),
               help="A checkpoint (checkpoints/step-*.pt) or the final model.pt of `domainpar train`, of any mode and rank count.")
@@ -63,13 +87,19 @@ def export(checkpoint: Path, fmt: str, out: Path, graphs: Path | None, threshold
         if description is None:
             raise DomainparError(f"--graphs {graphs}: {first.name} records no feature description (rebuild it with `domainpar build`)")
     source = load_export_source(checkpoint)
+    # Edge features matter only to a model that reads them.
+    kinds = ("node_features", "edge_features") if source.model_config.edge_inputs else ("node_features",)
     if description is not None:
-        # An explicit --graphs wins over what the checkpoint recorded.
+        # --graphs gives the description of checkpoints that record none; one that does must agree with it (the
+        # sidecar tells the deployment side what each input column is: a wrong name there is a wrong answer there).
+        _same_features(f"--graphs {graphs}", description, source.description, f"{checkpoint}'s training graphs", kinds)
         source = dataclasses.replace(source, description=description)
-    result = export_model(
-        source, fmt, out, description=description, threshold=threshold,
-        check_graph=None if check_graph is None else _check_graph(check_graph),
-    )  # fmt: skip
+    checked = None
+    if check_graph is not None:
+        checked = _check_graph(check_graph)
+        _same_features(f"--check-graph {check_graph}", _graph_description_of(check_graph), source.description,
+                       f"{checkpoint}'s training graphs", kinds)  # fmt: skip
+    result = export_model(source, fmt, out, description=description, threshold=threshold, check_graph=checked)
     s = result.sidecar
     inputs = ", ".join(f"{i['name']} ({', '.join(map(str, i['shape']))}) {i['dtype']}" for i in s["inputs"])
     names = lambda features: ", ".join(f"{f['name']}" + (f"/{f['scale']:g}" if f.get("scale") else "") for f in features)  # noqa: E731

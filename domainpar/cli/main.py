@@ -7,15 +7,19 @@ heavy imports (torch, numba) do not slow the others.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
+from typing import Iterator
 
 import click
 
 from domainpar import __version__
-from domainpar.errors import DomainparError, message_line
+from domainpar.errors import MEMORY_ADVICE, DomainparError, MachineFault, Terminated, fault_line, message_line
 
 #: command name -> (module, attribute, one-line help shown by ``domainpar --help``)
 COMMANDS = {
@@ -91,6 +95,46 @@ def _os_error_line(exc: OSError) -> str:
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
+def _command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _fault_advice(argv: list[str]) -> dict[str, str]:
+    memory = MEMORY_ADVICE.get(_command(argv) or "")
+    return {"memory": memory} if memory else {}
+
+
+def _stop_signal(signum: int, frame) -> None:
+    """The first SIGINT/SIGTERM/SIGHUP unwinds the command (temporaries are removed on the way out); repeats are
+    ignored so that the clean-up itself is not interrupted."""
+    for other in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(other, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise in the main thread while a command runs (restored after it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            previous[signum] = signal.signal(signum, _stop_signal)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+
 
 def _fail(line: str, code: int) -> None:
     click.echo(f"error: {message_line(line)}", err=True)
@@ -100,17 +144,21 @@ def _fail(line: str, code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one line on stderr and exit status 2.
 
-    Exit status: 0 success, 1 a failure of the machine (disk full, out of
-    memory, I/O error) or a failed check (``verify``), 2 a user mistake (bad
-    option, bad input file, unusable output path), 130 interrupted.
+    Exit status: 0 success, 1 a failure of the machine (disk full, file too
+    large, out of memory, I/O error, a killed worker) or a failed check
+    (``verify``), 2 a user mistake (bad option, bad input file, unusable output
+    path), 130 interrupted (SIGINT), 143 stopped (SIGTERM), 129 hung up (SIGHUP).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
+        with _stop_on_signals():
+            cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
     except click.exceptions.Abort:
-        _fail("aborted", 130)
+        _fail("interrupted", 130)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except Terminated as exc:
+        _fail(f"domainpar {_command(argv) or ''} {exc}".replace("  ", " "), exc.exit_code)
     except _NO_ARGS_IS_HELP as exc:
         # `domainpar` alone asks for help (click >= 8.2 raises this where 8.1 printed the help and exited 0).
         click.echo(exc.ctx.get_help() if exc.ctx is not None else "Try 'domainpar --help'.")
@@ -122,11 +170,20 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(exc), 2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except MemoryError:
-        _fail("out of memory; use smaller inputs or options (fewer particles, smaller --hidden, more --parts)", 1)
+    except MachineFault as exc:
+        _fail(exc.line(_fault_advice(argv)), 1)
     except OSError as exc:
         # A path the user gave that cannot be used is their mistake; disk full or an I/O error is the machine's.
+        line = fault_line(exc, advice=_fault_advice(argv))
+        if line is not None:
+            _fail(line, 1)
         _fail(_os_error_line(exc), 2 if exc.errno in _USER_ERRNOS else 1)
+    except Exception as exc:  # noqa: BLE001 - only machine faults are answered here; anything else is a bug
+        # Out of memory (Python's MemoryError, torch's allocator), a full disk wrapped by a library: one line, exit 1.
+        line = fault_line(exc, advice=_fault_advice(argv))
+        if line is None:
+            raise
+        _fail(line, 1)
 
 
 if __name__ == "__main__":

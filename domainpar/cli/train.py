@@ -126,6 +126,12 @@ def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> No
         raise
     if summary.get("rank", 0) != 0:
         return
+    if summary.get("paused"):
+        click.echo(
+            f"paused after step {summary['steps']} of {summary['total_steps']} (--stop-after-steps): checkpoint "
+            f"{summary['checkpoint']}; continue with --resume (the learning-rate schedule is the whole run's)"
+        )
+        return
     final = summary.get("final") or {}
     click.echo(
         f"trained {_steps_text(summary)} in {summary['mode']} mode on "

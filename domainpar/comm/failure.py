@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, fault_line, one_line
 
 #: Key prefix of everything domainpar keeps in the rendezvous store.
 STORE_PREFIX = "domainpar/"
@@ -65,9 +65,14 @@ class Failure:
 
 
 def raised(rank: int, exc: BaseException) -> Failure:
-    """The failure record of ``exc`` raised on ``rank``: "rank R: <message>" (user mistakes keep their own line)."""
+    """The failure record of ``exc`` raised on ``rank``: "rank R: <message>" (user mistakes and machine faults keep their
+    own line; a bug is named by its type)."""
     if isinstance(exc, DomainparError):
         return Failure(rank, f"rank {rank}: {one_line(exc, limit=500)}", "raised", rank, user_error=True)
+    fault = fault_line(exc)
+    if fault is not None:
+        # This rank's machine failed (memory, disk): named as such, one line, exit status 1.
+        return Failure(rank, f"rank {rank}: {fault}", "raised", rank)
     return Failure(rank, f"rank {rank} failed: {type(exc).__name__}: {one_line(exc, limit=500)}", "raised", rank)
 
 

@@ -108,6 +108,7 @@ def build_graph_files(
         progress=progress,
         should_stop=should_stop,
         on_result=on_result,
+        temporaries_in=[out_dir],
     )
 
 

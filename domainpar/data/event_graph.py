@@ -21,6 +21,7 @@ import numpy as np
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.npzfile import write_npz
+from domainpar.parsing import parse_json
 
 #: Bumped whenever the on-disk layout changes. Version 2 added the feature names and the build
 #: configuration; version 1 files (without them) are still read.
@@ -231,7 +232,9 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             raise _fail(source, name, f"one name per column of {column_array} ({array.shape[1]})", f"{len(names)} names")
     if graph.build_config is not None:
         try:
-            parsed = json.loads(graph.build_config)
+            parsed = parse_json(graph.build_config, f"{source}: build_config", "a JSON object")
+        except DomainparError:
+            raise
         except (TypeError, ValueError):
             parsed = None
         if not isinstance(parsed, dict):
@@ -441,14 +444,26 @@ def read_npz_description(path: str | os.PathLike) -> dict | None:
                 return None
         with np.load(path, allow_pickle=False) as npz:
             text = npz[DESCRIPTION_ENTRY]
+            names = {kind: [str(v) for v in npz[kind]] for kind in ("node_features", "edge_features") if kind in npz.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a domainpar graph file (.npz), could not read it ({exc})") from None
     try:
-        description = json.loads(str(text))
+        description = parse_json(str(text), f"{path} entry {DESCRIPTION_ENTRY}", "a JSON object")
+    except DomainparError:
+        raise
     except ValueError:
         description = None
     if not isinstance(description, dict):
         raise DomainparError(f"{path}: entry {DESCRIPTION_ENTRY} must hold a JSON object (got {str(text)[:60]!r})")
+    # The description goes into checkpoints and exported models' sidecars: it must describe the columns this file has.
+    for kind, found in names.items():
+        described = description.get(kind)
+        listed = [f.get("name") if isinstance(f, dict) else f for f in described] if isinstance(described, list) else None
+        if listed is not None and listed != found:
+            raise DomainparError(
+                f"{path}: entry {DESCRIPTION_ENTRY} describes {kind.replace('_', ' ')} {shorten(listed)} but the file's "
+                f"{kind} are {shorten(found)}; rebuild it with `domainpar build`"
+            )
     return description
 
 

@@ -97,16 +97,44 @@ def read_graph_metadata(path: str | os.PathLike) -> dict:
 
 def graph_files(path: str | os.PathLike) -> list[Path]:
     """The graph files at ``path``: the file itself, or every ``*.npz`` in a directory, sorted;
-    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``)."""
+    a directory without ``*.npz`` gives its PyG graph files (``*.pyg``, ``*.pt``).
+
+    Raises:
+        DomainparError: no graph files, or a directory holding both formats (one would be left out).
+    """
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(path.glob("*.npz")) or pyg_files_in(path)
+        files = sorted(p for p in path.glob("*.npz") if not p.name.startswith("."))
+        pyg = pyg_files_in(path)
+        if files and pyg:
+            raise DomainparError(
+                f"{path}: expected graph files of one format (found {len(files)} *.npz and {len(pyg)} PyG files, e.g. "
+                f"{files[0].name} and {pyg[0].name}); a run reads one format per directory: put the other in a directory of its own"
+            )
+        files = files or pyg
         if not files:
             raise DomainparError(f"{path}: expected graph files (*.npz, or PyG *.pyg / *.pt) in this directory, found none")
         return files
     raise DomainparError(f"{path}: no such graph file or directory")
+
+
+def refuse_mixed_inputs(path: Path, option: str) -> None:
+    """A directory must hold graph files or raw TrackML events, not both: one kind would be silently left out.
+
+    Raises:
+        DomainparError: naming ``option``, the directory and an example of each kind.
+    """
+    if not path.is_dir():
+        return
+    events = sorted(path.glob("event*-hits.csv*"))
+    if events and has_graph_files(path):
+        graphs = sorted(p.name for p in path.iterdir() if p.suffix in (".npz", ".pyg", ".pt") and not p.name.startswith("."))
+        raise DomainparError(
+            f"{option} {path}: expected graph files or raw TrackML events, found both (e.g. {graphs[0] if graphs else 'graph files'} "
+            f"and {events[0].name}); keep built graphs in a directory of their own"
+        )
 
 
 def has_graph_files(path: str | os.PathLike) -> bool:

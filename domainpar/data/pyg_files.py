@@ -66,7 +66,7 @@ import numpy as np
 from domainpar.atomic import atomic_path, staged_outputs
 from domainpar.data.event_graph import EDGE_FEATURES, EventGraph, save_graph
 from domainpar.data.true_segments import pair_keys, true_segments
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, reraise_fault
 from domainpar.progress import progress as progress_display
 
 #: File suffixes taken for PyG graph files.
@@ -164,6 +164,7 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
         else:
             reason = f"not a readable torch file ({detail[:120]})"
     except (zipfile.BadZipFile, EOFError, RuntimeError, KeyError, ValueError, AttributeError, TypeError) as exc:
+        reraise_fault(exc)  # torch's allocator failing on a huge file is the machine's, not the file's
         reason = f"not a readable torch file ({one_line(exc, 120)})"
     raise DomainparError(f"{path}: refused to load as a PyG graph: {reason}")
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, reraise_fault
 from domainpar.export.sidecar import feature_names, read_sidecar
 
 
@@ -39,6 +39,7 @@ class _TorchScriptRunner:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.module = torch.jit.load(str(path), map_location="cpu").eval()
         except Exception as exc:  # noqa: BLE001 - any reader failure means "not a TorchScript model file"
+            reraise_fault(exc)
             raise DomainparError(f"{path}: expected a TorchScript model file, could not load it ({one_line(exc, 160)})") from None
 
     def __call__(self, inputs: list[np.ndarray]) -> np.ndarray:
@@ -57,6 +58,7 @@ class _OnnxRunner:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - any reader failure means "not an ONNX model file"
+            reraise_fault(exc)
             raise DomainparError(f"{path}: expected an ONNX model file, could not load it ({one_line(exc, 160)})") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.input_shapes = [i.shape for i in self.session.get_inputs()]
@@ -140,6 +142,7 @@ class ExportedModel:
         try:
             out = np.asarray(self.runner(inputs)).reshape(-1)
         except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
+            reraise_fault(exc)
             shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
             raise DomainparError(f"{self.path}: the model refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
         if out.shape[0] != inputs[1].shape[1]:

@@ -33,6 +33,7 @@ import torch
 
 from domainpar import __version__
 from domainpar.errors import DomainparError
+from domainpar.parsing import load_json
 
 #: Identifies a sidecar file.
 SIDECAR_FORMAT = "domainpar-edge-classifier"
@@ -138,8 +139,10 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
             f"{model_path}: expected its sidecar {path.name} beside it (written by `domainpar export`; it names the input features and threshold), found none"
         )
     try:
-        sidecar = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        sidecar = load_json(path, "the JSON sidecar of an exported model")
+    except DomainparError:
+        raise
+    except (UnicodeDecodeError, ValueError) as exc:
         raise DomainparError(f"{path}: expected the JSON sidecar of an exported model, could not read it ({exc})") from None
     if not isinstance(sidecar, dict) or sidecar.get("format") != SIDECAR_FORMAT:
         raise DomainparError(f"{path}: expected a sidecar with format {SIDECAR_FORMAT!r}")

@@ -11,6 +11,7 @@ renamed into place, with its sidecar; otherwise nothing is written.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from domainpar.atomic import atomic_path
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, reraise_fault
 from domainpar.export.deploy import deploy_model, input_names
 from domainpar.export.runtime import open_model_file
 from domainpar.export.sidecar import FORMATS, ONNX_OPSET, build_sidecar, file_sha256, sidecar_path
@@ -119,11 +120,16 @@ def _require_onnx_tools() -> None:
 
 
 def _write_model(model: torch.nn.Module, model_config, fmt: str, path: Path) -> None:
+    """Export ``model`` to ``path``; the bytes are written by Python, so a full disk is an OSError naming the file
+    (torch's C++ writers abort the process or raise an opaque RuntimeError instead)."""
     if fmt == "torchscript":
         # TorchScript is deprecated in torch but it is what ACTS's TorchEdgeClassifier loads.
+        buffer = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            torch.jit.save(torch.jit.script(model), str(path))
+            torch.jit.save(torch.jit.script(model), buffer)
+        with open(path, "wb") as fh:
+            fh.write(buffer.getbuffer())
         return
     names = input_names(model_config)
     nodes, edges = torch.export.Dim("N"), torch.export.Dim("E")
@@ -132,19 +138,23 @@ def _write_model(model: torch.nn.Module, model_config, fmt: str, path: Path) -> 
         dynamic["edge_attr"] = {0: edges}
     try:
         with _quiet_exporter():
-            torch.onnx.export(
+            program = torch.onnx.export(
                 model,
                 _example_inputs(model_config),
-                str(path),
+                None,
                 dynamo=True,
                 opset_version=ONNX_OPSET,
                 input_names=names,
                 output_names=["logits"],
                 dynamic_shapes=dynamic,
-                external_data=False,
             )
     except Exception as exc:  # noqa: BLE001 - the exporter's many failure types all mean "could not export"
+        reraise_fault(exc)
         raise DomainparError(f"ONNX export failed ({one_line(exc, 200)})") from None
+    # Serialised here and written by Python (one file, weights inside): a full disk is an OSError naming the file.
+    content = program.model_proto.SerializeToString()
+    with open(path, "wb") as fh:
+        fh.write(content)
 
 
 def verify_file(source: ExportSource, path: Path, fmt: str, graph: CheckGraph) -> dict[str, Any]:

@@ -44,7 +44,8 @@ from torch import nn
 from domainpar.atomic import atomic_path
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
+from domainpar.parsing import parse_json
 
 #: Bumped whenever the saved layout changes.
 FILTER_FORMAT_VERSION = 1
@@ -271,21 +272,31 @@ def load_filter(path: str | os.PathLike) -> EdgeFilter:
         raise DomainparError(f"{path}: edge filter file not found")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        meta = json.loads(state["meta"])
         version = state["format_version"]
-    except Exception as exc:  # torch raises many types for a damaged file
+        meta = parse_json(state["meta"], str(path), "an edge filter's settings")
+    except DomainparError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged file
+        reraise_fault(exc)
         raise DomainparError(f"{path}: expected a domainpar edge filter, could not read it ({type(exc).__name__})") from None
     if version != FILTER_FORMAT_VERSION:
-        raise DomainparError(f"{path}: edge filter format version must be {FILTER_FORMAT_VERSION} (got {version})")
-    config = FilterConfig.from_dict(meta["config"], source=str(path))
-    net = FilterNet(int(meta["num_inputs"]), config.hidden, config.layers)
+        raise DomainparError(f"{path}: edge filter format version must be {FILTER_FORMAT_VERSION} (got {shorten(version)})")
+    if not isinstance(meta, dict):
+        raise DomainparError(f"{path}: edge filter settings must be a JSON object (got {type(meta).__name__})")
+    names = lambda value: None if value is None else tuple(str(v) for v in value)  # noqa: E731
     try:
+        config = FilterConfig.from_dict(meta["config"], source=str(path))
+        net = FilterNet(int(meta["num_inputs"]), config.hidden, config.layers)
         net.load_state_dict(state["weights"])
-    except RuntimeError as exc:
-        raise DomainparError(f"{path}: edge filter weights do not fit its settings ({str(exc).splitlines()[0]})") from None
+        threshold = float(meta["threshold"])
+        node_features, edge_features = names(meta["node_features"]), names(meta["edge_features"])
+    except DomainparError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        reraise_fault(exc)
+        raise DomainparError(f"{path}: edge filter settings or weights are missing or malformed ({one_line(exc, 160)})") from None
     net.eval()
-    names = lambda value: None if value is None else tuple(value)  # noqa: E731
-    return EdgeFilter(net, float(meta["threshold"]), names(meta["node_features"]), names(meta["edge_features"]), config, meta["record"])
+    return EdgeFilter(net, threshold, node_features, edge_features, config, meta.get("record"))
 
 
 def _threshold_for(logits: np.ndarray, labels: np.ndarray, high_pt: np.ndarray, config: FilterConfig) -> float:

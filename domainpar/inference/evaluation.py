@@ -24,6 +24,7 @@ How events are judged and summed is :mod:`domainpar.inference.scoring`'s job.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,20 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         loaded = load_model(config.checkpoint)
         threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
         node_features, step = loaded.model.config.node_features, loaded.step
-    events = load_events(config, node_features, loaded.graph if loaded is not None else None)
+    if exported is not None:
+        from domainpar.export.sidecar import feature_names
+
+        # The sidecar names the model's input columns: graph files of other features are refused by name too.
+        cuts = (exported.sidecar.get("graph") or {}).get("cuts")
+        graph_meta = {
+            "node_features": feature_names(exported.sidecar["node_features"]),
+            "edge_features": feature_names(exported.sidecar["edge_features"]) if exported.num_edge_features else None,
+            # Raw events are built with the training graphs' cuts, as the sidecar records them.
+            "build_config": json.dumps(cuts) if isinstance(cuts, dict) else None,
+        }
+    else:
+        graph_meta = loaded.graph
+    events = load_events(config, node_features, graph_meta)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")
     graphs = [e.graph for e in events]

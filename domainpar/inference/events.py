@@ -12,11 +12,12 @@ import pandas as pd
 from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
-from domainpar.data.graph_files import graph_files, has_graph_files, load_graph
+from domainpar.data.graph_files import graph_files, has_graph_files, load_graph, refuse_mixed_inputs
 from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, shorten
 from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.config import EvaluateConfig
+from domainpar.parsing import parse_json
 from domainpar.progress import progress
 from domainpar.tracks.efficiency import ParticleTable
 
@@ -58,12 +59,22 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     record (older checkpoints) the default cuts are used, with the legacy cell
     features when the model's input width asks for them.
     """
+    source = config.checkpoint if config.checkpoint is not None else config.model  # what recorded the build
     build = None if not graph_meta else graph_meta.get("build_config")
     if build is None:
         return GraphConfig(cell_features=node_features == 3 + len(CELL_FEATURES)), None
-    settings = json.loads(build)
+    try:
+        settings = parse_json(build, f"{source}: graph build configuration", "a JSON object")
+    except DomainparError:
+        raise
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict):
+        raise DomainparError(f"{source}: the recorded graph build configuration must be a JSON object (got {shorten(build)})")
     recorded_filter = settings.pop("edge_filter", None)
-    graph_config = GraphConfig.from_dict(settings, source=f"{config.checkpoint}: graph build configuration")
+    if recorded_filter is not None and not isinstance(recorded_filter, dict):
+        raise DomainparError(f"{source}: the recorded edge filter must be a JSON object (got {shorten(recorded_filter)})")
+    graph_config = GraphConfig.from_dict(settings, source=f"{source}: graph build configuration")
     if recorded_filter is None:
         if config.edge_filter is not None:
             raise DomainparError(
@@ -72,7 +83,7 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
         return graph_config, None
     if config.edge_filter is None:
         raise DomainparError(
-            f"{config.checkpoint}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
+            f"{source}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
             "pass its filter file with --filter (filter.pt of the recipe run) or evaluate graph files built with it"
         )
 
@@ -85,6 +96,95 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     return graph_config, edge_filter
 
 
+def _pruned_by(build_config: str | None) -> str | None:
+    """The hash of the edge filter a graph (or a model's training graphs) was pruned with, from its build record."""
+    if not build_config:
+        return None
+    try:
+        record = parse_json(build_config, "build_config", "a JSON object")
+    except ValueError:
+        return None
+    pruned = record.get("edge_filter") if isinstance(record, dict) else None
+    return str(pruned.get("hash")) if isinstance(pruned, dict) else None
+
+
+def check_pruning(graph: EventGraph, source: str, filter_path, given: str | None, trained_build: str | None) -> None:
+    """Graph files are scored as they are: a ``--filter`` must be the one they were pruned with, and a model trained
+    on pruned graphs must be given graphs pruned by the same filter (other edges, other figures).
+
+    Raises:
+        DomainparError: naming the graph file, the filters (hashes) and what to do.
+    """
+    pruned = _pruned_by(graph.build_config)
+    if given is not None and pruned != given:
+        how = "was not pruned by an edge filter" if pruned is None else f"was pruned by another edge filter (hash {pruned})"
+        raise DomainparError(
+            f"--filter {filter_path}: graph files are evaluated as they are, and {source} {how}; pass raw events "
+            "(they are pruned with --filter) or graphs pruned by this filter"
+        )
+    if trained_build is None:
+        return
+    trained = _pruned_by(trained_build)
+    if trained != pruned:
+        model = "graphs that were not pruned" if trained is None else f"graphs pruned by edge filter {trained}"
+        found = "was not pruned" if pruned is None else f"was pruned by edge filter {pruned}"
+        raise DomainparError(
+            f"{source}: the model was trained on {model}, and this graph {found}; evaluate graphs built like the "
+            "training graphs (or raw events, with --filter for a pruned model)"
+        )
+
+
+def check_same_event(graph: EventGraph, hits: pd.DataFrame, graph_source: str, event_source: str) -> None:
+    """A graph scored against a raw event (``--events``) must have been built from it: every node's hit id is one
+    of the event's, at the hit's position (TrackML numbers hits 1..N in every event, so ids alone match any
+    event of as many hits).
+
+    Raises:
+        DomainparError: naming both, and the first hit that differs.
+    """
+    positions = hits.set_index("hit_id")[["x", "y", "z"]]
+    known = np.isin(graph.hit_id, positions.index.to_numpy())
+    if not known.all():
+        first = int(graph.hit_id[~known][0])
+        raise DomainparError(
+            f"--events {event_source}: expected the event {graph_source} was built from (its hit {first} is not in this event)"
+        )
+    raw = positions.loc[graph.hit_id].to_numpy(dtype=np.float32)
+    far = np.flatnonzero(np.abs(raw - graph.pos).max(axis=1) > 1e-3 * np.maximum(1.0, np.abs(raw).max(axis=1)))
+    if far.size:
+        i = int(far[0])
+        raise DomainparError(
+            f"--events {event_source}: expected the event {graph_source} was built from (hit {int(graph.hit_id[i])} is at "
+            f"{tuple(round(float(v), 2) for v in raw[i])} mm here and at {tuple(round(float(v), 2) for v in graph.pos[i])} mm in the graph)"
+        )
+
+
+def check_model_inputs(graph: EventGraph, source: str, node_features: int, graph_meta: dict | None, whose: str) -> None:
+    """A graph's features must be the model's inputs: as many node columns, and the same names where both are known.
+
+    Raises:
+        DomainparError: naming ``source``, what the model expects and what the graph has.
+    """
+    if graph.x.shape[1] != node_features:
+        raise DomainparError(
+            f"{source}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
+            "(build the graphs with the same features as the training graphs)"
+        )
+    for kind in ("node_features", "edge_features"):
+        expected = None if not graph_meta else graph_meta.get(kind)
+        found = getattr(graph, kind)
+        if expected is not None and found is not None and len(found) != len(expected):
+            raise DomainparError(
+                f"{source}: graph has {len(found)} {kind.replace('_', ' ')} but {whose} expects {len(expected)} "
+                f"({', '.join(expected)})"
+            )
+        if expected is not None and found is not None and list(found) != list(expected):
+            raise DomainparError(
+                f"{source}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
+                f"(got {list(found)}; build the graphs with the same features)"
+            )
+
+
 def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | None = None) -> list[EventInput]:
     """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth).
 
@@ -95,6 +195,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
             used to rebuild the same graph from raw events and to check graph files' feature names.
     """
     data = Path(config.data)
+    refuse_mixed_inputs(data, "--data")
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
     if raw:
@@ -111,6 +212,7 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
             )  # fmt: skip
             if edge_filter is not None:
                 graph = edge_filter.apply(graph)
+            check_model_inputs(graph, str(prefix), node_features, graph_meta, "the model")
             event = EventInput(graph=graph, source=str(prefix))
             _attach_truth(event, hits, particles, truth)
             events.append(event)
@@ -121,7 +223,11 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         )
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
-    whose = "the model" if config.model is not None else "the checkpoint's model"
+    whose = f"model {Path(config.model).name}" if config.model is not None else "the checkpoint's model"
+    given_filter = None
+    if config.edge_filter is not None:
+        given_filter = load_filter(config.edge_filter).content_hash
+    trained_build = None if not graph_meta else graph_meta.get("build_config")
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
         graph = load_graph(path)
@@ -132,25 +238,15 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
                 f"{first_source[graph.event_id].name} and {path.name})"
             )
         first_source[graph.event_id] = path
-        if graph.x.shape[1] != node_features:
-            raise DomainparError(
-                f"{path}: graph has {graph.x.shape[1]} node features but {whose} expects {node_features} "
-                "(build the graphs with the same --cell-features setting as the training graphs)"
-            )
-        for kind in ("node_features", "edge_features"):
-            expected = None if not graph_meta else graph_meta.get(kind)
-            found = getattr(graph, kind)
-            if expected is not None and found is not None and list(found) != list(expected):
-                raise DomainparError(
-                    f"{path}: graph {kind.replace('_', ' ')} must be {list(expected)} like the model's training graphs "
-                    f"(got {list(found)}; build the graphs with the same features)"
-                )
+        check_model_inputs(graph, str(path), node_features, graph_meta, whose)
+        check_pruning(graph, str(path), config.edge_filter, given_filter, trained_build)
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
         event = EventInput(graph=graph, source=str(path))
         if config.events_dir is not None:
             prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
             hits, particles, truth = _raw_truth(prefix)
+            check_same_event(graph, hits, str(path), str(prefix))
             _attach_truth(event, hits, particles, truth)
         else:
             event.particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)

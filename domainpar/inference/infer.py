@@ -17,7 +17,7 @@ import torch
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.model_io import LoadedModel, load_model
-from domainpar.launch.ranks import SpawnError, spawn
+from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.io import part_file_name, save_plan
@@ -99,10 +99,12 @@ def infer_partitioned(
                 num_threads=threads,
             )
         except SpawnError as exc:
-            raise DomainparError(
-                f"partitioned inference failed on rank(s) {exc.ranks}: "
-                + (exc.traceback_text.strip().splitlines()[-1] if exc.traceback_text else str(exc).splitlines()[0])
-            ) from exc
+            failure = spawn_failure(exc, "partitioned inference")
+            if failure is exc:  # a bug on a rank: its last line, as before (the rank printed nothing else)
+                raise DomainparError(
+                    f"partitioned inference failed on rank(s) {exc.ranks}: {exc.traceback_text.strip().splitlines()[-1]}"
+                ) from exc
+            raise failure from None
     all_logits = []
     for index, graph in enumerate(graphs):
         logits = np.full(graph.num_edges, np.nan)

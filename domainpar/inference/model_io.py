@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,6 +62,31 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         if not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
+    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step, graph=training_graph_record(state))
+
+
+def _names_of(described: Any) -> list[str] | None:
+    """Column names of a description's ``node_features``/``edge_features`` (dicts with a name, or names)."""
+    if not isinstance(described, list):
+        return None
+    names = [item.get("name") if isinstance(item, dict) else item for item in described]
+    return names if all(isinstance(n, str) for n in names) else None
+
+
+def training_graph_record(state: dict) -> dict | None:
+    """What a checkpoint says about its training graphs: feature names and build configuration.
+
+    A final ``model.pt`` records them under ``graph``; a step checkpoint only carries the graphs'
+    description (``data``), from which the names are taken, so evaluating a step checkpoint checks the
+    graphs' features as strictly as evaluating the final model.
+    """
     graph = state.get("graph")
-    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None)
+    if isinstance(graph, dict) and graph:
+        return dict(graph)
+    description = state.get("data")
+    if not isinstance(description, dict):
+        return None
+    record = {"node_features": _names_of(description.get("node_features")),
+              "edge_features": _names_of(description.get("edge_features")), "build_config": None}  # fmt: skip
+    return record if record["node_features"] is not None or record["edge_features"] is not None else None
 

@@ -25,6 +25,9 @@ import threading
 from multiprocessing.connection import wait
 from typing import Any
 
+# Defined with the other exceptions at the bottom layer (worker pools and every command raise it too).
+from domainpar.errors import Terminated
+
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
 
@@ -79,19 +82,6 @@ def die_with_parent(parent_pid: int | None = None, *, poll_s: float = 1.0) -> No
 def name_process(rank: int) -> None:
     """Show this process as ``domainpar r<rank>`` in ps/top (Linux; no-op elsewhere). Call from the main thread."""
     _prctl(_PR_SET_NAME, ctypes.c_char_p(f"domainpar r{rank}".encode()[:15]))
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived (a scheduler or user stopping the job); ``signum`` says which."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-    @property
-    def exit_code(self) -> int:
-        """128 + the signal number, as a shell reports a process killed by it."""
-        return 128 + self.signum
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:

@@ -53,9 +53,9 @@ import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
-from domainpar.errors import DomainparError
-from domainpar.launch.lifeline import Terminated, die_with_parent, name_process
+from domainpar.errors import DomainparError, MachineFault, is_fault
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
+from domainpar.launch.lifeline import Terminated, die_with_parent, name_process
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
@@ -76,6 +76,24 @@ class SpawnError(RuntimeError):
     def line(self) -> str:
         """The one-line summary (the message without the traceback)."""
         return str(self).split("\n", 1)[0]
+
+
+def spawn_failure(exc: SpawnError, what: str) -> BaseException:
+    """What a command raises for a failed spawned job: a rank's user mistake (one line, exit 2), a rank's machine
+    fault, death or silence (:class:`~domainpar.errors.MachineFault`, exit 1), or the SpawnError itself for a bug
+    (its traceback is the report).
+
+    Args:
+        exc: the job's failure.
+        what: the work the ranks did, put first in the line (e.g. ``"partitioned inference"``).
+    """
+    failure = exc.failure
+    if failure is not None and failure.user_error:
+        return DomainparError(exc.line)
+    if failure is None or failure.kind in ("died", "hung") or not exc.traceback_text:
+        # A rank killed (by the out-of-memory killer, usually), silent, past the time limit, or out of memory itself.
+        return MachineFault(f"{what}: {exc.line}", kind=None if " out of memory" in exc.line else "memory")
+    return exc
 
 
 @dataclass(frozen=True)
@@ -216,7 +234,7 @@ def fail_rank(exc: BaseException) -> None:
         watchdog.finish_failed(failure, exc.exit_code)
     failure = watchdog.explain(exc)
     own = failure.rank == watchdog.rank
-    text = "" if (not own or failure.user_error) else "".join(traceback.format_exception(exc))
+    text = "" if (not own or failure.user_error or is_fault(exc)) else "".join(traceback.format_exception(exc))
     watchdog.report(failure, text)
     watchdog.finish_failed(failure, 2 if own and failure.user_error else 1)
 
@@ -339,7 +357,8 @@ def _child(
         # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
         payload = pickle.dumps(value)
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
-        text = traceback.format_exc()
+        # A bug keeps its traceback; a machine fault (out of memory, disk full) is its one line.
+        text = "" if is_fault(exc) else traceback.format_exc()
         if watchdog is None:
             report(raised(rank, exc), text)
             if dist.is_initialized():

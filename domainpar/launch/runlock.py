@@ -54,8 +54,8 @@ def _read_holder(path: Path) -> dict | None:
         return {}
     try:
         holder = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
+    except (json.JSONDecodeError, RecursionError):
+        return {}  # unreadable like a torn file: the lock is then judged by its holder's liveness alone
     return holder if isinstance(holder, dict) else {}
 
 

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
+from domainpar.npzfile import archive_digest
 from domainpar.partition.io import save_plan
 from domainpar.partition.partitioners import partition_graph
 from domainpar.partition.plot import plot_partition
@@ -53,7 +54,8 @@ def partition_file(
     except DomainparError as exc:
         raise DomainparError(f"{graph_path}: {exc}") from None
     planned = time.perf_counter()
-    save_plan(plan, plan_dir, graph, compress=compress)
+    # The digest of the file read: a run given other graphs (a rebuild with other features) refuses this plan.
+    save_plan(plan, plan_dir, graph, compress=compress, graph_digest=archive_digest(graph_path))
     written = time.perf_counter()
     if plot_path is not None:
         plot_partition(graph, plan, Path(plot_path))
@@ -119,4 +121,5 @@ def partition_files(
         progress=progress,
         should_stop=should_stop,
         on_result=on_result,
+        temporaries_in=[Path(d).parent for d in plan_dirs] + [Path(p).parent for p in plots if p is not None],
     )

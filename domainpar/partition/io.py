@@ -4,8 +4,10 @@ Layout of a plan directory (one per event; ``domainpar partition`` writes
 ``<out>/event<id:09d>/`` for each graph of a directory)::
 
     manifest.json       format_version, event_id, method, num_parts, graph_hash,
-                        plan_hash, graph sizes and feature widths, cut counts,
-                        and for every file its name, size and sha256
+                        plan_hash, graph sizes, feature widths and names, the
+                        digest of the graph file it was made from
+                        (graph_digest, :func:`domainpar.npzfile.archive_digest`),
+                        cut counts, and for every file its name, size and sha256
     owner.npz           (N,) owner part of every node
     part_00000.npz      one self-sufficient file per part (below)
     ...
@@ -37,9 +39,11 @@ plan gives the same bytes) into a temporary directory beside the destination
 that is renamed into place, so a reader never sees half a plan.
 
 Loading: :func:`load_part` reads one part file and refuses, with one line
-naming the file, anything that is not what the rank expects — another format
-version, a damaged file (every member carries a zip CRC-32, checked as it is
-read), a field of the wrong dtype, shape or range
+naming the file, anything that is not what the rank expects — bytes that are
+not the ones its plan's manifest recorded (the file's SHA-256 is compared with
+the manifest's on every read, so a part edited into another valid archive, or
+copied from another plan, never trains), another format version, a damaged
+file, a field of the wrong dtype, shape or range
 (:meth:`~domainpar.partition.part_data.PartData.validate`), or a part of
 another event, of another plan or of a plan with another number of parts.
 :func:`load_plan` reads a whole plan for tools (checksums from the manifest,
@@ -49,8 +53,10 @@ every part, :meth:`~domainpar.partition.plan.PartitionPlan.validate`).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -58,17 +64,22 @@ from typing import Any
 
 import numpy as np
 
+from domainpar.atomic import name_destination, temporary_prefix, write_target
 from domainpar.data.event_graph import EventGraph
-from domainpar.errors import DomainparError, one_line
+from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
 from domainpar.npzfile import read_npz, write_npz
+from domainpar.parsing import parse_json
 from domainpar.partition.part_data import PartData, cut_part
 from domainpar.partition.plan import PART_ARRAY_DTYPES, PART_SCALARS, PartitionPlan, PartPlan
 
 #: Bumped whenever the on-disk layout changes; plans of another version are refused.
 #: 2: self-sufficient part files (features, labels, hit ids, hashes), reproducible bytes.
-PLAN_FORMAT_VERSION = 2
+#: 3: the manifest records the digest and feature names of the graph file the plan was made from.
+PLAN_FORMAT_VERSION = 3
 MANIFEST_NAME = "manifest.json"
 OWNER_NAME = "owner.npz"
+#: Largest manifest read (one of 10,000 parts is ~1.5 MB).
+_MANIFEST_BYTES = 16 * 2**20
 
 #: Integer scalars of a part file besides the PartPlan ones.
 _INT_SCALARS = ("format_version", "event_id", "part", "num_parts", "num_edges_graph") + PART_SCALARS
@@ -131,7 +142,10 @@ def save_part(data: PartData, path: str | os.PathLike, *, compress: bool = False
     return write_npz(path, part_arrays(data), compress=compress)
 
 
-def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGraph, *, compress: bool = False) -> Path:
+def save_plan(
+    plan: PartitionPlan, directory: str | os.PathLike, graph: EventGraph, *, compress: bool = False,
+    graph_digest: str | None = None,
+) -> Path:
     """Write ``plan`` of ``graph`` to ``directory`` atomically: manifest, owners, one self-sufficient part file per part.
 
     An existing plan at ``directory`` is replaced; any other non-empty directory is refused.
@@ -141,6 +155,9 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGra
         directory: the plan directory to create or replace.
         graph: the graph the plan was made from (its arrays go into the part files).
         compress: deflate the part files (about half the bytes; reading a part takes about 2x longer).
+        graph_digest: :func:`~domainpar.npzfile.archive_digest` of the graph file ``graph`` was read from,
+            recorded so that a run can tell whether the graphs it is given are the ones the plan was made of
+            (None: a graph not read from a file; such a plan is refused by ``train --plans``).
 
     Returns:
         The plan directory.
@@ -148,7 +165,8 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGra
     Raises:
         DomainparError: the plan was made from another graph, or ``directory`` holds something else.
     """
-    directory = Path(directory)
+    asked = Path(directory)
+    directory = write_target(asked)
     graph_hash = graph.content_hash()
     if plan.graph_hash and plan.graph_hash != graph_hash:
         raise DomainparError(
@@ -158,12 +176,12 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGra
     directory.parent.mkdir(parents=True, exist_ok=True)
     if directory.exists() and not (directory / MANIFEST_NAME).is_file() and any(directory.iterdir()):
         raise DomainparError(f"{directory}: expected a plan directory or a new path, found a non-empty directory without {MANIFEST_NAME}")
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    # mkdtemp creates 0700; a plan is read by every rank (maybe another user), so use the umask.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(directory.name), dir=directory.parent))
     try:
+        # mkdtemp creates 0700; a plan is read by every rank (maybe another user), so use the umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)
         write_npz(staging / OWNER_NAME, {"owner": plan.owner})
         part_files = []
         for p in range(plan.num_parts):
@@ -180,6 +198,9 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGra
             "num_edges": graph.num_edges,
             "node_features": int(graph.x.shape[1]),
             "edge_features": int(graph.edge_attr.shape[1]),
+            "node_feature_names": None if graph.node_features is None else list(graph.node_features),
+            "edge_feature_names": None if graph.edge_features is None else list(graph.edge_features),
+            "graph_digest": graph_digest,
             "has_labels": graph.y is not None,
             "drops_cut_edges": plan.drops_cut_edges,
             "num_cut_edges": plan.num_cut_edges,
@@ -197,25 +218,64 @@ def save_plan(plan: PartitionPlan, directory: str | os.PathLike, graph: EventGra
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.replace(staging, directory)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        name_destination(exc, {staging: asked})
         raise
-    return directory
+    return asked
 
 
 # ----------------------------------------------------------------------------------------------- reading
 
 
-def _read_members(path: Path, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
-    """Members ``names`` of an .npz file (those present), CRC-checked; any damage is one line naming the file."""
-    if not path.is_file():
+def _read_members(path: Path, names: tuple[str, ...], what: str, content: bytes | None = None) -> dict[str, np.ndarray]:
+    """Members ``names`` of an .npz file (those present), CRC-checked; any damage is one line naming the file.
+
+    ``content``: the file's bytes, already read (and digest-checked); parsed from memory, not read again.
+    """
+    if content is None and not path.is_file():
         raise DomainparError(f"{path}: {what} not found")
     try:
+        if content is not None:
+            # The SHA-256 of these very bytes matched the manifest: the per-member CRCs add nothing.
+            return read_npz(io.BytesIO(content), names, verify=False, missing_ok=True)
         return read_npz(path, names, missing_ok=True)
-    except MemoryError:
-        raise
     except Exception as exc:  # noqa: BLE001 - a damaged or hostile file fails in any of zipfile's or numpy's parsers
+        reraise_fault(exc)
         raise DomainparError(f"{path}: expected an intact {what} (.npz), could not read it ({one_line(exc)}); re-run `domainpar partition`") from None
+
+
+def _manifest_entry(path: Path) -> dict[str, Any]:
+    """The manifest's record (name, bytes, sha256) of the part file ``path``, from the plan directory it is in."""
+    manifest = read_manifest(path.parent)
+    for index, entry in enumerate(manifest["part_files"]):
+        if isinstance(entry, dict) and entry.get("name") == path.name:
+            _entry_fields(path.parent, entry, f"part {index}")
+            return entry
+    raise DomainparError(
+        f"{path}: expected a part file listed in {path.parent / MANIFEST_NAME} (it lists {shorten([e.get('name') if isinstance(e, dict) else e for e in manifest['part_files']])}); "
+        "copy whole plan directories, or re-run `domainpar partition`"
+    )
+
+
+def _read_verified(path: Path, what: str) -> bytes:
+    """The bytes of ``path``, which must be the ones its plan's manifest recorded (size and SHA-256)."""
+    entry = _manifest_entry(path)
+    if not path.is_file():
+        raise DomainparError(f"{path}: {what} not found")
+    content = path.read_bytes()
+    if len(content) != entry["bytes"]:
+        raise DomainparError(
+            f"{path}: {what} must be {entry['bytes']} bytes as its manifest records (got {len(content)}); it is truncated "
+            "or was modified; re-run `domainpar partition`"
+        )
+    digest = hashlib.sha256(content).hexdigest()
+    if digest != entry["sha256"]:
+        raise DomainparError(
+            f"{path}: {what} checksum must match its manifest (sha256 {digest[:12]}…, manifest {str(entry['sha256'])[:12]}…); "
+            "the file was modified or comes from another plan; re-run `domainpar partition`"
+        )
+    return content
 
 
 def _scalar(arrays: dict[str, np.ndarray], path: Path, name: str, kind: str, what: str) -> Any:
@@ -242,7 +302,8 @@ def load_part(
 ) -> PartData:
     """Read and validate one part file; optionally check it is the part the caller expects.
 
-    Only this file is read (O(E/P) bytes for a P-part plan of an event with E edges).
+    Only this file (and its plan's small manifest) is read: O(E/P) bytes for a P-part plan of an
+    event with E edges. Its size and SHA-256 must be those the manifest beside it records, on every read.
 
     Args:
         path: the part file.
@@ -257,12 +318,14 @@ def load_part(
         The validated :class:`~domainpar.partition.part_data.PartData` (read-only arrays).
 
     Raises:
-        DomainparError: one line naming ``path``: missing, unreadable or damaged file, another
-            format version, a field of the wrong dtype/shape/range, or a part other than expected.
+        DomainparError: one line naming ``path``: missing, unreadable or damaged file, no manifest or one
+            recording other bytes, another format version, a field of the wrong dtype/shape/range, or a part
+            other than expected.
     """
     path = Path(path)
     what = "part file"
-    arrays = _read_members(path, _REQUIRED + tuple(_OPTIONAL), what)
+    content = _read_verified(path, what)
+    arrays = _read_members(path, _REQUIRED + tuple(_OPTIONAL), what, content)
     if "format_version" not in arrays:
         raise DomainparError(f"{path}: expected a domainpar part file, found no format_version entry")
     version = _scalar(arrays, path, "format_version", "iu", what)
@@ -318,8 +381,11 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     manifest_path = directory / MANIFEST_NAME
     if not manifest_path.is_file():
         raise DomainparError(f"{directory}: expected a plan directory with {MANIFEST_NAME}, found none")
+    size = manifest_path.stat().st_size
+    if size > _MANIFEST_BYTES:
+        raise DomainparError(f"{manifest_path}: expected a plan manifest of at most {_MANIFEST_BYTES:,} bytes (got {size:,})")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = parse_json(manifest_path.read_bytes().decode("utf-8"), str(manifest_path), "a JSON plan manifest")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DomainparError(f"{manifest_path}: expected a JSON plan manifest, could not parse it ({one_line(exc)})") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
@@ -329,10 +395,18 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             f"{manifest_path}: plan format version must be {PLAN_FORMAT_VERSION} (got {manifest['format_version']!r:.40}); "
             "re-run `domainpar partition`"
         )
-    keys = ("event_id", "method", "num_parts", "graph_hash", "plan_hash", "num_nodes", "num_edges", "owner_file", "part_files")
+    keys = ("event_id", "method", "num_parts", "graph_hash", "plan_hash", "num_nodes", "num_edges", "owner_file", "part_files",
+            "graph_digest", "node_feature_names", "edge_feature_names")  # fmt: skip
     missing = [k for k in keys if k not in manifest]
     if missing:
         raise DomainparError(f"{manifest_path}: plan manifest is missing entries {missing}")
+    digest = manifest["graph_digest"]
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"(zip|sha256):[0-9a-f]{64}", digest)):
+        raise DomainparError(f"{manifest_path}: manifest entry graph_digest must be a digest like 'zip:<64 hex digits>' (got {shorten(digest)})")
+    for key in ("node_feature_names", "edge_feature_names"):
+        names = manifest[key]
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise DomainparError(f"{manifest_path}: manifest entry {key} must be a list of names or null (got {shorten(names)})")
     for key in ("event_id", "num_parts", "num_nodes", "num_edges"):
         value = manifest[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "num_parts" else 0):
@@ -343,12 +417,23 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def _check_entry(directory: Path, entry: object, what: str) -> Path:
+def _entry_fields(directory: Path, entry: object, what: str) -> None:
+    """A manifest's file record must be ``{"name": plain file name, "bytes": int >= 0, "sha256": 64 hex digits}``."""
     if not isinstance(entry, dict) or not {"name", "bytes", "sha256"} <= set(entry):
-        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry must have name, bytes and sha256 (got {entry!r:.80})")
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry must have name, bytes and sha256 (got {shorten(entry)})")
+    name = entry["name"]
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} file name must be a plain file name (got {shorten(name)})")
+    size = entry["bytes"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry bytes must be a non-negative integer (got {shorten(size)})")
+    if not isinstance(entry["sha256"], str) or not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]):
+        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} entry sha256 must be 64 hex digits (got {shorten(entry['sha256'])})")
+
+
+def _check_entry(directory: Path, entry: object, what: str) -> Path:
+    _entry_fields(directory, entry, what)
     name = str(entry["name"])
-    if Path(name).name != name:
-        raise DomainparError(f"{directory / MANIFEST_NAME}: {what} file name must be a plain file name (got {name!r:.80})")
     path = directory / name
     if not path.is_file():
         raise DomainparError(f"{path}: {what} file listed in the manifest is missing")
@@ -401,7 +486,8 @@ def load_plan(
         raise DomainparError(f"{owner_path}: owner must be an int64 array of shape ({num_nodes},) (got {owner.dtype} {owner.shape})")
     parts = []
     for p, entry in enumerate(manifest["part_files"]):
-        path = _check_entry(directory, entry, f"part {p}")
+        _entry_fields(directory, entry, f"part {p}")
+        path = directory / entry["name"]  # its size and sha256 are checked against the manifest as it is read
         data = load_part(
             path, part=p, num_parts=stored_parts, event_id=int(manifest["event_id"]), plan_hash=str(manifest["plan_hash"]),
             num_nodes=num_nodes, num_edges=int(manifest["num_edges"]),

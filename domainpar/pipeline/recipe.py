@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import FilterConfig
+from domainpar.parsing import load_yaml
 from domainpar.train.config import TrainConfig, config_from_dict
 
 #: Sections of a recipe file besides the training ones.
@@ -236,7 +237,7 @@ def load_recipe(path: str | os.PathLike) -> Recipe:
     if not path.is_file():
         raise DomainparError(f"{path}: recipe file not found")
     try:
-        nested = yaml.safe_load(path.read_text())
+        nested = load_yaml(path, "a YAML recipe")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DomainparError(f"{path}: expected a YAML recipe, could not parse it ({first})") from None

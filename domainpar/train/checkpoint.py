@@ -16,6 +16,7 @@ objects), so it loads with ``torch.load(weights_only=True)``:
 ``epoch_state``    running sums of the epoch in progress (loss, steps, seconds, halo bytes)
 ``step_losses``    mean loss of every step so far
 ``config``         the run's :class:`~domainpar.train.config.TrainConfig` as a dict
+``inputs``         the training events: ``num_events``, ``digest`` of their contents, feature names
 ``world_size``     ranks of the run that wrote it; ``domain_size`` ranks per domain group
 =================  ==========================================================
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import math
 import os
 import pickle
@@ -60,8 +62,9 @@ import numpy as np
 import torch
 
 from domainpar.atomic import atomic_path, fsync_directory, remove_stale_temporaries
-from domainpar.errors import DomainparError, one_line, shorten
+from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
 from domainpar.model.interaction_network import ModelConfig
+from domainpar.parsing import check_depth
 from domainpar.train.config import config_from_dict
 
 #: Version 2 added the ``sha256`` entry; files of version 1 (no checksum) are refused.
@@ -170,8 +173,13 @@ def write_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> str:
         path: the destination (``step-*.pt`` or ``model.pt``).
     """
     sealed = seal_state(state)
+    # Serialised in memory and written by Python: torch's C++ file writer turns a full disk or a file-size
+    # limit into an opaque RuntimeError (or an abort); a Python write raises OSError(ENOSPC/EFBIG) naming the file.
+    buffer = io.BytesIO()
+    torch.save(sealed, buffer)
     with atomic_path(path, durable=True) as tmp:
-        torch.save(sealed, tmp)
+        with open(tmp, "wb") as fh:
+            fh.write(buffer.getbuffer())
     return sealed[DIGEST_KEY]
 
 
@@ -307,6 +315,7 @@ def read_checkpoint_file(path: str | os.PathLike, advice: str = "") -> Any:
     except PermissionError:
         reason = "permission denied"
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file, not a bug of ours
+        reraise_fault(exc)  # out of memory or an I/O error of the machine is not a damaged file
         reason = f"corrupted or truncated: {one_line(exc, limit=160)}"
     raise DomainparError(f"{path}: expected a domainpar checkpoint, could not load it ({reason}){advice}")
 
@@ -390,6 +399,19 @@ def _graph_metadata(value: Any) -> bool:
     )
 
 
+def _inputs_record(value: Any) -> bool:
+    if value is None:
+        return True
+    names_ok = lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))  # noqa: E731
+    return (
+        isinstance(value, dict)
+        and _is_int(value.get("num_events"))
+        and isinstance(value.get("digest"), str)
+        and names_ok(value.get("node_features"))
+        and names_ok(value.get("edge_features"))
+    )
+
+
 def _finite_number_dict(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) and math.isfinite(v) for k, v in value.items())
 
@@ -419,6 +441,7 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     _check(path, state, "domain_size", *positive, required=False)
     _check(path, state, "metrics", lambda v: isinstance(v, dict), "a dict", required=False)
     _check(path, state, "graph", _graph_metadata, "a dict of the training graphs' feature names and build configuration", required=False)
+    _check(path, state, "inputs", _inputs_record, "None or a dict of the training events' num_events, digest and feature names", required=False)
     schedule = state.get("schedule")
     if isinstance(schedule, dict):
         for key, (ok, expected) in {
@@ -502,6 +525,8 @@ def load_checkpoint(
     stored = state.get(DIGEST_KEY)
     if not isinstance(stored, str) or not re.fullmatch(r"[0-9a-f]{64}", stored):
         raise _fail(path, DIGEST_KEY, "a SHA-256 hex digest", stored)
+    # The checksum and the checks below walk the entries recursively: a hostile file nested a million deep is refused first.
+    check_depth(state, str(path), "a domainpar checkpoint")
     try:
         actual = state_digest(state)
     except _Unhashable as exc:

@@ -30,6 +30,7 @@ from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
 from domainpar.kernels import compile as compiler
 from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork, ModelConfig
+from domainpar.parsing import MAX_BYTES, parse_yaml
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -124,7 +125,9 @@ class RunConfig:
     epochs: int = 1
     """Passes over the training events."""
     max_steps: int | None = None
-    """Stop after this many optimiser steps in total (None = run all epochs)."""
+    """Length of the run in optimiser steps, when shorter than its epochs (None = all epochs): the learning-rate schedule is fitted to it and ends there, so a run cut by --max-steps is complete (to pause one, see --stop-after-steps)."""
+    stop_after_steps: int | None = None
+    """Pause after this many optimiser steps in total: a checkpoint is written and the run stops with its schedule still spanning all --epochs (or --max-steps); --resume continues it exactly (None: run to the end)."""
     seed: int = 0
     """Seed of weights, sampling and every RNG."""
     precision: str = "fp32"
@@ -372,6 +375,9 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
             raise DomainparError(f"{path}: expected a YAML config file (found a directory)")
         if not path.is_file():
             raise DomainparError(f"{path}: config file not found")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise DomainparError(f"{path}: expected a YAML config file of at most {MAX_BYTES:,} bytes (got {size:,})")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -380,7 +386,7 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
                 "not UTF-8 text)"
             ) from None
         try:
-            nested = yaml.safe_load(text)
+            nested = parse_yaml(text, str(path), "a YAML config file")
         except yaml.YAMLError as exc:
             raise DomainparError(f"{path}: expected a YAML config file, could not parse it ({one_line(exc, limit=200)})") from None
         if nested is None:
@@ -488,6 +494,7 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     )
     _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
     _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
+    _require(r.stop_after_steps is None or r.stop_after_steps >= 1, f"--stop-after-steps must be at least 1 (got {r.stop_after_steps})")
     _require(o.lr > 0, f"--lr must be positive (got {o.lr})")
     _require(o.weight_decay >= 0, f"--weight-decay must be non-negative (got {o.weight_decay})")
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, f"AdamW betas must be in [0, 1) (got {o.beta1}, {o.beta2})")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domainpar.data.graph_files import inspect_graph, load_graph
+from domainpar.data.graph_files import inspect_graph, load_graph, read_graph_metadata
 from domainpar.errors import DomainparError, one_line
 from domainpar.partition.io import load_part, part_file_name
 from domainpar.partition.part_data import PartData, whole_graph_part
@@ -35,22 +35,40 @@ def plan_directory(plans_dir: Path, event_id: int, graph_path: Path) -> Path:
     return plan_dir
 
 
-def check_feature_widths(files: list[Path]) -> None:
-    """All graphs of a run must have the node and edge feature widths of the first (one model serves them all).
+def check_features(train_files: list[Path], val_files: list[Path] = ()) -> None:
+    """Every graph of a run must have the node and edge features of the first training graph, by width and by
+    name (one model serves them all; validation scores that model).
+
+    Read from the files' headers and name entries only. Names are compared where both files record them
+    (graph format 2; format-1 files record widths only).
 
     Raises:
-        DomainparError: a graph whose ``x`` or ``edge_attr`` width differs (e.g. built with another --cell-features).
+        DomainparError: the first graph whose ``x`` / ``edge_attr`` width or feature names differ, naming it
+            and the training graph it was compared with (``--val`` for a validation graph).
     """
+    files = list(train_files) + list(val_files)
     if not files:
         return
-    reference = {name: array_shape(files[0], name)[1:] for name in ("x", "edge_attr")}
+    first = files[0]
+    reference = {name: array_shape(first, name)[1:] for name in ("x", "edge_attr")}
+    names = read_graph_metadata(first)
+    validation = set(map(str, val_files))
     for path in files[1:]:
+        role = "--val graph " if str(path) in validation else ""
         for name, width in reference.items():
             found = array_shape(path, name)[1:]
             if found != width:
                 raise DomainparError(
-                    f"{path}: {name} must have {width[0] if width else 0} columns like {files[0]} "
-                    f"(got {found[0] if found else 0}; graphs built with different --cell-features?)"
+                    f"{role}{path}: {name} must have {width[0] if width else 0} columns like the training graph {first} "
+                    f"(got {found[0] if found else 0}; graphs built with other --node-features/--edge-features?)"
+                )
+        found_names = read_graph_metadata(path)
+        for kind in ("node_features", "edge_features"):
+            expected, got = names.get(kind), found_names.get(kind)
+            if expected is not None and got is not None and list(expected) != list(got):
+                raise DomainparError(
+                    f"{role}{path}: {kind.replace('_', ' ')} must be {list(expected)} like the training graph {first} "
+                    f"(got {list(got)}); build every graph of a run with the same features"
                 )
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from domainpar.atomic import atomic_path
+from domainpar.parsing import parse_json
 from domainpar.train.curves import plot_curves
 
 #: Epoch figures mirrored to TensorBoard (under ``epoch/``).
@@ -26,7 +27,7 @@ def read_jsonl(path: Path) -> list[dict]:
     records = []
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            records.append(parse_json(line, str(path), "JSON lines of run records"))
         except json.JSONDecodeError:
             continue
     return records

@@ -13,13 +13,19 @@ What is prepared (:func:`run_items`):
 * with more than one rank per domain group and no ``data.plans`` (domain or
   sectors mode): every event's plan, self-sufficient part files, in
   ``<out>/plans/<kind>/<method>-<G>parts-seed<seed>/event<id>/``. A plan is
-  remade only when its graph file changed (size or mtime recorded beside it).
+  remade only when its graph file changed (the digest of the graph file its
+  manifest records, :func:`~domainpar.npzfile.archive_digest`, differs).
   Why plans on disk rather than one rank partitioning and broadcasting the
   owners at every step: the work is done once instead of once per epoch, it
   is spread over every rank of the job instead of one rank per group, each
   rank then reads O(E/P) bytes instead of the whole graph, and nothing runs
   as a collective from the prefetch thread;
-* with ``data.plans``: a check that every event has a plan of G parts.
+* with ``data.plans``: a check that every event has a plan of G parts made
+  from this very graph file (the manifest's graph digest and feature names),
+  so plans of an earlier build of the graphs are refused, never trained on.
+
+After preparation every graph of the run (training and validation) must have
+the node and edge features of the first training graph, by width and by name.
 
 Who does it: :func:`prepare` on one machine (the ``--ranks`` launcher, or a
 single process) runs every event in a process pool; under torchrun/srun
@@ -28,7 +34,7 @@ events (each in a pool of ``data.workers`` processes) and the ranks then wait
 for each other **through the rendezvous store, not a barrier**: no process
 group timeout bounds the preparation, a failure on any rank reaches every rank
 within a poll with that rank's message, and a rank that died silently is named
-after a heartbeat timeout (:mod:`domainpar.comm.failure`).
+after a heartbeat timeout (:mod:`domainpar.comm.failures`).
 """
 
 from __future__ import annotations
@@ -41,21 +47,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-
-from domainpar.atomic import atomic_path
 from domainpar.comm import wait
 from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
-from domainpar.data.dataset import build_graph_file, event_inputs, graph_target
+from domainpar.data.dataset import event_inputs, graph_target, build_graph_file
 from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
 from domainpar.data.graph import CELL_FEATURES, GraphConfig
-from domainpar.data.graph_files import graph_files, has_graph_files, inspect_graph, is_pyg_dataset
+from domainpar.data.graph_files import graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs, is_pyg_dataset, inspect_graph
 from domainpar.data.pyg_files import convert_pyg_files
 from domainpar.errors import DomainparError
+from domainpar.npzfile import archive_digest
 from domainpar.partition.dataset import partition_file
 from domainpar.partition.io import plan_dir_name, read_manifest
 from domainpar.progress import progress
+from domainpar.train.checkpoint import load_checkpoint
 from domainpar.train.config import TrainConfig, domain_size_of
-from domainpar.train.events import check_feature_widths, graph_header, plan_directory, require_labels
+from domainpar.train.events import graph_header, require_labels, plan_directory, check_features
+from domainpar.train.state import check_resume_early, resume_candidate
 from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
 
 
@@ -89,6 +96,8 @@ class PrepItem:
     """Plan directory to make (``<out>/plans/...``) or to check (``data.plans``); None for one part per event."""
     make_plan: bool
     """True when the plan is made here; False when it is the user's ``data.plans`` (only checked)."""
+    origin: str | None = None
+    """The user's graph file when ``graph`` is a conversion of it (PyG files); a plan of either is accepted."""
 
 
 def _is_raw(path: Path) -> bool:
@@ -128,6 +137,8 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
     for kind, path in _sources(config):
         root, make = plan_root(config, kind, group)
         roots[kind] = None if root is None else str(root)
+        option = "--data" if kind == "train" else "--val"
+        refuse_mixed_inputs(path, option)
         if _is_raw(path):
             prefixes = event_inputs(path)
             graphs = [graph_target(p, Path(config.run.out) / "graphs" / kind) for p in prefixes]
@@ -135,9 +146,11 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
             ids = [int(Path(g).stem[len("event"):]) for g in graphs]
         elif has_graph_files(path):
             graphs = graph_files(path)
+            origins: list[str | None] = [None] * len(graphs)
             if is_pyg_dataset(path):
                 # The field's PyG files become graph files once (reused later; every rank converts the same
                 # files to the same bytes, so concurrent ranks agree).
+                origins = [str(g) for g in graphs]
                 graphs = convert_pyg_files(graphs, Path(config.run.out) / "graphs" / kind, progress=False)
             sources = [str(g) for g in graphs]
             # Event ids name the plan directories; without plans the graphs are read by their item only.
@@ -151,28 +164,89 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
                     )
                 seen[event_id] = graph
         else:
-            option = "--data" if kind == "train" else "--val"
             raise DomainparError(
                 f"{option} {path}: expected graph files (*.npz, or PyG *.pyg / *.pt) or raw TrackML events "
                 "(event*-hits.csv[.gz]), found neither"
             )
         raw = _is_raw(path)
-        for source, graph, event_id in zip(sources, graphs, ids):
+        if raw:
+            origins = [None] * len(graphs)
+        for source, graph, event_id, origin in zip(sources, graphs, ids, origins):
             plan_dir = None if root is None else str(root / plan_dir_name(event_id))
-            items.append(PrepItem(kind, source, raw, str(graph), plan_dir, make))
+            items.append(PrepItem(kind, source, raw, str(graph), plan_dir, make, origin))
         files[kind] = [str(g) for g in graphs]
     if "val" not in files:
         files["val"], roots["val"] = files["train"], roots["train"]
     return items, RunInputs(files["train"], files["val"], roots["train"], roots["val"])
 
 
-def _fingerprint(graph: Path) -> str:
-    stat = graph.stat()
-    return json.dumps({"graph": str(graph.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+def count_training_events(config: TrainConfig) -> int | None:
+    """How many training events ``data.train`` holds, from its listing alone (nothing is built or converted);
+    None when that cannot be told without reading them."""
+    path = Path(config.data.train)
+    refuse_mixed_inputs(path, "--data")
+    if _is_raw(path):
+        return len(event_inputs(path))
+    if has_graph_files(path):
+        return len(graph_files(path))
+    return None
 
 
-def _source_note(plan_dir: Path) -> Path:
-    return plan_dir.with_name(plan_dir.name + ".source.json")
+def precheck_resume(config: TrainConfig) -> None:
+    """Before anything is prepared or written: a resume must continue the run of its checkpoint (settings, schedule).
+
+    Loads the checkpoint rank 0 will choose (checksum and fields verified) and compares what needs no graph;
+    the ranks compare everything again (feature widths, the training events' digests) before the first step.
+
+    Raises:
+        DomainparError: a damaged checkpoint, or a setting that differs from the checkpoint's (named, both values).
+    """
+    path = resume_candidate(config)
+    if path is None:
+        return
+    check_resume_early(path, load_checkpoint(path), config, count_training_events(config))
+
+
+def plan_is_current(plan_dir: Path, graph: Path, num_parts: int) -> bool:
+    """Whether ``plan_dir`` holds a readable plan of ``num_parts`` parts made from this content of ``graph``."""
+    try:
+        manifest = read_manifest(plan_dir)
+    except DomainparError:
+        return False
+    return manifest["num_parts"] == num_parts and manifest["graph_digest"] == archive_digest(graph)
+
+
+def check_plan_source(manifest: dict[str, Any], plan_dir: Path, graph: Path, origin: str | None = None) -> None:
+    """A user's plan (``--plans``) must have been made from the graph file the run is given (``--data``/``--val``).
+
+    Compares the feature names the manifest records with the graph's (the likely difference, named), then
+    the digest of the graph file the plan was made from with this file's (or with ``origin``'s, the
+    user's file that ``graph`` was converted from).
+
+    Raises:
+        DomainparError: a plan of another build of the graphs, or one that records no graph digest.
+    """
+    names = read_graph_metadata(graph)
+    for key, kind in (("node_feature_names", "node_features"), ("edge_feature_names", "edge_features")):
+        recorded, found = manifest.get(key), names.get(kind)
+        if recorded is not None and found is not None and list(recorded) != list(found):
+            raise DomainparError(
+                f"--plans {plan_dir}: the plan was made from a graph with {kind.replace('_', ' ')} {list(recorded)}, "
+                f"but {graph} has {list(found)}; re-run `domainpar partition` on the graphs given to this run"
+            )
+    recorded = manifest.get("graph_digest")
+    if recorded is None:
+        raise DomainparError(
+            f"--plans {plan_dir}: the plan records no digest of the graph file it was made from, so it cannot be "
+            f"matched with {graph}; re-run `domainpar partition` on the graphs given to this run"
+        )
+    found = archive_digest(graph)
+    if recorded != found and (origin is None or recorded != archive_digest(origin)):
+        raise DomainparError(
+            f"--plans {plan_dir}: the plan was made from another version of {Path(origin or graph).name} (graph digest "
+            f"{recorded.partition(':')[2][:12]}…, the file given has {found.partition(':')[2][:12]}…); the graphs were "
+            "rebuilt since: re-run `domainpar partition` on the graphs given to this run"
+        )
 
 
 def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
@@ -203,25 +277,22 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
     if widths is not None:
         for name, width, found in zip(("x", "edge_attr"), widths, (header.node_features, header.edge_features)):
             if found != width:
+                role = "--val graph " if item.kind == "val" else ""
                 raise DomainparError(
-                    f"{graph}: {name} must have {width} columns like {params['widths_of']} "
-                    f"(got {found}; graphs built with different --cell-features?)"
+                    f"{role}{graph}: {name} must have {width} columns like the training graph {params['widths_of']} "
+                    f"(got {found}; graphs built with other --node-features/--edge-features?)"
                 )
     if item.plan_dir is not None:
         plan_dir = Path(item.plan_dir)
         if item.make_plan:
-            note = _source_note(plan_dir)
-            current = _fingerprint(graph)
-            fresh = (plan_dir / "manifest.json").is_file() and note.is_file() and note.read_text() == current
-            if not fresh:
+            if not plan_is_current(plan_dir, graph, params["num_parts"]):
                 partition_file(str(graph), str(plan_dir), params["num_parts"], params["method"], params["seed"])
-                with atomic_path(note) as tmp:
-                    tmp.write_text(current)
                 partitioned = True
         else:
             event_id = graph_header(graph)[0]
+            user_plan = plan_directory(plan_dir.parent, event_id, graph)
             try:
-                manifest = read_manifest(plan_directory(plan_dir.parent, event_id, graph))
+                manifest = read_manifest(user_plan)
             except DomainparError as exc:
                 raise DomainparError(f"--plans: {exc}") from None
             if manifest["num_parts"] != params["num_parts"]:
@@ -229,6 +300,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
                     f"--plans {plan_dir.parent}: the plan of {graph} must have {params['num_parts']} parts, "
                     f"one per rank of a domain group (got a plan of {manifest['num_parts']} parts)"
                 )
+            check_plan_source(manifest, user_plan, graph, item.origin)
     return {"built": built, "partitioned": partitioned, "seconds": time.perf_counter() - start}
 
 
@@ -248,7 +320,7 @@ def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict
             except DomainparError:
                 widths = None  # its own item names the damage precisely
         if any(item.raw != first.raw for item in items):
-            widths = None  # mixed sources: compared after preparation (check_feature_widths)
+            widths = None  # mixed sources: compared after preparation (check_features)
     return {
         "graph_config": graph_config,
         "widths": widths,
@@ -263,8 +335,16 @@ def _names(items: list[PrepItem]) -> list[str]:
     return [Path(item.source).name for item in items]
 
 
-def _check_widths(inputs: RunInputs) -> None:
-    check_feature_widths([Path(f) for f in dict.fromkeys(inputs.train_files + inputs.val_files)])
+def _check_features(inputs: RunInputs) -> None:
+    """Every graph of the run has the first training graph's features, by width and by name (headers only)."""
+    check_features([Path(f) for f in inputs.train_files], [Path(f) for f in inputs.val_files if f not in set(inputs.train_files)])
+
+
+def _temporaries_in(items: list[PrepItem]) -> list[Path]:
+    """Where preparing ``items`` writes (built graphs, plans): a worker killed mid-write leaves its temporaries there."""
+    places = {Path(item.graph).parent for item in items if item.raw}
+    places |= {Path(item.plan_dir).parent for item in items if item.plan_dir is not None and item.make_plan}
+    return sorted(places)
 
 
 #: Input bytes (graph files to partition, hit files to build) below which a process pool costs more than it saves:
@@ -299,10 +379,9 @@ def prepare(config: TrainConfig, world_size: int, *, workers: int | None = None,
     params = _params(config, world_size, items)
     workers = _pool_size(items, workers or config.data.workers or available_cores())
     results = run_items(prepare_item, items, args=(params,), names=_names(items), workers=workers, desc="preparing events",
-                        progress=progress, report_each=False)
+                        progress=progress, report_each=False, temporaries_in=_temporaries_in(items))
     _raise_failures(results)
-    if params["widths"] is None:
-        _check_widths(inputs)
+    _check_features(inputs)
     return inputs
 
 
@@ -381,13 +460,13 @@ def prepare_distributed(
             results = run_items(
                 prepare_item, mine, args=(params,), names=_names(mine), workers=workers, progress=False,
                 should_stop=should_stop, on_result=lambda result: channel.store.add(counter, 1),
+                temporaries_in=_temporaries_in(mine),
             )
             _raise_failures(results)
             wait.mark_done(channel, key)
             wait.wait_for_peers(channel, key, world_size, liveness_s=liveness_s, on_poll=bar.poll)
             bar.close()
-            if params["widths"] is None:
-                _check_widths(inputs)
+            _check_features(inputs)
             return inputs
     except PeerFailed as exc:
         channel.acknowledge()
@@ -426,4 +505,5 @@ class _GlobalProgress:
         self.bar.close()
 
 
-__all__ = ["PrepItem", "RunInputs", "list_items", "plan_root", "prepare", "prepare_distributed", "prepare_item"]
+__all__ = ["PrepItem", "RunInputs", "count_training_events", "list_items", "plan_root", "precheck_resume", "prepare",
+           "prepare_distributed", "prepare_item"]

@@ -32,7 +32,7 @@ from domainpar.launch.env import LauncherEnv, detect
 from domainpar.output_paths import check_output_dir
 from domainpar.train.config import TrainConfig
 from domainpar.train.preflight import check_run
-from domainpar.train.prepare import prepare, prepare_distributed
+from domainpar.train.prepare import precheck_resume, prepare, prepare_distributed
 from domainpar.train.trainer import run_rank
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
@@ -89,9 +89,11 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
     lock = None
 
     def own_out() -> None:
-        """Rank 0 checks --out and holds its lock (inside the preparation's failure channel)."""
+        """Rank 0 checks --out, the checkpoint a resume starts from, and holds the lock (inside the preparation's
+        failure channel)."""
         nonlocal lock
         check_output_dir(config.run.out, "--out")
+        precheck_resume(config)
         lock = runlock.acquire(config.run.out)
         watchdog = current_watchdog()
         if watchdog is not None:  # a rank ended by its watchdog skips the finally below
@@ -149,6 +151,8 @@ def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str,
             file=sys.stderr,
         )
     check_output_dir(config.run.out, "--out")
+    # A resume that would not continue its checkpoint's run is refused before anything is prepared or written.
+    precheck_resume(config)
     with runlock.run_lock(config.run.out):
         inputs = prepare(config, world_size, progress=config.run.progress)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).

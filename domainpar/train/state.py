@@ -5,10 +5,24 @@ position, so the checkpoint rank 0 writes serves any number of ranks on resume
 (:mod:`domainpar.train.checkpoint` owns the file format; this module owns what
 goes into it). On resume only rank 0 chooses the file and every rank loads
 that one (:func:`agreed_checkpoint`).
+
+A resume continues the run that wrote the checkpoint, so before the first step
+:func:`check_resume` compares the checkpoint's settings with this run's and
+refuses, naming the setting and both values, anything that would change what
+the weights mean or how they go on being trained: every model and loss
+setting, the optimiser and its schedule (the learning-rate schedule's length
+included, see ``--max-steps``), the seed, the precision, the training events
+(their content digests) and their features. The comparison is generic — every
+field of the config and of the model config takes part unless it is listed in
+:data:`RESUME_ELASTIC`, the settings that only say how the same computation
+runs (ranks, domain size, device, threads, activation checkpointing, where the
+plans come from) or what is written and shown; a field added later is compared
+by default.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +31,8 @@ import torch
 
 from domainpar.comm.collectives import broadcast_object
 from domainpar.comm.groups import Layout
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, shorten
+from domainpar.npzfile import archive_digest
 from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     DIGEST_KEY,
@@ -27,8 +42,56 @@ from domainpar.train.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from domainpar.train.config import TrainConfig, config_from_dict
+from domainpar.train.config import DERIVED_FIELDS, TrainConfig, config_from_dict, flag_name
 from domainpar.train.schedule import learning_rate, replica_scale
+
+#: Settings a resume may change, and why that is exact (domain vs single is exact too: see ``parallel.mode``).
+RESUME_ELASTIC = {
+    "data.train": "the training events are compared by content instead (a moved directory is fine)",
+    "data.val": "validation only measures (its graphs must have the model's features)",
+    "data.plans": "any plan of the same graphs gives the same gradients",
+    "data.method": "any partition gives the same gradients",
+    "data.prefetch": "input staging",
+    "data.cache_gb": "input caching",
+    "data.workers": "preparation processes",
+    "parallel.ranks": "elastic: the same training on another number of ranks",
+    "parallel.domain_size": "elastic: the same training on other domain groups",
+    "parallel.timeout_s": "failure detection",
+    "parallel.heartbeat_s": "failure detection",
+    "parallel.device": "where the same computation runs",
+    "parallel.threads": "where the same computation runs",
+    "model.checkpointing": "activation checkpointing recomputes the same values",
+    "model.overlap": "the same values, computed while the exchange is in flight",
+    "model.compile": "fused kernels of the same computation",
+    "model.chunk_rows": "recomputation chunks of the same computation",
+    "optim.rescale_lr_on_resume": "how a resume on another replica count scales the rate (said on stderr)",
+    "run.out": "where the run is",
+    "run.resume": "how the run is continued",
+    "run.resume_from": "how the run is continued",
+    "run.keep": "checkpoints kept",
+    "run.checkpoint_every": "when checkpoints are written",
+    "run.checkpoint_every_epochs": "when checkpoints are written",
+    "run.stop_after_steps": "a pause: the schedule keeps the whole run's length",
+    "run.epochs": "compared through the learning-rate schedule's length",
+    "run.max_steps": "compared through the learning-rate schedule's length",
+    "run.threshold": "reported metrics only",
+    "run.tensorboard": "logging",
+    "run.progress": "display",
+    "run.curves": "display",
+}
+
+#: Modes that train the same model the same way (domain mode is exact: the gradients of one process).
+_EXACT_MODES = ("domain", "single")
+
+
+def _comparable(dotted: str, value: Any) -> Any:
+    if dotted == "parallel.mode" and value in _EXACT_MODES:
+        return "domain or single"
+    return value
+
+
+def _show(value: Any) -> str:
+    return shorten(value) if isinstance(value, str) else str(value)
 
 
 def new_epoch_state() -> dict[str, float]:
@@ -86,6 +149,7 @@ def checkpoint_state(
     config: TrainConfig,
     data_description: dict,
     layout: Layout,
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs (the layout is :mod:`domainpar.train.checkpoint`'s table)."""
     return {
@@ -107,6 +171,7 @@ def checkpoint_state(
         "step_losses": list(progress.step_losses),
         "config": config.to_dict(),
         "data": data_description,
+        "inputs": inputs,
         "world_size": layout.world_size,
         "domain_size": layout.domain_size,
     }
@@ -148,12 +213,6 @@ def restore(
                     f"{path}: checkpoint entry 'optimizer' holds a {name} of shape {tuple(value.shape)} for a parameter "
                     f"of shape {tuple(param.shape)}"
                 )
-    saved = config_from_dict(state["config"], source=f"{path}: config")
-    if saved.optim.batch_events != config.optim.batch_events:
-        raise DomainparError(
-            f"{path}: resuming needs the same --batch-events as the checkpoint ({saved.optim.batch_events}, "
-            f"got {config.optim.batch_events}), or the event order changes"
-        )
     if "rng" in state:
         set_rng_state(state["rng"], source=path)
     return Progress(
@@ -163,6 +222,141 @@ def restore(
         epoch_state={**new_epoch_state(), **dict(state.get("epoch_state", {}))},
         step_losses=[float(v) for v in state.get("step_losses", [])],
     )
+
+
+def training_inputs(files: list[Path], metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint records of its training events: count, one digest of their contents in run order
+    (:func:`~domainpar.npzfile.archive_digest` of each graph file), and the feature names."""
+    digest = hashlib.sha256("\n".join(archive_digest(f) for f in files).encode()).hexdigest()
+    return {
+        "num_events": len(files),
+        "digest": digest,
+        "node_features": metadata.get("node_features"),
+        "edge_features": metadata.get("edge_features"),
+    }
+
+
+def _differences(saved: dict[str, Any], current: dict[str, Any], prefix: str) -> list[tuple[str, Any, Any]]:
+    """``(dotted, saved, current)`` of every field that differs and is not elastic."""
+    found = []
+    for name in sorted(set(saved) | set(current)):
+        dotted = f"{prefix}{name}"
+        if dotted in RESUME_ELASTIC:
+            continue
+        a, b = saved.get(name), current.get(name)
+        if isinstance(a, dict) or isinstance(b, dict):
+            found += _differences(a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}, dotted + ".")
+        elif _comparable(dotted, a) != _comparable(dotted, b):
+            found.append((dotted, a, b))
+    return found
+
+
+def _setting(dotted: str) -> str:
+    if dotted in DERIVED_FIELDS:
+        return f"{dotted} ({DERIVED_FIELDS[dotted]})"
+    section = dotted.partition(".")[0]
+    return flag_name(dotted) if section in ("data", "model", "optim", "parallel", "run") and dotted.count(".") == 1 else dotted
+
+
+def _head(path: Path) -> str:
+    return f"{path}: a resume continues the run that wrote this checkpoint, but"
+
+
+def _check_settings(path: Path, state: dict[str, Any], config: TrainConfig, model_config: Any | None) -> TrainConfig:
+    """Every setting but the elastic ones must be the checkpoint's (the model's feature widths too, when given).
+
+    Returns:
+        The checkpoint's configuration.
+    """
+    saved = config_from_dict(state["config"], source=f"{path}: config")
+    found = []
+    if model_config is not None:
+        saved_model = type(model_config).from_dict(dict(state["model_config"])).to_dict()
+        found += _differences(saved_model, model_config.to_dict(), "model.")
+    found += [d for d in _differences(saved.to_dict(), config.to_dict(), "") if model_config is None or not d[0].startswith("model.")]
+    if found:
+        dotted, was, now = found[0]
+        others = f" (also different: {', '.join(_setting(d) for d, _, _ in found[1:6])})" if len(found) > 1 else ""
+        raise DomainparError(
+            f"{_head(path)} {_setting(dotted)} is {_show(now)} here and {_show(was)} in the checkpoint{others}; it changes what "
+            f"the weights mean or how they are trained: pass the checkpoint's value, or train into a new --out"
+        )
+    return saved
+
+
+def _check_schedule(path: Path, state: dict[str, Any], saved: TrainConfig, config: TrainConfig, total_steps: int) -> None:
+    """A cosine schedule's length must stay the checkpoint's (step and constant schedules do not depend on it)."""
+    saved_total = (state.get("schedule") or {}).get("total_steps")
+    if config.optim.schedule != "cosine" or saved_total is None or saved_total == total_steps:
+        return
+
+    def spans(c: TrainConfig) -> str:
+        return f"--epochs {c.run.epochs}" + (f", --max-steps {c.run.max_steps}" if c.run.max_steps is not None else "")
+
+    raise DomainparError(
+        f"{_head(path)} its cosine learning-rate schedule spans {saved_total} steps ({spans(saved)}) and this run's would span "
+        f"{total_steps} ({spans(config)}), so the rate would jump at step {state['step']}; resume with the checkpoint's "
+        "--epochs and --max-steps (--stop-after-steps pauses a run without changing its schedule)"
+    )
+
+
+def check_resume_early(path: Path, state: dict[str, Any], config: TrainConfig, num_train_events: int | None) -> None:
+    """What can be checked before the run prepares anything (writes nothing): the settings, and the schedule's length
+    when the number of training events is known. :func:`check_resume` checks everything again on the ranks."""
+    saved = _check_settings(path, state, config, None)
+    if num_train_events is not None:
+        steps = config.run.epochs * (num_train_events // config.optim.batch_events)
+        total = steps if config.run.max_steps is None else min(steps, config.run.max_steps)
+        _check_schedule(path, state, saved, config, total)
+
+
+def check_resume(
+    path: Path,
+    state: dict[str, Any],
+    config: TrainConfig,
+    model_config: Any,
+    total_steps: int,
+    inputs: dict[str, Any],
+) -> None:
+    """Refuse to resume from ``state`` when this run is not a continuation of the run that wrote it.
+
+    Args:
+        path: the checkpoint (named in messages).
+        state: its loaded, verified content.
+        config: this run's configuration.
+        model_config: this run's model configuration (with the graphs' feature widths).
+        total_steps: the length of this run's learning-rate schedule.
+        inputs: :func:`training_inputs` of this run's training events.
+
+    Raises:
+        DomainparError: one line naming the first differing setting with both values (and the others that differ).
+    """
+    saved = _check_settings(path, state, config, model_config)
+    recorded = state.get("inputs")
+    if isinstance(recorded, dict):
+        for kind in ("node_features", "edge_features"):
+            was, now = recorded.get(kind), inputs.get(kind)
+            if was is not None and now is not None and list(was) != list(now):
+                raise DomainparError(
+                    f"{_head(path)} the training graphs' {kind.replace('_', ' ')} are {list(now)} here and {list(was)} in the "
+                    "checkpoint; resume on the graphs the run was trained on"
+                )
+        if recorded.get("num_events") != inputs["num_events"] or recorded.get("digest") != inputs["digest"]:
+            raise DomainparError(
+                f"{_head(path)} --data holds {inputs['num_events']} training events (content digest {inputs['digest'][:12]}…) and "
+                f"the checkpoint was trained on {recorded.get('num_events')} (digest {str(recorded.get('digest'))[:12]}…); the "
+                "event order and the weights depend on them: resume on the same training events, or train into a new --out"
+            )
+    _check_schedule(path, state, saved, config, total_steps)
+
+
+def resume_candidate(config: TrainConfig) -> Path | None:
+    """The checkpoint a run would resume from, as rank 0 chooses it: ``--resume-from``, else the newest in ``--out``."""
+    if config.run.resume_from is not None:
+        return Path(config.run.resume_from)
+    if config.run.resume:
+        return latest_checkpoint(checkpoint_dir(Path(config.run.out)))
+    return None
 
 
 def agreed_checkpoint(config: TrainConfig, out: Path, layout: Layout) -> tuple[Path | None, dict[str, Any] | None, str | None]:
@@ -182,7 +376,7 @@ def agreed_checkpoint(config: TrainConfig, out: Path, layout: Layout) -> tuple[P
     choice: tuple[str | None, str | None] = (None, None)
     state = None
     if layout.is_main:
-        path = Path(config.run.resume_from) if config.run.resume_from is not None else latest_checkpoint(checkpoint_dir(out))
+        path = resume_candidate(config)
         if path is not None:
             state = load_checkpoint(path)
             choice = (str(path), state[DIGEST_KEY])
@@ -227,10 +421,15 @@ def resumed_lr_replicas(state: dict[str, Any], step: int, total_steps: int, conf
 
 __all__ = [
     "Progress",
+    "RESUME_ELASTIC",
     "agreed_checkpoint",
+    "check_resume",
+    "check_resume_early",
+    "resume_candidate",
     "checkpoint_state",
     "model_weights",
     "new_epoch_state",
     "restore",
     "resumed_lr_replicas",
+    "training_inputs",
 ]

@@ -31,6 +31,7 @@ from domainpar.comm.failure import PeerFailed, publish_failure
 from domainpar.comm.groups import Layout, make_layout
 from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.data.graph_files import read_graph_description, read_graph_metadata
+from domainpar.errors import MEMORY_ADVICE, MachineFault, fault_line
 from domainpar.launch.ranks import device_for_local_rank
 from domainpar.model.interaction_network import InteractionNetwork
 from domainpar.parallel.part import attach
@@ -51,7 +52,16 @@ from domainpar.train.preflight import resolve_defaults
 from domainpar.train.memory import peak_memory_bytes, reset_peak_memory
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate
-from domainpar.train.state import Progress, agreed_checkpoint, checkpoint_state, model_weights, restore, resumed_lr_replicas
+from domainpar.train.state import (
+    Progress,
+    agreed_checkpoint,
+    check_resume,
+    checkpoint_state,
+    model_weights,
+    restore,
+    resumed_lr_replicas,
+    training_inputs,
+)
 from domainpar.train.step import StepRunner, torch_dtype
 
 #: Keys every metrics.jsonl record has (more may follow).
@@ -134,6 +144,8 @@ class Trainer:
         self.data_description = read_graph_description(train_files[0])
         # How the training graphs were built (features, cuts, edge filter): inference rebuilds the same graph.
         self.graph_metadata = read_graph_metadata(train_files[0])
+        # What the run trains on, recorded in checkpoints: a resume on other events or features is refused.
+        self.inputs = training_inputs(self.train_parts.files, self.graph_metadata)
         self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
         # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
         broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
@@ -156,6 +168,7 @@ class Trainer:
         self._last_step: dict[str, float] = {"lr": 0.0, "data_wait": 0.0}
         self.val_data_wait = 0.0
         self._halo_warned = False
+        self._doing = "starting the run"  # what the rank is doing, for the line that reports a machine fault
 
     # ------------------------------------------------------------- resume
 
@@ -164,6 +177,7 @@ class Trainer:
         path, state, _ = agreed_checkpoint(self.config, self.out, self.layout)
         if path is None:
             return None
+        check_resume(path, state, self.config, self.model_config, self.total_steps, self.inputs)
         self.progress = restore(path, state, self.model, self.optimizer, self.config, self.device, self.dtype)
         self.lr_replicas, self.resume_note = resumed_lr_replicas(
             state, self.progress.global_step, self.total_steps, self.config, self.layout.num_replicas
@@ -231,6 +245,7 @@ class Trainer:
         if self._train_feed is None:
             self._train_feed = self._feeder(self.train_parts, self._train_order(), "train")
         lr = learning_rate(p.global_step, self.total_steps, self.config.optim, self.lr_replicas)
+        self._doing = f"training step {p.global_step + 1}"
         result = self.stepper.train(self._parts(self._train_feed, events), lr)
         p.advance(result.loss, result.halo_bytes, self.config.optim.batch_events, result.data_wait)
         self._last_step = {"lr": result.lr, "data_wait": result.data_wait}
@@ -240,6 +255,7 @@ class Trainer:
         """Loss and edge metrics of the validation events, reduced over the whole world."""
         if self._val_feed is None:
             self._val_feed = self._feeder(self.val_parts, self._val_order(), "val")
+        self._doing = f"validation after step {self.progress.global_step}"
         feed = self._val_feed
         metrics = self.stepper.validate(self._parts(feed, self._val_order()), self.config.run.threshold)
         self.val_data_wait = feed.wait_seconds
@@ -275,11 +291,12 @@ class Trainer:
         """Rank 0 writes a checkpoint (every rank holds the same state)."""
         if not self.layout.is_main:
             return None
+        self._doing = f"writing the checkpoint of step {self.progress.global_step}"
         self._start_outputs()
         state = checkpoint_state(
             self.progress, self.model, self.model_config, self.optimizer,
             total_steps=self.total_steps, lr_replicas=self.lr_replicas, config=self.config,
-            data_description=self.data_description, layout=self.layout,
+            data_description=self.data_description, layout=self.layout, inputs=self.inputs,
         )  # fmt: skip
         return save_checkpoint(state, checkpoint_dir(self.out), self.config.run.keep)
 
@@ -296,8 +313,14 @@ class Trainer:
             "metrics": record or {},
         }
         path = self.out / "model.pt"
+        self._doing = "writing model.pt"
         write_checkpoint(state, path)
         return path
+
+    def _pause_due(self) -> bool:
+        """``--stop-after-steps`` is reached before the end of the schedule."""
+        pause = self.config.run.stop_after_steps
+        return pause is not None and self.progress.global_step >= pause and self.progress.global_step < self.total_steps
 
     def _log_step(self, loss: float, grad_norm: float, seconds: float) -> None:
         """One ``steps.jsonl`` record: ``data_wait_seconds`` is the part of ``seconds`` the slowest rank waited for input."""
@@ -362,7 +385,22 @@ class Trainer:
     # ------------------------------------------------------------------- run
 
     def run(self) -> dict[str, Any]:
-        """Train to the end; rank 0 returns the summary (others a short one)."""
+        """Train to the end; rank 0 returns the summary (others a short one).
+
+        Raises:
+            MachineFault: this rank ran out of memory or disk space; the line names the step and what to try.
+        """
+        try:
+            return self._run()
+        except PeerFailed:
+            raise  # another rank's failure (maybe its machine fault): named as that rank's, never as this one's
+        except Exception as exc:
+            line = fault_line(exc, where=self._doing, advice={"memory": MEMORY_ADVICE["train"]})
+            if line is None:
+                raise
+            raise MachineFault(line) from exc
+
+    def _run(self) -> dict[str, Any]:
         if self.layout.is_main:
             # One writer per --out: what a writer killed mid-write left behind is garbage now.
             remove_stale_checkpoint_temporaries(self.out)
@@ -393,6 +431,8 @@ class Trainer:
         last_checkpoint: Path | None = resume_path
         steps_this_run = 0
         stop = p.global_step >= self.total_steps
+        paused = not stop and self._pause_due()
+        stop = stop or paused
         if not stop:
             self._train_feed = self._feeder(self.train_parts, self._train_order(), "train")
         while p.epoch < config.run.epochs and not stop:
@@ -424,9 +464,16 @@ class Trainer:
                 stop = p.global_step >= self.total_steps
                 if stop:
                     break
-                if config.run.checkpoint_every and p.global_step % config.run.checkpoint_every == 0:
+                paused = self._pause_due()
+                if paused or (config.run.checkpoint_every and p.global_step % config.run.checkpoint_every == 0):
                     last_checkpoint = self.save() or last_checkpoint
+                if paused:
+                    break
             bar.close()
+            if paused:
+                # A pause is an interrupt by appointment: the epoch's validation and record come when it resumes.
+                stop = True
+                break
             t_val = time.perf_counter()
             metrics = self.validate()
             record = self._epoch_record(metrics, time.perf_counter() - t_val)
@@ -445,7 +492,7 @@ class Trainer:
             self._start_outputs()
         if main and last_record is None and resume_path is not None:
             last_record = self.logs.last_epoch_record()
-        model_path = self.save_model(last_record) if main else None
+        model_path = self.save_model(last_record) if main and not paused else None
         wall = time.perf_counter() - run_start
         return {
             "rank": layout.rank,
@@ -455,6 +502,8 @@ class Trainer:
             "domain_size": layout.domain_size,
             "num_replicas": layout.num_replicas,
             "steps": p.global_step,
+            "total_steps": self.total_steps,
+            "paused": paused,
             "steps_this_run": steps_this_run,
             "epochs": p.epoch,
             "final": last_record,

@@ -12,7 +12,7 @@ from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.launch.env import LauncherEnv, detect
-from domainpar.launch.ranks import init_from_env, spawn
+from domainpar.launch.ranks import SpawnError, init_from_env, spawn, spawn_failure
 from domainpar.model.interaction_network import ModelConfig
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.owners import check_num_parts
@@ -85,7 +85,13 @@ def verify_graph_local(
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
         num_threads = max(1, (os.cpu_count() or 1) // num_parts)
-    per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
+    try:
+        per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
+    except SpawnError as exc:
+        failure = spawn_failure(exc, "verify")
+        if failure is exc:
+            raise
+        raise failure from None
     return per_rank[0][0]
 
 

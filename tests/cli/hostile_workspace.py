@@ -132,6 +132,20 @@ def problems(outcome: Outcome, before: dict, after: dict) -> list[str]:
     return found
 
 
+def wrong_reason(outcome: Outcome, expect: str, places: dict[str, str]) -> list[str]:
+    """The error line must say ``expect`` (the file or option blamed and why), with ``places`` (path → placeholder)
+    written as their placeholders: a case refused for another reason than its own is a failure too."""
+    lines = _stderr_lines(outcome.stderr)
+    if not lines:
+        return []
+    line = lines[-1]
+    for path, placeholder in sorted(places.items(), key=lambda item: -len(item[0])):
+        line = line.replace(path, placeholder)
+    if expect not in line:
+        return [f"refused for another reason: expected {expect!r} in {line[:400]!r}"]
+    return []
+
+
 # ----------------------------------------------------------------------------- base inputs
 
 
@@ -162,6 +176,11 @@ class Base:
     @property
     def checkpoints(self) -> list[Path]:
         return sorted((self.run / "checkpoints").glob("step-*.pt"))
+
+    @property
+    def exported(self) -> Path:
+        """The base model exported as TorchScript (its sidecar beside it)."""
+        return self.root / "exported" / "model.pt"
 
 
 def small_event(num_particles: int = 40, num_noise: int = 40) -> dict[str, pd.DataFrame]:
@@ -201,6 +220,7 @@ def make_base(root: Path) -> Base:
     _must(["build", "--input", hits_only, "--out", root / "unlabelled", "--quiet"])
     _must(["partition", "--graph", root / "graphs", "--parts", "2", "--out", root / "plans"])
     _must(["train", "--data", root / "graphs", "--out", root / "run", *TINY_TRAIN, "--epochs", "2", "--keep", "2", "--threads", "1"])
+    _must(["export", "--checkpoint", root / "run" / "model.pt", "--format", "torchscript", "--out", root / "exported" / "model.pt"])
     truth = frames["truth"]
     submission = root / "submission.csv"
     # Perfect tracks: one track per particle, noise hits each in a track of their own.

@@ -182,7 +182,8 @@ def test_train_refuses_mixed_feature_widths_before_writing(tmp_path, graph_file,
     cells = with_cell_features(graph_file, tmp_path / "cells" / "event000000008.npz")
     line = run_cli(capsys, "train", "--data", cells.parent, "--val", graph_file.parent, "--mode", "single",
                    "--hidden", "4", "--iterations", "1", "--epochs", "1", "--out", tmp_path / "run")  # fmt: skip
-    assert line == f"error: {graph_file}: x must have 5 columns like {cells} (got 3; graphs built with different --cell-features?)"
+    assert line == (f"error: --val graph {graph_file}: x must have 5 columns like the training graph {cells} "
+                    "(got 3; graphs built with other --node-features/--edge-features?)")
     assert not (tmp_path / "run").exists()  # used to train a step and leave config.yaml and steps.jsonl
 
 
@@ -330,3 +331,20 @@ def test_evaluate_good_input_writes_the_documented_json(tmp_path, graph_file, ca
         assert key in summary
     assert [r["event_id"] for r in summary["events"]] == [7]
     assert leftovers(tmp_path) == []
+
+
+def test_an_out_that_is_a_symbolic_link_is_written_through(tmp_path, graph_file, capsys):
+    """A link to a directory gets the plans inside its target; a link to a file gets the file replaced; both stay links."""
+    target = tmp_path / "scratch" / "plans"
+    target.mkdir(parents=True)
+    (tmp_path / "plans").symlink_to(target)
+    report = tmp_path / "scratch" / "report.json"
+    report.write_text("old")
+    (tmp_path / "report.json").symlink_to(report)
+    main(["partition", "--graph", str(graph_file), "--parts", "2", "--out", str(tmp_path / "plans"),
+          "--json", str(tmp_path / "report.json")])  # fmt: skip
+    capsys.readouterr()
+    assert (tmp_path / "plans").is_symlink() and (target / "manifest.json").is_file()
+    assert (tmp_path / "report.json").is_symlink() and report.read_text().startswith("{")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graphs", "plans", "report.json", "scratch"]
+    assert leftovers(tmp_path / "scratch") == []

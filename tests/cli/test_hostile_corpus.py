@@ -25,17 +25,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hostile_workspace import TINY_TRAIN, Base, Workspace, denied, make_base, problems, run_main, snapshot
+from hostile_workspace import TINY_TRAIN, Base, Workspace, denied, make_base, problems, run_main, snapshot, wrong_reason
 
 CASES: dict[str, callable] = {}
+#: Case name → what its error line must contain (see :func:`case`).
+EXPECT: dict[str, str] = {}
 
 
-def case(name: str):
-    """Register ``function(ws) -> argv`` as a corpus case."""
+def case(name: str, expect: str):
+    """Register ``function(ws) -> argv`` as a corpus case whose one error line must contain ``expect``.
+
+    ``expect`` is what the line must say — the file or option blamed and the reason — so a case cannot pass by
+    being refused for another reason than the one it is about. In it, ``WS`` stands for the case's directory and
+    ``BASE`` for the base inputs' directory.
+    """
 
     def register(function):
         assert name not in CASES, name
+        assert expect, name
         CASES[name] = function
+        EXPECT[name] = expect
         return function
 
     return register
@@ -44,52 +53,52 @@ def case(name: str):
 # =============================================================================== command line (click)
 
 
-@case("cli-unknown-command")
+@case("cli-unknown-command", "No such command 'frobnicate'")
 def _(ws):
     return ["frobnicate"]
 
 
-@case("cli-unknown-option")
+@case("cli-unknown-option", "No such option '--frobnicate'")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--frobnicate"]
 
 
-@case("cli-missing-required-option")
+@case("cli-missing-required-option", "Missing option '--out'")
 def _(ws):
     return ["simulate", "--events", "1"]
 
 
-@case("cli-option-without-value")
+@case("cli-option-without-value", "Option '--parts' requires an argument")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--out", ws.path("p"), "--parts"]
 
 
-@case("cli-int-option-given-text")
+@case("cli-int-option-given-text", "Invalid value for '--parts': 'two' is not a valid integer")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--out", ws.path("p"), "--parts", "two"]
 
 
-@case("cli-int-option-given-float")
+@case("cli-int-option-given-float", "Invalid value for '--events': '1.5' is not a valid integer range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1.5"]
 
 
-@case("cli-choice-option-bad")
+@case("cli-choice-option-bad", "Invalid value for '--method': 'random' is not one of")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--out", ws.path("p"), "--parts", "2", "--method", "random"]
 
 
-@case("cli-extra-argument")
+@case("cli-extra-argument", "Got unexpected extra argument (extra)")
 def _(ws):
     return ["score", "--event", ws.base.prefix, "--submission", ws.base.submission, "extra"]
 
 
-@case("cli-float-option-given-text")
+@case("cli-float-option-given-text", "Invalid value for '--lr': 'fast' is not a valid float")
 def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--lr", "fast", *TINY_TRAIN]
 
 
-@case("cli-bool-flag-given-value")
+@case("cli-bool-flag-given-value", "Option '--quiet' does not take a value")
 def _(ws):
     return ["build", "--input", ws.base.events, "--out", ws.path("g"), "--quiet=yes"]
 
@@ -97,57 +106,57 @@ def _(ws):
 # =============================================================================== simulate
 
 
-@case("simulate-events-zero")
+@case("simulate-events-zero", "Invalid value for '--events': 0 is not in the range 1<=x<=999999999")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "0"]
 
 
-@case("simulate-events-negative")
+@case("simulate-events-negative", "Invalid value for '--events': -3 is not in the range 1<=x<=999999999")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "-3"]
 
 
-@case("simulate-particles-zero")
+@case("simulate-particles-zero", "Invalid value for '--particles': 0 is not in the range 1<=x<=1000000")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--particles", "0"]
 
 
-@case("simulate-particles-absurd")
+@case("simulate-particles-absurd", "Invalid value for '--particles': 10000000000000 is not in the range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--particles", str(10**13)]
 
 
-@case("simulate-events-absurd")
+@case("simulate-events-absurd", "Invalid value for '--events': 1000000000000 is not in the range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", str(10**12), "--particles", "10"]
 
 
-@case("simulate-seed-negative")
+@case("simulate-seed-negative", "Invalid value for '--seed': -1 is not in the range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--seed", "-1"]
 
 
-@case("simulate-seed-beyond-64-bits")
+@case("simulate-seed-beyond-64-bits", "Invalid value for '--seed': 1208925819614629174706176 is not in the range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--particles", "10", "--seed", str(2**80)]
 
 
-@case("simulate-first-event-id-beyond-9-digits")
+@case("simulate-first-event-id-beyond-9-digits", "Invalid value for '--first-event-id': 1000000000000 is not in the range")
 def _(ws):
     return ["simulate", "--out", ws.path("o"), "--events", "1", "--particles", "10", "--first-event-id", str(10**12)]
 
 
-@case("simulate-out-is-file")
+@case("simulate-out-is-file", "Invalid value for '--out': Directory 'WS/file' is a file")
 def _(ws):
     return ["simulate", "--out", ws.write("file", "x"), "--events", "1", "--particles", "10"]
 
 
-@case("simulate-out-under-file")
+@case("simulate-out-under-file", "sub: WS/file must be a directory")
 def _(ws):
     return ["simulate", "--out", ws.write("file", "x") / "sub", "--events", "1", "--particles", "10"]
 
 
-@case("simulate-out-under-unreadable-dir")
+@case("simulate-out-under-unreadable-dir", "b: expected a location we can use, cannot access WS/locked/a/b")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -155,7 +164,7 @@ def _(ws):
     return ["simulate", "--out", locked / "a" / "b", "--events", "1", "--particles", "10"]
 
 
-@case("simulate-out-unwritable-dir")
+@case("simulate-out-unwritable-dir", "locked: expected a writable location, cannot create files in WS/locked")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -170,37 +179,37 @@ def _build(ws, events):
     return ["build", "--input", events, "--out", ws.path("graphs"), "--quiet"]
 
 
-@case("build-hits-x-nan")
+@case("build-hits-x-nan", "event000000001-hits.csv: column 'x' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "nan"))
 
 
-@case("build-hits-x-inf")
+@case("build-hits-x-inf", "event000000001-hits.csv: column 'x' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "inf"))
 
 
-@case("build-hits-x-overflows-float32")
+@case("build-hits-x-overflows-float32", "event000000001-hits.csv: column 'x' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "1e40", row=3))
 
 
-@case("build-hits-z-minus-overflows-float32")
+@case("build-hits-z-minus-overflows-float32", "event000000001-hits.csv: column 'z' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "z", "-3.5e38", row=5))
 
 
-@case("build-hits-x-outside-detector")
+@case("build-hits-x-outside-detector", "event000000001-hits.csv: columns 'x', 'y', 'z' must lie on the hit's detector layer")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "1e30", row=2))
 
 
-@case("build-hits-y-100m")
+@case("build-hits-y-100m", "event000000001-hits.csv: columns 'x', 'y', 'z' must lie on the hit's detector layer")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "y", "100000", row=7))
 
 
-@case("build-hits-all-at-one-point")
+@case("build-hits-all-at-one-point", "event000000001-hits.csv: columns 'x', 'y', 'z' must be hit positions on the detector")
 def _(ws):
     def edit(rows):
         header = rows[0]
@@ -211,47 +220,47 @@ def _(ws):
     return _build(ws, ws.event("hits", edit))
 
 
-@case("build-hits-x-text")
+@case("build-hits-x-text", "event000000001-hits.csv: column 'x' must be numeric")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "abc", row=4))
 
 
-@case("build-hits-x-empty-field")
+@case("build-hits-x-empty-field", "event000000001-hits.csv: column 'x' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "", row=4))
 
 
-@case("build-hits-x-huge-field")
+@case("build-hits-x-huge-field", "event000000001-hits.csv: column 'x' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "7" * 2_000_000, row=2))
 
 
-@case("build-hits-x-huge-text-field")
+@case("build-hits-x-huge-text-field", "event000000001-hits.csv: column 'x' must be numeric")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "x", "q" * 2_000_000, row=2))
 
 
-@case("build-hits-hit-id-float-text")
+@case("build-hits-hit-id-float-text", "event000000001-hits.csv: column 'hit_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "hit_id", "6.5"))
 
 
-@case("build-hits-hit-id-float-formatted-integer")
+@case("build-hits-hit-id-float-formatted-integer", "event000000001-hits.csv: column 'hit_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_column("hits", "hit_id", lambda i, old: f"{float(old):.1f}"))
 
 
-@case("build-hits-hit-id-beyond-int32")
+@case("build-hits-hit-id-beyond-int32", "event000000001-hits.csv: column 'hit_id' must be integers in [-2147483648, 2147483647]")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "hit_id", str(2**40), row=3))
 
 
-@case("build-hits-hit-id-negative")
+@case("build-hits-hit-id-negative", "event000000001-truth.csv: column 'hit_id' must match the hits file's hit_ids")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "hit_id", "-5", row=3))
 
 
-@case("build-hits-hit-id-duplicate")
+@case("build-hits-hit-id-duplicate", "event000000001-hits.csv: column 'hit_id' must be unique")
 def _(ws):
     def edit(rows):
         rows[2][0] = rows[1][0]
@@ -259,22 +268,22 @@ def _(ws):
     return _build(ws, ws.event("hits", edit, parts=("hits",)))
 
 
-@case("build-hits-volume-unknown")
+@case("build-hits-volume-unknown", "event000000001-hits.csv: columns 'volume_id', 'layer_id' must name a TrackML detector layer")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "volume_id", "99"))
 
 
-@case("build-hits-layer-float")
+@case("build-hits-layer-float", "event000000001-hits.csv: column 'layer_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "layer_id", "2.5"))
 
 
-@case("build-hits-volume-beyond-int32")
+@case("build-hits-volume-beyond-int32", "event000000001-hits.csv: column 'volume_id' must be integers in [-2147483648, 2147483647]")
 def _(ws):
     return _build(ws, ws.event_cell("hits", "volume_id", str(2**33)))
 
 
-@case("build-hits-missing-column")
+@case("build-hits-missing-column", "event000000001-hits.csv: column 'z' missing")
 def _(ws):
     def edit(rows):
         index = rows[0].index("z")
@@ -283,28 +292,28 @@ def _(ws):
     return _build(ws, ws.event("hits", edit))
 
 
-@case("build-hits-empty-file")
+@case("build-hits-empty-file", "event000000001-hits.csv: expected a CSV table with columns")
 def _(ws):
     return _build(ws, ws.event("hits", raw=b""))
 
 
-@case("build-hits-header-only")
+@case("build-hits-header-only", "event000000001-hits.csv: expected at least one hit")
 def _(ws):
     return _build(ws, ws.event("hits", raw=b"hit_id,x,y,z,volume_id,layer_id,module_id\n"))
 
 
-@case("build-hits-binary-garbage")
+@case("build-hits-binary-garbage", "event000000001-hits.csv: expected a CSV table, could not parse it")
 def _(ws):
     return _build(ws, ws.event("hits", raw=bytes(range(256)) * 20))
 
 
-@case("build-hits-not-utf8")
+@case("build-hits-not-utf8", "event000000001-hits.csv: expected a UTF-8 CSV table, found a byte that is not text")
 def _(ws):
     content = (ws.base.events / "event000000001-hits.csv").read_bytes()
     return _build(ws, ws.event("hits", raw=content.replace(b"-76", b"\xff\xfe", 1)))
 
 
-@case("build-hits-ragged-row")
+@case("build-hits-ragged-row", "event000000001-hits.csv: expected a CSV table, could not parse it")
 def _(ws):
     def edit(rows):
         rows[3] = rows[3] + ["1", "2", "3"]
@@ -312,7 +321,7 @@ def _(ws):
     return _build(ws, ws.event("hits", edit))
 
 
-@case("build-hits-gz-corrupted")
+@case("build-hits-gz-corrupted", "event000000001-hits.csv.gz: expected a CSV table, could not parse it")
 def _(ws):
     events = ws.event(parts=("cells", "particles", "truth"))
     data = bytearray(gzip.compress((ws.base.events / "event000000001-hits.csv").read_bytes()))
@@ -321,7 +330,7 @@ def _(ws):
     return _build(ws, events)
 
 
-@case("build-hits-gz-truncated")
+@case("build-hits-gz-truncated", "event000000001-hits.csv.gz: expected a CSV table, could not parse it")
 def _(ws):
     events = ws.event(parts=("cells", "particles", "truth"))
     data = gzip.compress((ws.base.events / "event000000001-hits.csv").read_bytes())
@@ -329,76 +338,76 @@ def _(ws):
     return _build(ws, events)
 
 
-@case("build-hits-both-csv-and-gz")
+@case("build-hits-both-csv-and-gz", "event000000001-hits: expected exactly one of event000000001-hits.csv and event000000001-hits.csv.gz")
 def _(ws):
     events = ws.event()
     (events / "event000000001-hits.csv.gz").write_bytes(gzip.compress((events / "event000000001-hits.csv").read_bytes()))
     return _build(ws, events)
 
 
-@case("build-hits-file-missing")
+@case("build-hits-file-missing", "event000000001-hits.csv.gz: hits file not found")
 def _(ws):
     return _build(ws, ws.event(parts=("cells", "particles", "truth")))
 
 
-@case("build-hits-is-directory")
+@case("build-hits-is-directory", "event000000001-hits.csv.gz: hits file not found")
 def _(ws):
     events = ws.event(parts=("cells", "particles", "truth"))
     (events / "event000000001-hits.csv").mkdir()
     return _build(ws, events)
 
 
-@case("build-truth-particle-id-float-above-2p53")
+@case("build-truth-particle-id-float-above-2p53", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_column("truth", "particle_id", lambda i, old: f"{int(old):.16e}" if int(old) else old))
 
 
-@case("build-truth-particle-id-one-float-text")
+@case("build-truth-particle-id-one-float-text", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "particle_id", "4.5e17", row=4))
 
 
-@case("build-truth-particle-id-beyond-int64")
+@case("build-truth-particle-id-beyond-int64", "event000000001-truth.csv: column 'particle_id' must be integers in [-9223372036854775808, 9223372036854775807]")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "particle_id", "99999999999999999999", row=4))
 
 
-@case("build-truth-particle-id-text")
+@case("build-truth-particle-id-text", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "particle_id", "muon", row=4))
 
 
-@case("build-truth-particle-id-negative-float")
+@case("build-truth-particle-id-negative-float", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "particle_id", "-1.5", row=4))
 
 
-@case("build-truth-hit-id-unknown")
+@case("build-truth-hit-id-unknown", "event000000001-truth.csv: column 'hit_id' must match the hits file's hit_ids")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "hit_id", "999999", row=2))
 
 
-@case("build-truth-row-missing")
+@case("build-truth-row-missing", "event000000001-truth.csv: column 'hit_id' must match the hits file's hit_ids")
 def _(ws):
     return _build(ws, ws.event("truth", lambda rows: rows[:-1]))
 
 
-@case("build-truth-weight-nan")
+@case("build-truth-weight-nan", "event000000001-truth.csv: column 'weight' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "weight", "nan", row=2))
 
 
-@case("build-truth-weight-negative")
+@case("build-truth-weight-negative", "event000000001-truth.csv: column 'weight' must be non-negative")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "weight", "-0.5", row=2))
 
 
-@case("build-truth-tpx-overflows-float32")
+@case("build-truth-tpx-overflows-float32", "event000000001-truth.csv: column 'tpx' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return _build(ws, ws.event_cell("truth", "tpx", "5e38", row=2))
 
 
-@case("build-truth-missing-column")
+@case("build-truth-missing-column", "event000000001-truth.csv: column 'particle_id' missing")
 def _(ws):
     def edit(rows):
         index = rows[0].index("particle_id")
@@ -407,22 +416,22 @@ def _(ws):
     return _build(ws, ws.event("truth", edit))
 
 
-@case("build-particles-px-inf")
+@case("build-particles-px-inf", "event000000001-particles.csv: column 'px' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("particles", "px", "-inf", row=2))
 
 
-@case("build-particles-px-overflows-float32")
+@case("build-particles-px-overflows-float32", "event000000001-particles.csv: column 'px' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return _build(ws, ws.event_cell("particles", "px", "1e39", row=2))
 
 
-@case("build-particles-id-float-text")
+@case("build-particles-id-float-text", "event000000001-particles.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_column("particles", "particle_id", lambda i, old: f"{int(old):.6e}"))
 
 
-@case("build-particles-duplicate-id")
+@case("build-particles-duplicate-id", "event000000001-particles.csv: column 'particle_id' must be unique")
 def _(ws):
     def edit(rows):
         rows[2][0] = rows[1][0]
@@ -430,88 +439,88 @@ def _(ws):
     return _build(ws, ws.event("particles", edit))
 
 
-@case("build-particles-vz-nan")
+@case("build-particles-vz-nan", "event000000001-particles.csv: column 'vz' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("particles", "vz", "NaN", row=3))
 
 
-@case("build-particles-q-float")
+@case("build-particles-q-float", "event000000001-particles.csv: column 'q' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("particles", "q", "0.5", row=3))
 
 
-@case("build-cells-value-nan-with-cell-features")
+@case("build-cells-value-nan-with-cell-features", "event000000001-cells.csv: column 'value' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("cells", "value", "nan", row=2)) + ["--cell-features"]
 
 
-@case("build-cells-hit-id-unknown-with-cell-features")
+@case("build-cells-hit-id-unknown-with-cell-features", "event000000001-cells.csv: column 'hit_id' must match the hits file's hit_ids")
 def _(ws):
     return _build(ws, ws.event_cell("cells", "hit_id", "123456789", row=2)) + ["--cell-features"]
 
 
-@case("build-cells-missing-with-cell-features")
+@case("build-cells-missing-with-cell-features", "event000000001-cells.csv.gz: cells file not found")
 def _(ws):
     return _build(ws, ws.event(parts=("hits", "particles", "truth"))) + ["--cell-features"]
 
 
-@case("build-cells-value-overflows-float32")
+@case("build-cells-value-overflows-float32", "event000000001-cells.csv: column 'value' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return _build(ws, ws.event_cell("cells", "value", "1e300", row=2)) + ["--cell-features"]
 
 
-@case("build-input-missing")
+@case("build-input-missing", "nowhere: expected a directory of TrackML events or an event prefix")
 def _(ws):
     return _build(ws, ws.path("nowhere"))
 
 
-@case("build-input-empty-dir")
+@case("build-input-empty-dir", "empty: expected TrackML event files event<digits>-<part>.csv[.gz]")
 def _(ws):
     ws.path("empty").mkdir()
     return _build(ws, ws.path("empty"))
 
 
-@case("build-phi-slope-nan")
+@case("build-phi-slope-nan", "--phi-slope-max must be a positive finite number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--phi-slope-max", "nan"]
 
 
-@case("build-z0-max-inf")
+@case("build-z0-max-inf", "--z0-max must be a positive finite number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--z0-max", "inf"]
 
 
-@case("build-deta-negative")
+@case("build-deta-negative", "--deta-max must be a positive finite number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--deta-max", "-0.1"]
 
 
-@case("build-min-pt-nan")
+@case("build-min-pt-nan", "--min-pt must be a non-negative number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--min-pt", "nan"]
 
 
-@case("build-min-pt-inf")
+@case("build-min-pt-inf", "--min-pt must be a non-negative number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--min-pt", "inf"]
 
 
-@case("build-crossing-margin-negative")
+@case("build-crossing-margin-negative", "--crossing-margin must be a non-negative number")
 def _(ws):
     return _build(ws, ws.base.events) + ["--crossing-margin", "-1"]
 
 
-@case("build-min-pt-without-truth")
+@case("build-min-pt-without-truth", "event000000001: --min-pt 1 keeps hits by truth pT, so it needs the event's truth file")
 def _(ws):
     return _build(ws, ws.event(parts=("hits",))) + ["--min-pt", "1"]
 
 
-@case("build-out-is-file")
+@case("build-out-is-file", "Invalid value for '--out': Directory 'WS/file' is a file")
 def _(ws):
     return ["build", "--input", ws.base.events, "--out", ws.write("file", "x"), "--quiet"]
 
 
-@case("build-out-under-unreadable-dir")
+@case("build-out-under-unreadable-dir", "g: expected a location we can use, cannot access WS/locked/g")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -519,13 +528,13 @@ def _(ws):
     return ["build", "--input", ws.base.events, "--out", locked / "g", "--quiet"]
 
 
-@case("build-json-is-directory")
+@case("build-json-is-directory", "Invalid value for '--json': File 'WS/d' is a directory")
 def _(ws):
     ws.path("d").mkdir()
     return _build(ws, ws.base.events) + ["--json", ws.path("d")]
 
 
-@case("build-second-event-bad")
+@case("build-second-event-bad", "1 of 2 events failed: event000000002 (event000000002: WS/ev/event000000002-hits.csv: column 'x' must be finite numbers")
 def _(ws):
     events = ws.event()
     for path in list(events.iterdir()):
@@ -596,94 +605,130 @@ GRAPH_MUTATIONS_BY_COMMAND = {
     "verify": ["format-version-text", "x-0d", "x-inf", "edge-attr-nan", "edge-index-3-rows", "x-object-array"],
 }  # fmt: skip
 
+#: The error each graph mutation must get, whichever command reads the graph.
+GRAPH_MUTATION_ERRORS = {
+    "format-version-missing": "event000000001.npz: expected a domainpar graph file, found no format_version entry",
+    "format-version-text": "event000000001.npz: entry format_version must be an int64 scalar",
+    "format-version-array": "event000000001.npz: entry format_version must be an int64 scalar",
+    "format-version-float": "event000000001.npz: entry format_version must be an int64 scalar",
+    "format-version-future": "event000000001.npz: graph format version must be one of [1, 2]",
+    "event-id-text": "event000000001.npz: entry event_id must be an int64 scalar",
+    "event-id-array": "event000000001.npz: entry event_id must be an int64 scalar",
+    "x-0d": "event000000001.npz: x must be 2-dimensional",
+    "x-1d": "event000000001.npz: x must be 2-dimensional",
+    "x-nan": "event000000001.npz: x must be finite numbers",
+    "x-inf": "event000000001.npz: x must be finite numbers",
+    "x-float64": "event000000001.npz: x must be of dtype float32",
+    "x-text": "event000000001.npz: x must be of dtype float32",
+    "x-zero-columns": "event000000001.npz: x must be of at least one feature column",
+    "pos-wrong-shape": "event000000001.npz: pos must be of shape",
+    "pos-inf": "event000000001.npz: pos must be finite numbers",
+    "edge-attr-nan": "event000000001.npz: edge_attr must be finite numbers",
+    "edge-attr-wrong-rows": "event000000001.npz: edge_attr must be of shape",
+    "edge-index-out-of-range": "event000000001.npz: edge_index must be within [0, 640)",
+    "edge-index-negative": "event000000001.npz: edge_index must be within [0, 640)",
+    "edge-index-float": "event000000001.npz: edge_index must be of dtype int64",
+    "edge-index-3-rows": "event000000001.npz: edge_index must be of shape",
+    "y-wrong-length": "event000000001.npz: y must be of shape (453,)",
+    "y-nan": "event000000001.npz: y must be finite numbers",
+    "y-not-binary": "event000000001.npz: y must be edge labels 0 or 1",
+    "hit-id-float": "event000000001.npz: hit_id must be of dtype int64",
+    "hit-id-2d": "event000000001.npz: hit_id must be 1-dimensional",
+    "layer-missing": "event000000001.npz: graph file is missing entries ['layer']",
+    "particle-pt-nan": "event000000001.npz: particle_pt must be finite numbers",
+    "x-object-array": "event000000001.npz: entry x must be a numeric array",
+    "complex-features": "event000000001.npz: x must be of dtype float32",
+    "missing": "none.npz: graph file not found",
+}
+
 for _command, _names in GRAPH_MUTATIONS_BY_COMMAND.items():
     for _name in _names:
 
         def _make(ws, command=_command, name=_name):
             return GRAPH_COMMANDS[command](ws, ws.graph(_graph_mutations()[name]))
 
-        case(f"{_command}-graph-{_name}")(_make)
+        case(f"{_command}-graph-{_name}", GRAPH_MUTATION_ERRORS[_name])(_make)
 
 
-@case("partition-graph-truncated-zip")
+@case("partition-graph-truncated-zip", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["partition"](ws, ws.graph(raw=ws.base.graph.read_bytes()[:500]))
 
 
-@case("partition-graph-empty-file")
+@case("partition-graph-empty-file", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["partition"](ws, ws.graph(raw=b""))
 
 
-@case("partition-graph-text-file")
+@case("partition-graph-text-file", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["partition"](ws, ws.graph(raw=b"hello\n"))
 
 
-@case("partition-graph-pickle")
+@case("partition-graph-pickle", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     import pickle
 
     return GRAPH_COMMANDS["partition"](ws, ws.graph(raw=pickle.dumps({"x": 1})))
 
 
-@case("train-graph-truncated-zip")
+@case("train-graph-truncated-zip", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["train"](ws, ws.graph(raw=ws.base.graph.read_bytes()[:-200]))
 
 
-@case("evaluate-graph-truncated-zip")
+@case("evaluate-graph-truncated-zip", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["evaluate"](ws, ws.graph(raw=ws.base.graph.read_bytes()[:-200]))
 
 
-@case("verify-graph-truncated-zip")
+@case("verify-graph-truncated-zip", "event000000001.npz: expected a domainpar graph file")
 def _(ws):
     return GRAPH_COMMANDS["verify"](ws, ws.graph(raw=ws.base.graph.read_bytes()[:-200]))
 
 
-@case("partition-graph-dir-empty")
+@case("partition-graph-dir-empty", "nog: expected graph files")
 def _(ws):
     ws.path("nog").mkdir()
     return ["partition", "--graph", ws.path("nog"), "--parts", "2", "--out", ws.path("plans")]
 
 
-@case("partition-parts-zero")
+@case("partition-parts-zero", "--parts must be at least 1")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "0", "--out", ws.path("plans")]
 
 
-@case("partition-parts-negative")
+@case("partition-parts-negative", "--parts must be at least 1")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "-2", "--out", ws.path("plans")]
 
 
-@case("partition-parts-absurd")
+@case("partition-parts-absurd", "event000000001.npz: --parts must be at most the number of nodes (640)")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", str(10**15), "--out", ws.path("plans")]
 
 
-@case("partition-hidden-zero")
+@case("partition-hidden-zero", "--hidden must be at least 1")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", ws.path("plans"), "--hidden", "0"]
 
 
-@case("partition-seed-negative")
+@case("partition-seed-negative", "Invalid value for '--seed': -4 is not in the range")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", ws.path("plans"), "--seed", "-4"]
 
 
-@case("partition-seed-beyond-64-bits")
+@case("partition-seed-beyond-64-bits", "Invalid value for '--seed': 1180591620717411303424 is not in the range")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", ws.path("plans"), "--seed", str(2**70)]
 
 
-@case("partition-plot-wrong-suffix")
+@case("partition-plot-wrong-suffix", "p.jpg: must end in .png (got .jpg)")
 def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", ws.path("plans"), "--plot", ws.path("p.jpg")]
 
 
-@case("partition-out-under-unreadable-dir")
+@case("partition-out-under-unreadable-dir", "plans: expected a location we can use, cannot access WS/locked/plans")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -691,7 +736,7 @@ def _(ws):
     return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", locked / "plans"]
 
 
-@case("partition-dir-second-graph-nan")
+@case("partition-dir-second-graph-nan", "1 of 2 graphs failed: event000000002.npz (event000000002.npz: WS/gs/event000000002.npz: x must be finite numbers")
 def _(ws):
     good = ws.graph(name="gs")
     arrays = ws.graph_arrays()
@@ -704,7 +749,7 @@ def _(ws):
     return ["partition", "--graph", good.parent, "--parts", "2", "--out", ws.path("plans"), "--json", ws.path("r.json")]
 
 
-@case("evaluate-dir-second-graph-nan")
+@case("evaluate-dir-second-graph-nan", "event000000002.npz: edge_attr must be finite numbers")
 def _(ws):
     good = ws.graph(name="gs")
     arrays = ws.graph_arrays()
@@ -729,7 +774,7 @@ def _train_with_plans(ws, plans):
             "--iterations", "1", "--epochs", "1", "--no-progress", "--no-curves", "--threads", "1", "--out", ws.path("run")]  # fmt: skip
 
 
-@case("train-plans-part-file-flipped")
+@case("train-plans-part-file-flipped", "part_00001.npz: part file checksum must match its manifest")
 def _(ws):
     plans = _plans_copy(ws)
     part = sorted(plans.rglob("part_00001.npz"))[0]
@@ -740,7 +785,7 @@ def _(ws):
     return _train_with_plans(ws, plans)
 
 
-@case("train-plans-manifest-garbage")
+@case("train-plans-manifest-garbage", "manifest.json: expected a JSON plan manifest, could not parse it")
 def _(ws):
     plans = _plans_copy(ws)
     sorted(plans.rglob("manifest.json"))[0].write_text('{"format_version": 1, "num_parts": "two"')
@@ -750,48 +795,48 @@ def _(ws):
 # =============================================================================== verify options
 
 
-@case("verify-parts-zero")
+@case("verify-parts-zero", "--parts must be at least 1")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "0"]
 
 
-@case("verify-timeout-inf")
+@case("verify-timeout-inf", "Invalid value for '--timeout': 'inf' is not a finite number")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "2", "--timeout", "inf"]
 
 
-@case("verify-timeout-nan")
+@case("verify-timeout-nan", "Invalid value for '--timeout': 'nan' is not a finite number")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "2", "--timeout", "nan"]
 
 
-@case("verify-iterations-negative")
+@case("verify-iterations-negative", "--iterations must be at least 1")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "2", "--iterations", "-1"]
 
 
-@case("verify-hidden-absurd")
+@case("verify-hidden-absurd", "--hidden must be at most 65536")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "1", "--hidden", str(10**9)]
 
 
-@case("verify-unlabelled-graph")
+@case("verify-unlabelled-graph", "event000000002.npz: verify needs a graph with truth labels for the loss")
 def _(ws):
     return ["verify", "--graph", sorted(ws.base.unlabelled.glob("*.npz"))[0], "--parts", "2"]
 
 
-@case("verify-graph-missing")
+@case("verify-graph-missing", "none.npz: graph file not found")
 def _(ws):
     return ["verify", "--graph", ws.path("none.npz"), "--parts", "2"]
 
 
-@case("verify-json-is-directory")
+@case("verify-json-is-directory", "d: expected a file path")
 def _(ws):
     ws.path("d").mkdir()
     return ["verify", "--graph", ws.base.graph, "--parts", "2", "--json", ws.path("d")]
 
 
-@case("verify-parts-above-nodes")
+@case("verify-parts-above-nodes", "--parts 100000 starts that many local processes")
 def _(ws):
     return ["verify", "--graph", ws.base.graph, "--parts", "100000", "--hidden", "4", "--iterations", "1"]
 
@@ -803,125 +848,157 @@ def _train(ws, *extra):
     return ["train", "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN, *extra]
 
 
-for _flag, _value in [
-    ("--lr", "inf"), ("--lr", "nan"), ("--lr", "0"), ("--lr", "-0.1"), ("--timeout", "inf"), ("--timeout", "nan"),
-    ("--timeout", "0"), ("--epochs", "0"), ("--epochs", "-1"), ("--hidden", "0"), ("--hidden", str(10**9)),
-    ("--iterations", "-1"), ("--batch-events", "0"), ("--threads", "0"), ("--threads", "-2"), ("--keep", "0"),
-    ("--threshold", "1.5"), ("--threshold", "nan"), ("--clip", "-1"), ("--clip", "inf"), ("--weight-decay", "nan"),
-    ("--pos-weight", "inf"), ("--warmup", "-1"), ("--max-steps", "0"), ("--mode", "bogus"), ("--precision", "fp8"),
-    ("--device", "tpu"), ("--method", "random"), ("--schedule", "linear"), ("--lr-scaling", "cubic"),
-    ("--ranks", "0"), ("--domain-size", "0"), ("--cache-events", "-1"), ("--checkpoint-every", "-5"),
-    ("--seed", "-1"), ("--seed", str(2**70)), ("--activation", "softmax"), ("--weight-decay", "-1"), ("--threads", "100000"),
-    ("--mlp-layers", "0"), ("--batch-events", str(10**12)),
-]:  # fmt: skip
+for _flag, _value, _expect in [
+    ("--lr", "inf", "command line: --lr must be a finite number"),
+    ("--lr", "nan", "command line: --lr must be a finite number"),
+    ("--lr", "0", "--lr must be positive"),
+    ("--lr", "-0.1", "--lr must be positive"),
+    ("--timeout", "inf", "command line: --timeout must be a finite number"),
+    ("--timeout", "nan", "command line: --timeout must be a finite number"),
+    ("--timeout", "0", "--timeout must be positive seconds"),
+    ("--epochs", "0", "--epochs must be at least 1"),
+    ("--epochs", "-1", "--epochs must be at least 1"),
+    ("--hidden", "0", "command line: --hidden must be a positive integer"),
+    ("--hidden", str(10**9), "--hidden must be at most 65536"),
+    ("--iterations", "-1", "command line: --iterations must be a non-negative integer"),
+    ("--batch-events", "0", "--batch-events must be at least 1"),
+    ("--threads", "0", "--threads must be at least 1"),
+    ("--threads", "-2", "--threads must be at least 1"),
+    ("--keep", "0", "--keep must be at least 1 checkpoint"),
+    ("--threshold", "1.5", "--threshold must be in (0, 1)"),
+    ("--threshold", "nan", "command line: --threshold must be a finite number"),
+    ("--clip", "-1", "--clip must be non-negative"),
+    ("--clip", "inf", "command line: --clip must be a finite number"),
+    ("--weight-decay", "nan", "command line: --weight-decay must be a finite number"),
+    ("--pos-weight", "inf", "command line: --pos-weight must be a finite number"),
+    ("--warmup", "-1", "--warmup must be non-negative steps"),
+    ("--max-steps", "0", "--max-steps must be at least 1"),
+    ("--mode", "bogus", "--mode must be one of domain, sectors, single"),
+    ("--precision", "fp8", "--precision must be one of fp32, bf16, fp64"),
+    ("--device", "tpu", "--device must be one of auto, cpu, cuda"),
+    ("--method", "random", "--method must be one of metis, geometric"),
+    ("--schedule", "linear", "--schedule must be one of cosine, step, constant"),
+    ("--lr-scaling", "cubic", "--lr-scaling must be one of none, linear, sqrt"),
+    ("--ranks", "0", "--ranks must be at least 1"),
+    ("--domain-size", "0", "--domain-size must be at least 1"),
+    ("--cache-events", "-1", "No such option '--cache-events'"),
+    ("--checkpoint-every", "-5", "--checkpoint-every must be non-negative steps"),
+    ("--seed", "-1", "--seed must be in [0, 2^63)"),
+    ("--seed", str(2**70), "command line: --seed must be an integer of at most 64 bits"),
+    ("--activation", "softmax", "command line: --activation must be one of elu, gelu, leaky_relu, relu, silu, tanh"),
+    ("--weight-decay", "-1", "--weight-decay must be non-negative"),
+    ("--threads", "100000", "--threads must be at most"),
+    ("--mlp-layers", "0", "command line: --mlp-layers must be a positive integer"),
+    ("--batch-events", str(10**12), "--batch-events 1000000000000 must be at most the number of training events"),
+]:
 
     def _make(ws, flag=_flag, value=_value):
         return _train(ws, flag, value)
 
-    case(f"train-option{_flag}={_value}")(_make)
+    case(f"train-option{_flag}={_value}", _expect)(_make)
 
 
 def _config(ws, text: str | bytes):
     return ["train", "--config", ws.write("run.yaml", text), "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-config-not-utf8")
+@case("train-config-not-utf8", "run.yaml: expected a UTF-8 YAML config file")
 def _(ws):
     return _config(ws, b"optim:\n  lr: 0.001\n# caf\xe9 \xff\xfe\n")
 
 
-@case("train-config-binary")
+@case("train-config-binary", "run.yaml: expected a UTF-8 YAML config file")
 def _(ws):
     return _config(ws, bytes(range(256)))
 
 
-@case("train-config-not-yaml")
+@case("train-config-not-yaml", "run.yaml: expected a YAML config file, could not parse it")
 def _(ws):
     return _config(ws, "optim: [lr: 1\n  - :\n")
 
 
-@case("train-config-a-list")
+@case("train-config-a-list", "run.yaml: expected a YAML mapping of sections")
 def _(ws):
     return _config(ws, "- 1\n- 2\n")
 
 
-@case("train-config-section-scalar")
+@case("train-config-section-scalar", "run.yaml: section 'optim' must be a mapping of fields")
 def _(ws):
     return _config(ws, "optim: 3\n")
 
 
-@case("train-config-unknown-section")
+@case("train-config-unknown-section", "run.yaml: unknown config key 'optimizer.lr'")
 def _(ws):
     return _config(ws, "optimizer:\n  lr: 0.1\n")
 
 
-@case("train-config-unknown-key")
+@case("train-config-unknown-key", "run.yaml: unknown config key 'optim.learning_rate'")
 def _(ws):
     return _config(ws, "optim:\n  learning_rate: 0.1\n")
 
 
-@case("train-config-lr-yaml-inf")
+@case("train-config-lr-yaml-inf", "run.yaml: optim.lr must be a finite number")
 def _(ws):
     return _config(ws, "optim:\n  lr: .inf\n")
 
 
-@case("train-config-lr-text-inf")
+@case("train-config-lr-text-inf", "run.yaml: optim.lr must be a finite number")
 def _(ws):
     return _config(ws, "optim:\n  lr: 'inf'\n")
 
 
-@case("train-config-lr-list")
+@case("train-config-lr-list", "run.yaml: optim.lr must be a number")
 def _(ws):
     return _config(ws, "optim:\n  lr: [1, 2]\n")
 
 
-@case("train-config-hidden-float")
+@case("train-config-hidden-float", "run.yaml: model.hidden must be an integer")
 def _(ws):
     return _config(ws, "model:\n  hidden: 4.5\n")
 
 
-@case("train-config-hidden-bool")
+@case("train-config-hidden-bool", "run.yaml: model.hidden must be an integer")
 def _(ws):
     return _config(ws, "model:\n  hidden: true\n")
 
 
-@case("train-config-epochs-huge-int")
+@case("train-config-epochs-huge-int", "run.yaml: run.epochs must be an integer of at most 64 bits")
 def _(ws):
     return _config(ws, f"run:\n  epochs: {10**30}\n")
 
 
-@case("train-config-timeout-nan")
+@case("train-config-timeout-nan", "run.yaml: parallel.timeout_s must be a finite number")
 def _(ws):
     return _config(ws, "parallel:\n  timeout_s: .nan\n")
 
 
-@case("train-config-out-a-mapping")
+@case("train-config-out-a-mapping", "run.yaml: data.method must be a string")
 def _(ws):
     return _config(ws, "data:\n  method: {a: 1}\n")
 
 
-@case("train-config-seed-float-huge")
+@case("train-config-seed-float-huge", "run.yaml: run.seed must be an integer of at most 64 bits")
 def _(ws):
     return _config(ws, "run:\n  seed: 1.0e+30\n")
 
 
-@case("train-config-huge-value-echo")
+@case("train-config-huge-value-echo", "run.yaml: model.activation must be one of elu, gelu, leaky_relu, relu, silu, tanh")
 def _(ws):
     return _config(ws, "model:\n  activation: '" + "x" * 3_000_000 + "'\n")
 
 
-@case("train-config-missing-file")
+@case("train-config-missing-file", "none.yaml: config file not found")
 def _(ws):
     return ["train", "--config", ws.path("none.yaml"), "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-config-is-directory")
+@case("train-config-is-directory", "conf: expected a YAML config file")
 def _(ws):
     ws.path("conf").mkdir()
     return ["train", "--config", ws.path("conf"), "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-config-yaml-anchor-bomb")
+@case("train-config-yaml-anchor-bomb", "run.yaml: section 'a0' must be a mapping of fields")
 def _(ws):
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
@@ -929,50 +1006,50 @@ def _(ws):
     return _config(ws, "\n".join(lines) + "\n")
 
 
-@case("train-data-missing")
+@case("train-data-missing", "nowhere: no such file or directory")
 def _(ws):
     return ["train", "--data", ws.path("nowhere"), "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-data-empty-dir")
+@case("train-data-empty-dir", "empty: expected graph files")
 def _(ws):
     ws.path("empty").mkdir()
     return ["train", "--data", ws.path("empty"), "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-data-unlabelled")
+@case("train-data-unlabelled", "event000000002.npz: training and validation need graphs with truth labels")
 def _(ws):
     return ["train", "--data", ws.base.unlabelled, "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-val-missing")
+@case("train-val-missing", "nowhere: no such file or directory")
 def _(ws):
     return _train(ws, "--val", ws.path("nowhere"))
 
 
-@case("train-plans-not-a-plan-dir")
+@case("train-plans-not-a-plan-dir", "plans: no plan directory event000000001 for BASE/graphs/event000000001.npz")
 def _(ws):
     ws.path("plans").mkdir()
     return ["train", "--data", ws.base.graphs, "--out", ws.path("run"), "--plans", ws.path("plans"), "--mode", "domain",
             "--ranks", "2", "--hidden", "4", "--iterations", "1", "--epochs", "1", "--no-progress"]  # fmt: skip
 
 
-@case("train-raw-events-hit-x-overflow")
+@case("train-raw-events-hit-x-overflow", "event000000001-hits.csv: column 'x' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return ["train", "--data", ws.event_cell("hits", "x", "1e40", row=3), "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-raw-events-particle-id-float")
+@case("train-raw-events-particle-id-float", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return ["train", "--data", ws.event_cell("truth", "particle_id", "4.5e17", row=3), "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("train-out-is-file")
+@case("train-out-is-file", "file: expected a directory")
 def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.write("file", "x"), *TINY_TRAIN]
 
 
-@case("train-out-under-unreadable-dir")
+@case("train-out-under-unreadable-dir", "checkpoints: permission denied")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -980,7 +1057,7 @@ def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", locked / "run", *TINY_TRAIN]
 
 
-@case("train-out-unwritable")
+@case("train-out-unwritable", "checkpoints: permission denied")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -988,7 +1065,7 @@ def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", locked, *TINY_TRAIN]
 
 
-@case("train-out-holds-checkpoints-without-resume")
+@case("train-out-holds-checkpoints-without-resume", "--out WS/run already holds checkpoints")
 def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.run_copy(), *TINY_TRAIN]
 
@@ -997,62 +1074,63 @@ def _(ws):
 
 
 def _resume_from(ws, checkpoint):
-    return ["train", "--data", ws.base.graphs, "--out", ws.path("run2"), *TINY_TRAIN, "--epochs", "3", "--resume-from", checkpoint]
+    # The base run's --epochs: a resume must keep the length of its learning-rate schedule (its own case below).
+    return ["train", "--data", ws.base.graphs, "--out", ws.path("run2"), *TINY_TRAIN, "--epochs", "2", "--resume-from", checkpoint]
 
 
-@case("train-resume-from-flipped-bytes")
+@case("train-resume-from-flipped-bytes", "flipped.pt: checkpoint content does not match its checksum")
 def _(ws):
     return _resume_from(ws, ws.flipped(ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-flipped-bytes-anywhere")
+@case("train-resume-from-flipped-bytes-anywhere", "flipped.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     return _resume_from(ws, ws.flipped(ws.base.checkpoints[-1], count=16, region="any", seed=3))
 
 
-@case("train-resume-from-truncated")
+@case("train-resume-from-truncated", "trunc.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     data = ws.base.checkpoints[-1].read_bytes()
     return _resume_from(ws, ws.write("trunc.pt", data[: len(data) // 2]))
 
 
-@case("train-resume-from-step-text")
+@case("train-resume-from-step-text", "ckpt.pt: checkpoint entry 'step' must be a non-negative integer")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("step", "two"), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-step-negative")
+@case("train-resume-from-step-negative", "ckpt.pt: checkpoint entry 'step' must be a non-negative integer")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("step", -4), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-epoch-float")
+@case("train-resume-from-epoch-float", "ckpt.pt: checkpoint entry 'epoch' must be a non-negative integer")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("epoch", 1.5), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-missing-optimizer")
+@case("train-resume-from-missing-optimizer", "ckpt.pt: checkpoint is missing entries ['optimizer']")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.pop("optimizer"), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-optimizer-garbage")
+@case("train-resume-from-optimizer-garbage", "ckpt.pt: checkpoint entry 'optimizer' must be an optimizer state_dict")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("optimizer", {"state": 3, "param_groups": "x"}),
                                           source=ws.base.checkpoints[-1]))  # fmt: skip
 
 
-@case("train-resume-from-config-garbage")
+@case("train-resume-from-config-garbage", "ckpt.pt: checkpoint entry config: section 'optim' must be a mapping of fields")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("config", {"optim": "fast"}), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-rng-garbage")
+@case("train-resume-from-rng-garbage", "ckpt.pt: checkpoint entry 'rng' must be the RNG states of torch, numpy and python")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("rng", {"torch": "seed"}), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-model-weights-nan-typed")
+@case("train-resume-from-model-weights-nan-typed", "ckpt.pt: checkpoint entry 'model.node_encoder.linears.0.weight' must be a floating-point tensor")
 def _(ws):
     def edit(state):
         name = next(iter(state["model"]))
@@ -1061,12 +1139,12 @@ def _(ws):
     return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-epoch-state-empty")
+@case("train-resume-from-epoch-state-empty", "ckpt.pt: checkpoint entry 'epoch_state' must be a dict of finite running sums")
 def _(ws):
     return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("epoch_state", {}), source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-optimizer-moment-wrong-shape")
+@case("train-resume-from-optimizer-moment-wrong-shape", "ckpt.pt: checkpoint entry 'optimizer' holds a exp_avg of shape (3, 3, 3)")
 def _(ws):
     import torch
 
@@ -1077,7 +1155,7 @@ def _(ws):
     return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-rng-torch-state-short")
+@case("train-resume-from-rng-torch-state-short", "ckpt.pt: checkpoint entry 'rng' is not a valid RNG state")
 def _(ws):
     import torch
 
@@ -1087,12 +1165,12 @@ def _(ws):
     return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
 
 
-@case("train-resume-from-model-pt")
+@case("train-resume-from-model-pt", "model.pt: checkpoint is missing entries ['epoch', 'step_in_epoch', 'optimizer']")
 def _(ws):
     return _resume_from(ws, ws.base.model)
 
 
-@case("train-resume-from-a-list")
+@case("train-resume-from-a-list", "list.pt: expected a domainpar checkpoint dict")
 def _(ws):
     import torch
 
@@ -1101,24 +1179,24 @@ def _(ws):
     return _resume_from(ws, path)
 
 
-@case("train-resume-from-other-model-size")
+@case("train-resume-from-other-model-size", "step-00000002.pt: a resume continues the run that wrote this checkpoint, but --hidden is 8 here and 4 in the checkpoint")
 def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.path("run2"), *TINY_TRAIN, "--hidden", "8", "--epochs", "3",
             "--resume-from", ws.base.checkpoints[-1]]  # fmt: skip
 
 
-@case("train-resume-from-missing")
+@case("train-resume-from-missing", "nope.pt: checkpoint file not found")
 def _(ws):
     return _resume_from(ws, ws.path("nope.pt"))
 
 
-@case("train-resume-from-directory")
+@case("train-resume-from-directory", "d.pt: checkpoint file not found")
 def _(ws):
     ws.path("d.pt").mkdir()
     return _resume_from(ws, ws.path("d.pt"))
 
 
-@case("train-resume-newest-flipped")
+@case("train-resume-newest-flipped", "step-00000002.pt: checkpoint content does not match its checksum")
 def _(ws):
     run = ws.run_copy()
     newest = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
@@ -1128,7 +1206,7 @@ def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", run, *TINY_TRAIN, "--epochs", "3", "--resume"]
 
 
-@case("train-resume-newest-step-text")
+@case("train-resume-newest-step-text", "step-00000002.pt: checkpoint entry 'step' must be a non-negative integer")
 def _(ws):
     run = ws.run_copy()
     newest = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
@@ -1145,158 +1223,158 @@ def _evaluate(ws, checkpoint, *extra):
     return ["evaluate", "--checkpoint", checkpoint, "--data", ws.base.graphs, "--quiet", *extra]
 
 
-@case("evaluate-checkpoint-flipped-bytes")
+@case("evaluate-checkpoint-flipped-bytes", "flipped.pt: checkpoint content does not match its checksum")
 def _(ws):
     return _evaluate(ws, ws.flipped(ws.base.model))
 
 
-@case("evaluate-step-checkpoint-flipped-bytes")
+@case("evaluate-step-checkpoint-flipped-bytes", "flipped.pt: checkpoint content does not match its checksum")
 def _(ws):
     return _evaluate(ws, ws.flipped(ws.base.checkpoints[-1], seed=5))
 
 
-@case("evaluate-checkpoint-truncated")
+@case("evaluate-checkpoint-truncated", "t.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     data = ws.base.model.read_bytes()
     return _evaluate(ws, ws.write("t.pt", data[: len(data) - 100]))
 
 
-@case("evaluate-checkpoint-junk")
+@case("evaluate-checkpoint-junk", "j.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     return _evaluate(ws, ws.write("j.pt", b"junk\n"))
 
 
-@case("evaluate-checkpoint-step-text")
+@case("evaluate-checkpoint-step-text", "ckpt.pt: checkpoint entry 'step' must be a non-negative integer")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s.__setitem__("step", "ten")))
 
 
-@case("evaluate-checkpoint-model-config-hidden-text")
+@case("evaluate-checkpoint-model-config-hidden-text", "ckpt.pt: checkpoint entry 'model_config.hidden' must be an integer")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s["model_config"].__setitem__("hidden", "4")))
 
 
-@case("evaluate-checkpoint-model-config-unknown-key")
+@case("evaluate-checkpoint-model-config-unknown-key", "ckpt.pt: checkpoint entry 'model_config' is not a valid model config")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s["model_config"].__setitem__("depth", 3)))
 
 
-@case("evaluate-checkpoint-model-config-a-list")
+@case("evaluate-checkpoint-model-config-a-list", "ckpt.pt: checkpoint entry 'model_config' must be a dict of model hyper-parameters")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s.__setitem__("model_config", [4, 1])))
 
 
-@case("evaluate-checkpoint-model-a-list")
+@case("evaluate-checkpoint-model-a-list", "ckpt.pt: checkpoint entry 'model' must be a dict of parameter names to tensors")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s.__setitem__("model", [1, 2])))
 
 
-@case("evaluate-checkpoint-weights-text-key")
+@case("evaluate-checkpoint-weights-text-key", "ckpt.pt: checkpoint entry 'model' must be a dict of parameter names to tensors")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s["model"].__setitem__(next(iter(s["model"])), "weights")))
 
 
-@case("evaluate-checkpoint-threshold-text")
+@case("evaluate-checkpoint-threshold-text", "ckpt.pt: checkpoint entry config: run.threshold must be a number")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s["config"]["run"].__setitem__("threshold", "high")))
 
 
-@case("evaluate-checkpoint-format-version-text")
+@case("evaluate-checkpoint-format-version-text", "ckpt.pt: checkpoint entry 'format_version' must be an integer")
 def _(ws):
     return _evaluate(ws, ws.checkpoint(lambda s: s.__setitem__("format_version", "1")))
 
 
-@case("evaluate-checkpoint-raw-pickle")
+@case("evaluate-checkpoint-raw-pickle", "p.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     import pickle
 
     return _evaluate(ws, ws.write("p.pt", pickle.dumps({"model": {"w": [1.0]}}, protocol=5)))
 
 
-@case("evaluate-checkpoint-is-directory")
+@case("evaluate-checkpoint-is-directory", "c.pt: expected a checkpoint file")
 def _(ws):
     ws.path("c.pt").mkdir()
     return _evaluate(ws, ws.path("c.pt"))
 
 
-@case("evaluate-parts-zero")
+@case("evaluate-parts-zero", "Invalid value for '--parts': 0 is not in the range")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--parts", "0")
 
 
-@case("evaluate-parts-negative")
+@case("evaluate-parts-negative", "Invalid value for '--parts': -1 is not in the range")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--parts", "-1")
 
 
-@case("evaluate-ranks-differ-from-parts")
+@case("evaluate-ranks-differ-from-parts", "--ranks must equal --parts: one process per part")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--parts", "2", "--ranks", "3")
 
 
-@case("evaluate-threshold-nan")
+@case("evaluate-threshold-nan", "Invalid value for '--threshold': 'nan' is not a finite number")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--threshold", "nan")
 
 
-@case("evaluate-threshold-one")
+@case("evaluate-threshold-one", "Invalid value for '--threshold': 1.0 is not in the range 0<x<1")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--threshold", "1")
 
 
-@case("evaluate-timeout-inf")
+@case("evaluate-timeout-inf", "Invalid value for '--timeout': 'inf' is not a finite number")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--timeout", "inf")
 
 
-@case("evaluate-timeout-nan")
+@case("evaluate-timeout-nan", "Invalid value for '--timeout': 'nan' is not a finite number")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--timeout", "nan")
 
 
-@case("evaluate-seed-negative")
+@case("evaluate-seed-negative", "Invalid value for '--seed': -1 is not in the range")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--seed", "-1")
 
 
-@case("evaluate-data-missing")
+@case("evaluate-data-missing", "nowhere: expected raw TrackML events")
 def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.path("nowhere"), "--quiet"]
 
 
-@case("evaluate-data-unlabelled-graph")
+@case("evaluate-data-unlabelled-graph", "event000000002.npz: evaluation needs a graph with truth")
 def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.unlabelled, "--quiet"]
 
 
-@case("evaluate-raw-events-x-overflow")
+@case("evaluate-raw-events-x-overflow", "event000000001-hits.csv: column 'x' must be finite float32 numbers, |value| <= 3.403e+38")
 def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.event_cell("hits", "x", "1e40", row=3), "--quiet"]
 
 
-@case("evaluate-raw-events-particle-id-float")
+@case("evaluate-raw-events-particle-id-float", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.event_cell("truth", "particle_id", "4.5e17", row=3),
             "--quiet"]  # fmt: skip
 
 
-@case("evaluate-events-dir-bad-truth")
+@case("evaluate-events-dir-bad-truth", "event000000001-truth.csv: column 'weight' must be finite numbers")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--events", ws.event_cell("truth", "weight", "inf", row=3))
 
 
-@case("evaluate-json-is-directory")
+@case("evaluate-json-is-directory", "d: expected a file path")
 def _(ws):
     ws.path("d").mkdir()
     return _evaluate(ws, ws.base.model, "--json", ws.path("d"))
 
 
-@case("evaluate-submissions-under-file")
+@case("evaluate-submissions-under-file", "subs: WS/f must be a directory")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--submissions", ws.write("f", "x") / "subs")
 
 
-@case("evaluate-plots-under-unreadable-dir")
+@case("evaluate-plots-under-unreadable-dir", "plots: expected a location we can use, cannot access WS/locked/plots")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -1327,57 +1405,57 @@ def _set(row, column, value):
     return edit
 
 
-@case("score-track-id-beyond-int64")
+@case("score-track-id-beyond-int64", "sub.csv: column track_id must be integers in [-9223372036854775808, 9223372036854775807]")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [rows[0]] + [[r[0], "9" * 20 + r[1].lstrip("-")] for r in rows[1:]]))
 
 
-@case("score-track-id-one-beyond-int64")
+@case("score-track-id-one-beyond-int64", "sub.csv: column track_id must be integers in [-9223372036854775808, 9223372036854775807]")
 def _(ws):
     return _score(ws, _submission(ws, _set(3, "track_id", "18446744073709551617")))
 
 
-@case("score-track-id-float-above-2p53")
+@case("score-track-id-float-above-2p53", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [rows[0]] + [[r[0], f"{int(r[1]):.6e}"] for r in rows[1:]]))
 
 
-@case("score-track-id-float-formatted-integer")
+@case("score-track-id-float-formatted-integer", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "12.0")))
 
 
-@case("score-track-id-fraction")
+@case("score-track-id-fraction", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "1.5")))
 
 
-@case("score-track-id-nan")
+@case("score-track-id-nan", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "nan")))
 
 
-@case("score-track-id-empty")
+@case("score-track-id-empty", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "")))
 
 
-@case("score-track-id-text")
+@case("score-track-id-text", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "track7")))
 
 
-@case("score-track-id-huge-field")
+@case("score-track-id-huge-field", "sub.csv: column track_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "track_id", "x" * 3_000_000)))
 
 
-@case("score-hit-id-float")
+@case("score-hit-id-float", "sub.csv: column hit_id must be integers written as digits")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "hit_id", "6.5")))
 
 
-@case("score-hit-id-duplicate")
+@case("score-hit-id-duplicate", "sub.csv: every hit_id must appear once")
 def _(ws):
     def edit(rows):
         rows[2][0] = rows[1][0]
@@ -1385,84 +1463,84 @@ def _(ws):
     return _score(ws, _submission(ws, edit))
 
 
-@case("score-hit-id-unknown")
+@case("score-hit-id-unknown", "sub.csv: hit_ids must belong to the event")
 def _(ws):
     return _score(ws, _submission(ws, _set(2, "hit_id", "987654321")))
 
 
-@case("score-hit-missing")
+@case("score-hit-missing", "sub.csv: submission must assign every hit of the event a track")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: rows[:-3]))
 
 
-@case("score-missing-column")
+@case("score-missing-column", "sub.csv: submission must have columns ['hit_id', 'track_id']")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [[r[0]] for r in rows]))
 
 
-@case("score-empty-file")
+@case("score-empty-file", "sub.csv: expected a CSV table with columns hit_id, track_id")
 def _(ws):
     return _score(ws, _submission(ws, raw=b""))
 
 
-@case("score-header-only")
+@case("score-header-only", "sub.csv: submission must assign every hit of the event a track")
 def _(ws):
     return _score(ws, _submission(ws, raw=b"hit_id,track_id\n"))
 
 
-@case("score-binary-garbage")
+@case("score-binary-garbage", "sub.csv: expected a CSV table with columns hit_id, track_id, could not parse it")
 def _(ws):
     return _score(ws, _submission(ws, raw=bytes(range(256)) * 10))
 
 
-@case("score-not-utf8")
+@case("score-not-utf8", "sub.csv: expected a UTF-8 CSV table with columns hit_id, track_id, found a byte that is not text")
 def _(ws):
     return _score(ws, _submission(ws, raw=ws.base.submission.read_bytes().replace(b"track_id", b"track\xff_id")))
 
 
-@case("score-event-id-wrong")
+@case("score-event-id-wrong", "sub.csv: column event_id must be 1 for BASE/events/event000000001")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["9"] + r for r in rows[1:]]))
 
 
-@case("score-event-id-text")
+@case("score-event-id-text", "sub.csv: column event_id must be 1 for BASE/events/event000000001")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["one"] + r for r in rows[1:]]))
 
 
-@case("score-submission-missing")
+@case("score-submission-missing", "none.csv: submission file not found")
 def _(ws):
     return _score(ws, ws.path("none.csv"))
 
 
-@case("score-submission-directory")
+@case("score-submission-directory", "s.csv: expected a submission CSV file")
 def _(ws):
     ws.path("s.csv").mkdir()
     return _score(ws, ws.path("s.csv"))
 
 
-@case("score-event-missing")
+@case("score-event-missing", "event000000001-truth.csv.gz: truth file not found")
 def _(ws):
     return _score(ws, ws.base.submission, event=ws.path("event000000001"))
 
 
-@case("score-truth-particle-id-float-above-2p53")
+@case("score-truth-particle-id-float-above-2p53", "event000000001-truth.csv: column 'particle_id' must be integers written as digits")
 def _(ws):
     events = ws.event_column("truth", "particle_id", lambda i, old: f"{int(old):.16e}" if int(old) else old)
     return _score(ws, ws.base.submission, event=events / "event000000001")
 
 
-@case("score-truth-weight-nan")
+@case("score-truth-weight-nan", "event000000001-truth.csv: column 'weight' must be finite numbers")
 def _(ws):
     return _score(ws, ws.base.submission, event=ws.event_cell("truth", "weight", "nan", row=2) / "event000000001")
 
 
-@case("score-truth-all-weights-zero")
+@case("score-truth-all-weights-zero", "event000000001: truth weights must have a positive sum")
 def _(ws):
     return _score(ws, ws.base.submission, event=ws.event_column("truth", "weight", lambda i, old: "0") / "event000000001")
 
 
-@case("score-truth-hit-id-duplicate")
+@case("score-truth-hit-id-duplicate", "event000000001: truth hit_ids must be unique")
 def _(ws):
     def edit(rows):
         rows[2][0] = rows[1][0]
@@ -1470,7 +1548,7 @@ def _(ws):
     return _score(ws, ws.base.submission, event=ws.event("truth", edit) / "event000000001")
 
 
-@case("score-event-without-truth")
+@case("score-event-without-truth", "event000000001-truth.csv.gz: truth file not found")
 def _(ws):
     return _score(ws, ws.base.submission, event=ws.event(parts=("hits", "cells", "particles")) / "event000000001")
 
@@ -1482,69 +1560,69 @@ def _export(ws, checkpoint, *extra, fmt="torchscript", out=None):
     return ["export", "--checkpoint", checkpoint, "--format", fmt, "--out", out or ws.path("model.pt"), *extra]
 
 
-@case("export-checkpoint-flipped-bytes")
+@case("export-checkpoint-flipped-bytes", "flipped.pt: checkpoint content does not match its checksum")
 def _(ws):
     return _export(ws, ws.flipped(ws.base.model))
 
 
-@case("export-step-checkpoint-flipped-bytes")
+@case("export-step-checkpoint-flipped-bytes", "flipped.pt: checkpoint content does not match its checksum")
 def _(ws):
     return _export(ws, ws.flipped(ws.base.checkpoints[-1], seed=11), fmt="onnx", out=ws.path("m.onnx"))
 
 
-@case("export-checkpoint-truncated")
+@case("export-checkpoint-truncated", "t.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     data = ws.base.model.read_bytes()
     return _export(ws, ws.write("t.pt", data[: len(data) // 2]))
 
 
-@case("export-checkpoint-junk")
+@case("export-checkpoint-junk", "j.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     return _export(ws, ws.write("j.pt", b"\x00" * 64))
 
 
-@case("export-checkpoint-missing")
+@case("export-checkpoint-missing", "none.pt: checkpoint file not found")
 def _(ws):
     return _export(ws, ws.path("none.pt"))
 
 
-@case("export-checkpoint-step-text")
+@case("export-checkpoint-step-text", "ckpt.pt: checkpoint entry 'step' must be a non-negative integer")
 def _(ws):
     return _export(ws, ws.checkpoint(lambda s: s.__setitem__("step", "ten")))
 
 
-@case("export-checkpoint-model-config-unknown-key")
+@case("export-checkpoint-model-config-unknown-key", "ckpt.pt: checkpoint entry 'model_config' is not a valid model config")
 def _(ws):
     return _export(ws, ws.checkpoint(lambda s: s["model_config"].__setitem__("depth", 3)))
 
 
-@case("export-checkpoint-weights-int")
+@case("export-checkpoint-weights-int", "ckpt.pt: checkpoint entry 'model.node_encoder.linears.0.weight' must be a floating-point tensor")
 def _(ws):
     return _export(ws, ws.checkpoint(lambda s: s["model"].__setitem__(next(iter(s["model"])), s["model"][next(iter(s["model"]))].int())))
 
 
-@case("export-checkpoint-without-checksum")
+@case("export-checkpoint-without-checksum", "ckpt.pt: checkpoint entry 'sha256' must be a SHA-256 hex digest")
 def _(ws):
     return _export(ws, ws.checkpoint(lambda s: s.pop("sha256", None), reseal=False))
 
 
-@case("export-format-bogus")
+@case("export-format-bogus", "Invalid value for '--format': 'tensorflow' is not one of")
 def _(ws):
     return _export(ws, ws.base.model, fmt="tensorflow")
 
 
-@case("export-out-is-directory")
+@case("export-out-is-directory", "d.pt: expected a file path")
 def _(ws):
     ws.path("d.pt").mkdir()
     return _export(ws, ws.base.model, out=ws.path("d.pt"))
 
 
-@case("export-out-under-file")
+@case("export-out-under-file", "model.pt: WS/f must be a directory")
 def _(ws):
     return _export(ws, ws.base.model, out=ws.write("f", "x") / "model.pt")
 
 
-@case("export-out-under-unreadable-dir")
+@case("export-out-under-unreadable-dir", "m.pt: expected a location we can use, cannot access WS/locked/m.pt")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -1552,32 +1630,32 @@ def _(ws):
     return _export(ws, ws.base.model, out=locked / "m.pt")
 
 
-@case("export-threshold-nan")
+@case("export-threshold-nan", "--threshold must be in (0, 1) (got nan)")
 def _(ws):
     return _export(ws, ws.base.model, "--threshold", "nan")
 
 
-@case("export-threshold-above-one")
+@case("export-threshold-above-one", "--threshold must be in (0, 1) (got 1.5)")
 def _(ws):
     return _export(ws, ws.base.model, "--threshold", "1.5")
 
 
-@case("export-check-graph-nan")
+@case("export-check-graph-nan", "event000000001.npz: x must be finite numbers")
 def _(ws):
     return _export(ws, ws.base.model, "--check-graph", ws.graph(lambda a: a["x"].__setitem__((1, 1), np.nan)))
 
 
-@case("export-check-graph-format-version-text")
+@case("export-check-graph-format-version-text", "event000000001.npz: entry format_version must be an int64 scalar")
 def _(ws):
     return _export(ws, ws.base.model, "--check-graph", ws.graph(lambda a: a.__setitem__("format_version", np.array("1"))))
 
 
-@case("export-check-graph-missing")
+@case("export-check-graph-missing", "none.npz: no such graph file or directory")
 def _(ws):
     return _export(ws, ws.base.model, "--check-graph", ws.path("none.npz"))
 
 
-@case("export-graphs-missing")
+@case("export-graphs-missing", "nowhere: no such graph file or directory")
 def _(ws):
     return _export(ws, ws.base.model, "--graphs", ws.path("nowhere"))
 
@@ -1585,7 +1663,7 @@ def _(ws):
 # =============================================================================== PyG graph files (Exa.TrkX/acorn layout)
 
 
-@case("train-pyg-file-arbitrary-pickle")
+@case("train-pyg-file-arbitrary-pickle", "event000000001.pyg: refused to load as a PyG graph: not a readable torch file")
 def _(ws):
     import pickle
 
@@ -1593,7 +1671,7 @@ def _(ws):
     return ["train", "--data", ws.path("pyg"), "--out", ws.path("run"), *TINY_TRAIN]
 
 
-@case("evaluate-pyg-file-truncated")
+@case("evaluate-pyg-file-truncated", "event000000001.pyg: refused to load as a PyG graph: not a readable torch file")
 def _(ws):
     import torch
 
@@ -1603,7 +1681,7 @@ def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.path("pyg"), "--quiet"]
 
 
-@case("verify-pyg-file-tensors-of-wrong-kind")
+@case("verify-pyg-file-tensors-of-wrong-kind", "event000000001.pyg: field x must be finite")
 def _(ws):
     import torch
 
@@ -1616,24 +1694,32 @@ def _(ws):
 # =============================================================================== demo
 
 
-for _flag, _value in [
-    ("--events", "0"), ("--val-events", "-1"), ("--ranks", "0"), ("--epochs", "0"), ("--particles", "5"),
-    ("--hidden", "0"), ("--iterations", "-1"), ("--seed", "-1"), ("--particles", str(10**12)), ("--ranks", "100000"),
-    ("--hidden", str(10**9)),
-]:  # fmt: skip
+for _flag, _value, _expect in [
+    ("--events", "0", "--events must be at least 2"),
+    ("--val-events", "-1", "--val-events must be at least 1"),
+    ("--ranks", "0", "--ranks must be at least 1"),
+    ("--epochs", "0", "--epochs must be at least 1"),
+    ("--particles", "5", "--particles must be at least 10"),
+    ("--hidden", "0", "--hidden must be at least 1"),
+    ("--iterations", "-1", "--iterations must be at least 1"),
+    ("--seed", "-1", "--seed must be at least 0"),
+    ("--particles", str(10**12), "--particles must be at most 1000000"),
+    ("--ranks", "100000", "--ranks must be at most"),
+    ("--hidden", str(10**9), "--hidden must be at most 65536"),
+]:
 
     def _make(ws, flag=_flag, value=_value):
         return ["demo", "--out", ws.path("demo"), flag, value]
 
-    case(f"demo-option{_flag}={_value}")(_make)
+    case(f"demo-option{_flag}={_value}", _expect)(_make)
 
 
-@case("demo-out-is-file")
+@case("demo-out-is-file", "file: expected a directory")
 def _(ws):
     return ["demo", "--out", ws.write("file", "x")]
 
 
-@case("demo-out-under-unreadable-dir")
+@case("demo-out-under-unreadable-dir", "demo: expected a location we can use, cannot access WS/locked/demo")
 def _(ws):
     locked = ws.path("locked")
     locked.mkdir()
@@ -1641,10 +1727,375 @@ def _(ws):
     return ["demo", "--out", locked / "demo"]
 
 
-@case("demo-real-dir-bad-event")
+@case("demo-real-dir-bad-event", "event000000001-hits.csv: column 'x' must be finite float32 numbers")
 def _(ws):
-    return ["demo", "--out", ws.path("demo"), "--real", ws.event_cell("hits", "x", "1e40", row=3), "--events", "1",
+    return ["demo", "--out", ws.path("demo"), "--real", ws.event_cell("hits", "x", "1e40", row=3), "--events", "2",
             "--particles", "10", "--epochs", "1"]  # fmt: skip
+
+
+# =============================================================================== identity of inputs
+
+
+def _graph_copy(ws, name: str, *, node_features=None, x=None):
+    """The base graph in ``<tmp>/<name>/`` with other node feature names and/or other node features (a rebuild)."""
+
+    def edit(arrays):
+        if x is not None:
+            arrays["x"] = x(arrays["x"]).astype(np.float32)
+        if node_features is not None:
+            import json
+
+            from domainpar.data.features import NODE_FEATURE_SPECS, feature_list
+
+            arrays["node_features"] = np.array(node_features, dtype=np.str_)
+            # As a rebuild writes it: the description names the same columns.
+            description = json.loads(str(arrays["description_json"]))
+            description["node_features"] = feature_list(node_features, NODE_FEATURE_SPECS)
+            arrays["description_json"] = np.array(json.dumps(description, sort_keys=True))
+
+    return ws.graph(edit, name=name)
+
+
+#: The base run's settings: a resume must keep them.
+RESUME = (*TINY_TRAIN, "--epochs", "2", "--keep", "2", "--threads", "1", "--resume")
+
+
+def _resume(ws, *extra, data=None):
+    return ["train", "--data", data or ws.base.graphs, "--out", ws.run_copy(), *RESUME, *extra]
+
+
+@case("train-plans-part-labels-rewritten", "part_00000.npz: part file checksum must match its manifest")
+def _(ws):
+    from domainpar.npzfile import read_npz, write_npz
+
+    plans = _plans_copy(ws)
+    part = sorted(plans.rglob("part_00000.npz"))[0]
+    arrays = read_npz(part)
+    arrays["y"] = (1.0 - arrays["y"]).astype(np.float32)  # every label flipped; a valid archive with valid fields
+    write_npz(part, arrays)
+    return _train_with_plans(ws, plans)
+
+
+@case("train-plans-made-from-other-features", "the plan was made from a graph with node features ['r', 'phi', 'z'], but WS/g4/event000000001.npz has ['r', 'phi', 'z', 'eta']")
+def _(ws):
+    graph = _graph_copy(ws, "g4", node_features=["r", "phi", "z", "eta"], x=lambda x: np.concatenate([x, x[:, :1]], axis=1))
+    return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
+
+
+@case("train-plans-made-from-an-earlier-build", "--plans BASE/plans/event000000001: the plan was made from another version of event000000001.npz")
+def _(ws):
+    graph = _graph_copy(ws, "rebuilt", x=lambda x: x + 0.25)  # same names, same structure, other feature values
+    return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
+
+
+@case("train-val-other-feature-names", "--val graph WS/val/event000000001.npz: node features must be ['r', 'phi', 'z'] like the training graph")
+def _(ws):
+    val = _graph_copy(ws, "val", node_features=["r", "z", "phi"])
+    return ["train", "--data", ws.base.graphs, "--val", val.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-val-other-feature-width", "--val graph WS/val/event000000001.npz: x must have 3 columns like the training graph BASE/graphs/event000000001.npz (got 4")
+def _(ws):
+    val = _graph_copy(ws, "val", node_features=["r", "phi", "z", "eta"], x=lambda x: np.concatenate([x, x[:, :1]], axis=1))
+    return ["train", "--data", ws.base.graphs, "--val", val.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-resume-activation-differs", "but --activation is 'relu' here and 'silu' in the checkpoint")
+def _(ws):
+    return _resume(ws, "--activation", "relu")
+
+
+@case("train-resume-iterations-differs", "but --iterations is 2 here and 1 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--iterations", "2")
+
+
+@case("train-resume-loss-weight-differs", "but --pos-weight is 3.0 here and 1.0 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--pos-weight", "3")
+
+
+@case("train-resume-layer-norm-differs", "but --layer-norm is False here and True in the checkpoint")
+def _(ws):
+    return _resume(ws, "--no-layer-norm")
+
+
+@case("train-resume-seed-differs", "but --seed is 5 here and 0 in the checkpoint")
+def _(ws):
+    return _resume(ws, "--seed", "5")
+
+
+@case("train-resume-sectors-instead-of-domain", "but --mode is 'sectors' here and 'single' in the checkpoint")
+def _(ws):
+    return _resume(ws, "--mode", "sectors", "--ranks", "2")
+
+
+@case("train-resume-longer-cosine-schedule", "its cosine learning-rate schedule spans 2 steps (--epochs 2) and this run's would span 3 (--epochs 3)")
+def _(ws):
+    return _resume(ws, "--epochs", "3")
+
+
+@case("train-resume-max-steps-shortens-schedule", "spans 2 steps (--epochs 2) and this run's would span 1 (--epochs 2, --max-steps 1)")
+def _(ws):
+    return _resume(ws, "--max-steps", "1")
+
+
+@case("train-resume-other-training-events", "--data holds 1 training events")
+def _(ws):
+    return _resume(ws, data=_graph_copy(ws, "rebuilt", x=lambda x: x + 0.25).parent)
+
+
+@case("train-resume-other-feature-names", "the training graphs' node features are ['r', 'z', 'phi'] here and ['r', 'phi', 'z'] in the checkpoint")
+def _(ws):
+    return _resume(ws, data=_graph_copy(ws, "renamed", node_features=["r", "z", "phi"]).parent)
+
+
+def _mixed_formats(ws) -> Path:
+    """The base graph (.npz) and a PyG file of another event in one directory."""
+    import shutil
+
+    import torch
+
+    mixed = ws.path("mixed")
+    mixed.mkdir()
+    shutil.copy(ws.base.graph, mixed / ws.base.graph.name)
+    torch.save({"x": torch.zeros(4, 3), "edge_index": torch.tensor([[0, 1], [1, 2]]), "y": torch.ones(2)}, mixed / "event000000002.pyg")
+    return mixed
+
+
+def _graphs_and_events(ws) -> Path:
+    import shutil
+
+    both = ws.event(name="both")
+    shutil.copy(ws.base.graph, both / ws.base.graph.name)
+    return both
+
+
+MIXED = "expected graph files of one format (found 1 *.npz and 1 PyG files, e.g. event000000001.npz and event000000002.pyg)"
+BOTH = "expected graph files or raw TrackML events, found both (e.g. event000000001.npz and event000000001-hits.csv)"
+
+
+@case("train-data-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["train", "--data", _mixed_formats(ws), "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("partition-graph-dir-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["partition", "--graph", _mixed_formats(ws), "--parts", "2", "--out", ws.path("plans")]
+
+
+@case("evaluate-data-mixed-npz-and-pyg", f"WS/mixed: {MIXED}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", _mixed_formats(ws), "--quiet"]
+
+
+@case("train-data-graphs-and-raw-events", f"--data WS/both: {BOTH}")
+def _(ws):
+    return ["train", "--data", _graphs_and_events(ws), "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("evaluate-data-graphs-and-raw-events", f"--data WS/both: {BOTH}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", _graphs_and_events(ws), "--quiet"]
+
+
+@case("evaluate-step-checkpoint-other-feature-names", "WS/renamed/event000000001.npz: graph node features must be ['r', 'phi', 'z'] like the model's training graphs")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["evaluate", "--checkpoint", ws.base.checkpoints[-1], "--data", graph.parent, "--quiet"]
+
+
+@case("evaluate-exported-model-other-feature-names", "WS/renamed/event000000001.npz: graph node features must be ['r', 'phi', 'z'] like the model's training graphs")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["evaluate", "--model", ws.base.exported, "--data", graph.parent, "--quiet"]
+
+
+def _exported_copy(ws) -> Path:
+    import shutil
+
+    target = ws.path("exported")
+    shutil.copytree(ws.base.exported.parent, target)
+    return target / ws.base.exported.name
+
+
+@case("evaluate-exported-model-file-swapped", "WS/exported/model.pt: the model file does not match its sidecar model.pt.json")
+def _(ws):
+    model = _exported_copy(ws)
+    model.write_bytes(model.read_bytes() + b"\0")  # another file under the sidecar's name
+    return ["evaluate", "--model", model, "--data", ws.base.graphs, "--quiet"]
+
+
+@case("export-graphs-other-features", "--graphs WS/renamed: node features must be ['r', 'phi', 'z'] like BASE/run/model.pt's training graphs (got ['r', 'z', 'phi'])")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", ws.path("m.pt"), "--graphs", graph.parent]
+
+
+@case("train-graph-description-disagrees-with-its-names", "WS/g/event000000001.npz: entry description_json describes node features ['r', 'phi', 'z'] but the file's node_features are ['r', 'z', 'phi']")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("node_features", np.array(["r", "z", "phi"])))
+    return ["train", "--data", graph.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("evaluate-events-dir-of-another-event", "--events WS/ev/event000000001: expected the event BASE/graphs/event000000001.npz was built from (hit")
+def _(ws):
+    # The same event number and hit ids, other positions: the truth of another event would score the graph.
+    events = ws.event_column("hits", "x", lambda row, old: str(float(old) + 5.0))
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--events", events, "--quiet"]
+
+
+def _edge_filter(ws) -> Path:
+    """An (untrained) edge filter for the base graphs' features, saved as a recipe run saves its filter.pt."""
+    import torch
+
+    from domainpar.filter.edge_filter import EdgeFilter, FilterConfig, FilterNet
+
+    torch.manual_seed(0)
+    config = FilterConfig(hidden=4, layers=1)
+    edge_filter = EdgeFilter(FilterNet(2 * 3 + 4, config.hidden, config.layers), -1.0, ("r", "phi", "z"),
+                             ("dr", "dphi", "dz", "dR"), config, {})  # fmt: skip
+    return edge_filter.save(ws.path("filter.pt"))
+
+
+@case("evaluate-filter-with-unpruned-graph-files", "--filter WS/filter.pt: graph files are evaluated as they are, and BASE/graphs/event000000001.npz was not pruned by an edge filter")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--filter", _edge_filter(ws), "--quiet"]
+
+
+@case("evaluate-pruned-graphs-with-a-model-of-unpruned-ones", "WS/g/event000000001.npz: the model was trained on graphs that were not pruned, and this graph was pruned by edge filter 0123abcd")
+def _(ws):
+    import json
+
+    def edit(arrays):
+        build = json.loads(str(arrays["build_config"]))
+        build["edge_filter"] = {"hash": "0123abcd", "threshold": 0.1, "efficiency": 0.99}
+        arrays["build_config"] = np.array(json.dumps(build, sort_keys=True))
+
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.graph(edit).parent, "--quiet"]
+
+
+@case("export-check-graph-other-features", "--check-graph WS/renamed/event000000001.npz: node features must be ['r', 'phi', 'z']")
+def _(ws):
+    graph = _graph_copy(ws, "renamed", node_features=["r", "z", "phi"])
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", ws.path("m.pt"), "--check-graph", graph]
+
+
+# =============================================================================== nesting and size of parsed files
+
+DEEP = "found containers nested deeper than 32 levels"
+
+
+@case("train-config-deeply-nested-flow", f"WS/run.yaml: expected a YAML config file, {DEEP}")
+def _(ws):
+    return _config(ws, "optim: " + "[" * 20000 + "]" * 20000 + "\n")
+
+
+@case("train-config-deeply-nested-block", f"WS/run.yaml: expected a YAML config file, {DEEP}")
+def _(ws):
+    return _config(ws, "".join("  " * depth + "a:\n" for depth in range(200)) + "  " * 200 + "b: 1\n")
+
+
+@case("train-config-larger-than-any-config", "WS/run.yaml: expected a YAML config file of at most 67,108,864 bytes (got 67,108,865)")
+def _(ws):
+    path = ws.path("run.yaml")
+    with open(path, "wb") as fh:
+        fh.truncate(64 * 2**20 + 1)  # sparse: no disk used
+    return ["train", "--config", path, "--data", ws.base.graphs, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-plans-manifest-deeply-nested", f"manifest.json: expected a JSON plan manifest, {DEEP}")
+def _(ws):
+    plans = _plans_copy(ws)
+    sorted(plans.rglob("manifest.json"))[0].write_text("[" * 100000 + "]" * 100000)
+    return _train_with_plans(ws, plans)
+
+
+@case("evaluate-exported-model-sidecar-deeply-nested", f"WS/exported/model.pt.json: expected the JSON sidecar of an exported model, {DEEP}")
+def _(ws):
+    model = _exported_copy(ws)
+    Path(str(model) + ".json").write_text('{"format": ' + "[" * 100000 + "]" * 100000 + "}")
+    return ["evaluate", "--model", model, "--data", ws.base.graphs, "--quiet"]
+
+
+@case("train-graph-description-deeply-nested", f"entry description_json: expected a JSON object, {DEEP}")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("description_json", np.array("[" * 50000 + "]" * 50000)))
+    return ["train", "--data", graph.parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("partition-graph-build-config-deeply-nested", f"build_config: expected a JSON object, {DEEP}")
+def _(ws):
+    graph = ws.graph(lambda a: a.__setitem__("build_config", np.array('{"a": ' + "[" * 50000 + "]" * 50000 + "}")))
+    return ["partition", "--graph", graph, "--parts", "2", "--out", ws.path("plans")]
+
+
+@case("train-resume-from-deeply-nested-checkpoint", f"WS/ckpt.pt: expected a domainpar checkpoint, {DEEP}")
+def _(ws):
+    def edit(state):
+        nested: list = []
+        for _ in range(100):
+            nested = [nested]
+        state["epoch_state"]["nested"] = nested
+
+    return _resume_from(ws, ws.checkpoint(edit, source=ws.base.checkpoints[-1]))
+
+
+# =============================================================================== output paths through symbolic links
+
+DANGLING = "WS/link is a symbolic link to WS/nowhere, which does not exist"
+
+
+def _dangling(ws, name: str = "link") -> Path:
+    link = ws.path(name)
+    link.symlink_to(ws.path("nowhere"))
+    return link
+
+
+@case("simulate-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["simulate", "--out", _dangling(ws), "--events", "1", "--particles", "10"]
+
+
+@case("simulate-out-under-dangling-symlink", f"--out WS/link/sub: {DANGLING} (on the way to WS/link/sub)")
+def _(ws):
+    return ["simulate", "--out", _dangling(ws) / "sub", "--events", "1", "--particles", "10"]
+
+
+@case("build-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["build", "--input", ws.base.events, "--out", _dangling(ws), "--quiet"]
+
+
+@case("partition-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", _dangling(ws)]
+
+
+@case("train-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", _dangling(ws), *TINY_TRAIN]
+
+
+@case("evaluate-json-dangling-symlink", f"--json WS/link: {DANGLING}")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--json", _dangling(ws), "--quiet"]
+
+
+@case("export-out-dangling-symlink", f"--out WS/link.pt: WS/link.pt is a symbolic link to WS/nowhere, which does not exist")
+def _(ws):
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", _dangling(ws, "link.pt")]
+
+
+@case("verify-json-dangling-symlink", f"--json WS/link: {DANGLING}")
+def _(ws):
+    return ["verify", "--graph", ws.base.graph, "--parts", "2", "--hidden", "4", "--iterations", "1", "--json", _dangling(ws)]
+
+
+@case("demo-out-dangling-symlink", f"--out WS/link: {DANGLING}")
+def _(ws):
+    return ["demo", "--out", _dangling(ws)]
 
 
 # =============================================================================== the corpus
@@ -1656,7 +2107,8 @@ def base(tmp_path_factory) -> Base:
 
 
 #: Cases that spawn ranks (seconds each, more on a loaded machine).
-SLOW_CASES = {"train-plans-part-file-flipped", "train-plans-manifest-garbage"}
+SLOW_CASES = {"train-plans-part-file-flipped", "train-plans-manifest-garbage", "train-plans-part-labels-rewritten",
+              "train-plans-manifest-deeply-nested", "train-resume-sectors-instead-of-domain"}
 
 
 @pytest.mark.timeout(120)
@@ -1682,6 +2134,7 @@ def test_hostile_input_is_refused_cleanly(name, base, tmp_path, monkeypatch):
     after = {k: v for k, v in after.items()
              if ".tmp" in k or not any(k == root or k.startswith(root + "/") for root in kept)}
     found = problems(outcome, before, after)
+    found += wrong_reason(outcome, EXPECT[name], {str(ws.tmp): "WS", str(base.root): "BASE"})
     base_after = snapshot(base.root)
     if base_after != base_before:
         found.append("changed the base inputs")

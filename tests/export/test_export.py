@@ -277,7 +277,7 @@ def test_evaluate_model_refusals(exported, checkpoint, event_dir, tmp_path, caps
     graph, _ = build_event_graph(EVENT, GraphConfig(cell_features=True))
     save_graph(graph, tmp_path / "cells" / "event000000001.npz")
     code, err = _run_cli(["evaluate", "--model", str(model), "--data", str(tmp_path / "cells")], capsys)
-    assert code == 2 and err.count("\n") == 1 and "graph has 5 node features but the model expects 3" in err
+    assert code == 2 and err.count("\n") == 1 and "graph has 5 node features but model model.pt expects 3" in err
     narrow = graph.__class__(**{**{k: getattr(graph, k) for k in graph.__dataclass_fields__}, "x": graph.x[:, :3], "edge_attr": graph.edge_attr[:, :2],
                                  "node_features": graph.node_features[:3], "edge_features": graph.edge_features[:2]})
     save_graph(narrow, tmp_path / "narrow" / "event000000001.npz")

@@ -23,9 +23,10 @@ pytestmark = pytest.mark.distributed
 
 
 def _second_run(data, out) -> subprocess.CompletedProcess:
-    # --resume: the first run's checkpoints are not in the way, only its lock is.
+    # --resume: the first run's checkpoints are not in the way, only its lock is; --stop-after-steps 1 pauses at once
+    # (a resume keeps the run's schedule, so --max-steps, which would shorten it, is refused).
     argv = [sys.executable, "-m", "domainpar", "train",
-            *train_args(data, out, "--mode", "single", "--max-steps", "1", "--resume")]
+            *train_args(data, out, "--mode", "single", "--stop-after-steps", "1", "--resume")]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 

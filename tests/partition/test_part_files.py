@@ -7,6 +7,8 @@ reject broken plans that ``build_plan`` never makes, and plan arrays are read-on
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import shutil
 
 import numpy as np
@@ -33,6 +35,17 @@ def graph():
 def plan_dir(graph, tmp_path):
     plan = partition_graph(graph, 3, "metis", seed=1)
     return plan, save_plan(plan, tmp_path / "event000000021", graph)
+
+
+def reseal(directory):
+    """Record the part files' current sizes and digests in the manifest: what the field checks under the
+    digest see when someone rewrites a plan's manifest along with its parts."""
+    manifest_path = directory / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["part_files"]:
+        content = (directory / entry["name"]).read_bytes()
+        entry["bytes"], entry["sha256"] = len(content), hashlib.sha256(content).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
 
 
 def _assert_same_part(a, b):
@@ -111,6 +124,11 @@ def test_a_part_of_another_event_is_refused_naming_the_file(graph, plan_dir, tmp
     other_dir = save_plan(partition_graph(other, 3, "metis", seed=1), tmp_path / "event000000022", other)
     shutil.copy(other_dir / part_file_name(1), directory / part_file_name(1))
     path = directory / part_file_name(1)
+    # The manifest's digest catches the copy first ...
+    with pytest.raises(DomainparError, match=rf"^{path}: part file must be \d+ bytes as its manifest records|^{path}: part file checksum"):
+        load_part(path, part=1, num_parts=3, event_id=21)
+    # ... and a manifest rewritten to match still holds a part of another event.
+    reseal(directory)
     with pytest.raises(DomainparError, match=rf"^{path}: part file must be of event 21 \(got 22\)") as info:
         load_part(path, part=1, num_parts=3, event_id=21)
     assert "\n" not in str(info.value)
@@ -142,8 +160,30 @@ def test_a_corrupted_part_file_is_refused_naming_the_file(plan_dir):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit of some array's data
     path.write_bytes(bytes(data))
-    with pytest.raises(DomainparError, match=rf"^{path}: expected an intact part file .* CRC"):
+    with pytest.raises(DomainparError, match=rf"^{path}: part file checksum must match its manifest .*modified"):
         load_part(path)
+
+
+def test_a_part_edited_into_another_valid_archive_never_loads(plan_dir):
+    """Labels rewritten into a perfectly valid part file (CRCs and fields intact): only the manifest's digest knows."""
+    _, directory = plan_dir
+    path = directory / part_file_name(0)
+    arrays = read_npz(path)
+    arrays["y"] = 1.0 - arrays["y"]
+    write_npz(path, arrays)
+    with pytest.raises(DomainparError, match=rf"^{path}: part file checksum must match its manifest"):
+        load_part(path)
+    with pytest.raises(DomainparError, match=rf"^{path}: part file checksum must match its manifest"):
+        load_plan(directory)
+
+
+def test_a_part_file_without_its_manifest_is_refused(plan_dir, tmp_path):
+    _, directory = plan_dir
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(directory / part_file_name(0), lone / part_file_name(0))
+    with pytest.raises(DomainparError, match=r"expected a plan directory with manifest.json"):
+        load_part(lone / part_file_name(0))
 
 
 @pytest.mark.parametrize("cut", [10, 1000, -100])
@@ -180,7 +220,7 @@ def _rewrite(path, **changes):
         ("y", lambda a: a["y"] * 3, r"y must hold labels in \[0, 1\]"),
         ("edge_attr", lambda a: a["edge_attr"].astype(np.float64), r"edge_attr must be a 2-dimensional float32 array"),
         ("plan_hash", lambda a: np.str_("not-a-hash"), r"plan_hash must be 16 hex digits"),
-        ("format_version", lambda a: np.int64(1), r"part file format version must be 2 \(got 1\)"),
+        ("format_version", lambda a: np.int64(1), r"part file format version must be 3 \(got 1\)"),
         ("format_version", lambda a: np.str_("2"), r"format_version must be a scalar"),
         ("recv_offsets", lambda a: a["recv_offsets"][:-1], r"recv_offsets must be of shape"),
         ("edge_ids", None, r"part file is missing entries \['edge_ids'\]"),
@@ -192,6 +232,9 @@ def test_a_hostile_field_is_refused_naming_file_and_field(plan_dir, field, make,
     path = directory / part_file_name(1)
     arrays = read_npz(path)
     _rewrite(path, **{field: None if make is None else make(arrays)})
+    with pytest.raises(DomainparError, match=rf"^{path}: part file (checksum must match|must be \d+ bytes as) its manifest"):
+        load_part(path)
+    reseal(directory)  # the field checks hold under a manifest rewritten along with the part
     with pytest.raises(DomainparError, match=rf"^{path}: .*{message}") as info:
         load_part(path)
     assert "\n" not in str(info.value)
@@ -208,6 +251,7 @@ def test_an_object_array_is_never_unpickled(plan_dir):
         for name, value in arrays.items():
             with archive.open(f"{name}.npy", "w") as fh:
                 np.lib.format.write_array(fh, value, allow_pickle=True)
+    reseal(directory)
     with pytest.raises(DomainparError, match=rf"^{path}: expected an intact part file .*object"):
         load_part(path)
 

@@ -50,7 +50,7 @@ def test_a_truncated_part_file_is_refused(saved):
     _, directory = saved
     path = directory / part_file_name(1)
     path.write_bytes(path.read_bytes()[:-40])
-    with pytest.raises(DomainparError, match="part 1 file must be .* bytes as recorded .* truncated"):
+    with pytest.raises(DomainparError, match="part file must be .* bytes as its manifest records .* truncated"):
         load_plan(directory)
 
 
@@ -60,7 +60,7 @@ def test_a_corrupted_part_file_of_the_same_size_is_refused(saved):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(DomainparError, match="part 2 file checksum must match the manifest .* corrupted"):
+    with pytest.raises(DomainparError, match="part file checksum must match its manifest .* modified"):
         load_plan(directory)
 
 
@@ -91,7 +91,7 @@ def test_another_format_version_is_refused(saved):
     manifest = json.loads((directory / MANIFEST_NAME).read_text())
     manifest["format_version"] = 99
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(DomainparError, match=r"plan format version must be 2 \(got 99\)"):
+    with pytest.raises(DomainparError, match=r"plan format version must be 3 \(got 99\)"):
         load_plan(directory)
 
 

@@ -200,18 +200,18 @@ def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
 
 _SLOW_WRITER = textwrap.dedent(
     """
-    import sys, time, torch
-    real_save = torch.save
-    def save(obj, f, *args, **kwargs):
-        real_save(obj, f, *args, **kwargs)
-        name = str(f).rsplit("/", 1)[-1]
+    import os, sys, time
+    real_replace = os.replace
+    def replace(src, dst, *args, **kwargs):
+        name = str(src).rsplit("/", 1)[-1]
         if name.startswith(".step-00000003.pt.tmp-"):
             # Killed here: the temporary file is half written and was never renamed.
-            with open(f, "r+b") as fh:
+            with open(src, "r+b") as fh:
                 fh.truncate(fh.seek(0, 2) // 2)
             print("WRITING", flush=True)
             time.sleep(600)
-    torch.save = save
+        return real_replace(src, dst, *args, **kwargs)
+    os.replace = replace
     from domainpar.cli.main import main
     main(sys.argv[1:])
     """
@@ -225,7 +225,8 @@ def test_kill_during_checkpoint_write_leaves_no_temporary_after_the_next_run(tmp
     write_graphs(data, 3)
     out = tmp_path / "run"
     argv = ["train", "--data", str(data), "--out", str(out), "--mode", "single", "--epochs", "2", "--hidden", "8",
-            "--iterations", "1", "--checkpoint-every", "1", "--keep", "10", "--threads", "1", "--no-progress", "--no-curves"]  # fmt: skip
+            "--iterations", "1", "--checkpoint-every", "1", "--keep", "10", "--threads", "1", "--no-progress", "--no-curves",
+            "--lr", "0.01", "--seed", "3", "--schedule", "constant"]  # fmt: skip  (the settings of _config: the resume below continues this run)
     process = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -290,6 +291,8 @@ def test_learning_rate_on_resume_with_other_replica_count(run_dir, tmp_path, cap
     source = checkpoint_files(out / "checkpoints")[1]
     state = torch.load(source, weights_only=True)
     state["schedule"]["num_replicas"] = 4
+    # As written by such a run: a resume must keep every setting of the run but the layout.
+    state["config"]["optim"].update(lr_scaling="linear", schedule="constant")
     write_checkpoint(state, source)
     config = _config(run_dir / "graphs", out, **{"run.resume_from": str(source), "optim.lr_scaling": "linear",
                                                  "optim.schedule": "constant", "optim.rescale_lr_on_resume": rescale})  # fmt: skip

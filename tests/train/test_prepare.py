@@ -53,10 +53,16 @@ def test_plans_are_made_once_per_event_and_remade_when_the_graph_changes(tmp_pat
     items, _ = list_items(config, 2)
     params = {"graph_config": None, "widths": None, "num_parts": 2, "method": "metis", "seed": 0}
     assert [prepare_item(item, params)["partitioned"] for item in items] == [False, False, False]
-    # A rebuilt graph (another size) gets a new plan; the others are kept.
+    # The same graph written again (new mtime, same content) keeps its plan: plans follow content, not time stamps.
     time.sleep(0.01)
-    save_graph(dataclasses.replace(load_graph(paths[1]), event_id=1), paths[1])
+    save_graph(load_graph(paths[1]), paths[1])
+    assert [prepare_item(item, params)["partitioned"] for item in items] == [False, False, False]
+    # A rebuilt graph with other features (same structure, same size) gets a new plan; the others are kept.
+    graph = load_graph(paths[1])
+    save_graph(dataclasses.replace(graph, x=graph.x + np.float32(1.0)), paths[1])
     assert [prepare_item(item, params)["partitioned"] for item in items] == [False, True, False]
+    part = load_part(root / f"event{graph.event_id:09d}" / part_file_name(0), part=0, num_parts=2)
+    assert np.array_equal(part.x, load_graph(paths[1]).x[part.plan.owned_ids])
 
 
 def test_single_mode_and_groups_of_one_need_no_plans(tmp_path):

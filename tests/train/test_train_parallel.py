@@ -17,6 +17,7 @@ import torch
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.launch.ranks import spawn
+from domainpar.npzfile import archive_digest
 from domainpar.partition import partition_graph
 from domainpar.partition.io import save_plan
 from domainpar.train.config import load_config
@@ -51,7 +52,8 @@ def runs(tmp_path_factory):
     for path in write_graphs(root / "graphs", 4):
         # `domainpar partition` output layout: one plan directory per event.
         graph = load_graph(path)
-        save_plan(partition_graph(graph, 2, method="geometric"), root / "plans" / f"event{graph.event_id:09d}", graph)
+        save_plan(partition_graph(graph, 2, method="geometric"), root / "plans" / f"event{graph.event_id:09d}", graph,
+                  graph_digest=archive_digest(path))
 
     def config(name, **overrides):
         return load_config(None, {**BASE, "data.train": str(root / "graphs"), "run.out": str(root / name), **overrides})

@@ -151,5 +151,34 @@ def test_resume_from_corrupted_checkpoint_is_a_clear_error(tmp_path):
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 3])
     with pytest.raises(DomainparError, match=rf"{latest.name}: expected a domainpar checkpoint, could not load it"):
         train(_config(data, data, out, **{"run.resume": True}))
-    with pytest.raises(DomainparError, match=r"resuming needs the same --batch-events as the checkpoint \(1, got 2\)"):
+    with pytest.raises(DomainparError, match=r"a resume continues the run that wrote this checkpoint, but --batch-events is 2 here and 1 in the checkpoint"):
         train(_config(data, data, out, **{"run.resume_from": str(older), "optim.batch_events": 2}))
+
+
+@pytest.mark.timeout(300)
+def test_a_pause_keeps_the_schedule_and_resumes_exactly(tmp_path):
+    """--stop-after-steps is a pause: the cosine schedule still spans the whole run, so pausing and resuming gives
+    the uninterrupted run's learning rates and weights bitwise; --max-steps is a shorter run, and a resume that
+    would change the schedule's length is refused (it used to reach 0 at the cut and jump back on resume)."""
+    data = tmp_path / "graphs"
+    write_graphs(data, 2)
+    settings = {"run.epochs": 3, "run.checkpoint_every": 0, "optim.warmup": 1}
+    whole = train(_config(data, data, tmp_path / "whole", **settings))
+    paused_out = tmp_path / "paused"
+    paused = train(_config(data, data, paused_out, **settings, **{"run.stop_after_steps": 3}))
+    assert paused["paused"] and paused["steps"] == 3 and paused["model"] is None and not (paused_out / "model.pt").exists()
+    resumed = train(_config(data, data, paused_out, **settings, **{"run.resume": True}))
+    assert resumed["steps"] == whole["steps"] == 6 and resumed["steps_this_run"] == 3
+    rates = lambda out: [json.loads(line)["lr"] for line in (out / "steps.jsonl").read_text().splitlines()]  # noqa: E731
+    assert rates(paused_out) == rates(tmp_path / "whole") and rates(paused_out)[3] > 0  # no drop to 0 at the pause
+    ours, theirs = _weights(paused_out), _weights(tmp_path / "whole")
+    for name in theirs:
+        assert torch.equal(ours[name], theirs[name]), name
+    assert [r["epoch"] for r in _records(paused_out)] == [1, 2, 3]
+    # A run shortened by --max-steps ends its schedule there: continuing it past the cut is refused, not reshaped.
+    short = tmp_path / "short"
+    train(_config(data, data, short, **settings, **{"run.max_steps": 3}))
+    assert rates(short)[-1] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(DomainparError, match=r"its cosine learning-rate schedule spans 3 steps \(--epochs 3, --max-steps 3\) and "
+                                             r"this run's would span 6 \(--epochs 3\), so the rate would jump at step 3"):
+        train(_config(data, data, short, **settings, **{"run.resume": True}))

@@ -263,3 +263,44 @@ def test_tensorboard_requested_without_package(data_dir, tmp_path):
     config = load_config(None, {"data.train": str(data_dir), "run.out": str(tmp_path / "o"), "run.tensorboard": True})
     with pytest.raises(DomainparError, match=r"--tensorboard needs the tensorboard package"):
         validate_config(config, world_size=1, cuda_available=False)
+
+
+def test_a_resume_refuses_every_setting_but_the_elastic_ones():
+    """The comparison is generic: a field of the config or the model config that is not listed as elastic is
+    refused when it differs — so a setting added later (a model option, a loss option) is compared by default."""
+    import dataclasses
+
+    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.train.config import SECTION_TYPES, TrainConfig
+    from domainpar.train.state import RESUME_ELASTIC, _differences
+
+    def other(value):
+        if isinstance(value, bool):
+            return not value
+        if isinstance(value, (int, float)):
+            return value + 1
+        if isinstance(value, str):
+            return value + "-other"
+        return 7 if value is None else None
+
+    base = TrainConfig().to_dict()
+    checked = 0
+    for section, cls in SECTION_TYPES.items():
+        for f in dataclasses.fields(cls):
+            if f.name not in base[section]:
+                continue  # derived fields are compared through the model config
+            changed = {**base, section: {**base[section], f.name: other(base[section][f.name])}}
+            found = [d for d, _, _ in _differences(base, changed, "")]
+            dotted = f"{section}.{f.name}"
+            assert found == ([] if dotted in RESUME_ELASTIC else [dotted]), dotted
+            checked += 1
+    model = ModelConfig().to_dict()
+    for name, value in model.items():
+        found = [d for d, _, _ in _differences(model, {**model, name: other(value)}, "model.")]
+        assert found == ([] if f"model.{name}" in RESUME_ELASTIC else [f"model.{name}"]), name
+    # A model option that does not exist today (e.g. a model registry's name) is compared too.
+    assert [d for d, _, _ in _differences({**model, "name": "a"}, {**model, "name": "b"}, "model.")] == ["model.name"]
+    # domain and single mode train exactly the same model; sectors does not.
+    single, domain, sectors = ({**base, "parallel": {**base["parallel"], "mode": m}} for m in ("single", "domain", "sectors"))
+    assert _differences(single, domain, "") == [] and [d for d, _, _ in _differences(single, sectors, "")] == ["parallel.mode"]
+    assert checked > 40

@@ -1,0 +1,144 @@
+"""Reading JSON and YAML that a user can hand us: bounded in size and nesting, one line naming the file.
+
+Parsers recurse: a manifest of ``[[[[...]]]]`` ten thousand levels deep ends
+in ``RecursionError`` (a traceback, or an error line that names no file), and
+a modest but deep document breaks every consumer that walks it recursively
+later (checksums, comparisons, ``repr``). Nothing this package reads is more
+than a few levels deep (a training config: 2; a plan manifest: 3; a sidecar:
+4), so documents are refused beyond :data:`MAX_DEPTH` levels, and beyond a
+size that no legitimate one reaches, before anything else looks at them.
+
+:func:`load_json` / :func:`load_yaml` read a file; :func:`parse_json` /
+:func:`parse_yaml` parse text already read (e.g. an entry of an archive);
+:func:`check_depth` bounds a value from anywhere else (a torch checkpoint).
+Syntax errors stay the caller's to word (each file type says what it
+expected); these functions raise :class:`~domainpar.errors.DomainparError`
+only for size and nesting, and the parsers' own exceptions otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from domainpar.errors import DomainparError
+
+#: Most levels of nested containers accepted in any document.
+MAX_DEPTH = 32
+#: Largest JSON or YAML file read, in bytes (a training config is ~2 kB, a manifest of 1000 parts ~150 kB).
+MAX_BYTES = 64 * 2**20
+
+
+def _too_deep(source: str, what: str, limit: int) -> DomainparError:
+    return DomainparError(f"{source}: expected {what}, found containers nested deeper than {limit} levels")
+
+
+def check_depth(value: Any, source: str, what: str, limit: int = MAX_DEPTH) -> Any:
+    """Refuse ``value`` when its dicts, lists and tuples nest deeper than ``limit`` levels (walked without recursion).
+
+    Returns:
+        ``value``.
+
+    Raises:
+        DomainparError: naming ``source`` and what was expected.
+    """
+    stack = [(value, 1)]
+    seen: set[int] = set()
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.keys()) + list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise _too_deep(source, what, limit)
+        if id(item) in seen:
+            continue  # a YAML alias shares a container: its depth was counted where it was first met
+        seen.add(id(item))
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return value
+
+
+def _read_text(path: Path, what: str, limit: int) -> str:
+    size = path.stat().st_size
+    if size > limit:
+        raise DomainparError(f"{path}: expected {what} of at most {limit:,} bytes (got {size:,})")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DomainparError(
+            f"{path}: expected {what} in UTF-8 (found byte 0x{exc.object[exc.start]:02x} at position {exc.start}, not UTF-8 text)"
+        ) from None
+
+
+def parse_json(text: str | bytes, source: str, what: str, limit: int = MAX_DEPTH) -> Any:
+    """``json.loads(text)`` bounded in nesting.
+
+    Raises:
+        DomainparError: nested deeper than ``limit`` (naming ``source``).
+        ValueError: not JSON (``json.JSONDecodeError``), for the caller to word.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(source, what, limit) from None
+    return check_depth(value, source, what, limit)
+
+
+def load_json(path: str | os.PathLike, what: str, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES) -> Any:
+    """Read and parse a JSON file bounded in size and nesting (see :func:`parse_json`)."""
+    path = Path(path)
+    return parse_json(_read_text(path, what, max_bytes), str(path), what, limit)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing documents nested deeper than its ``limit`` while composing them."""
+
+    limit = MAX_DEPTH
+    _depth = 0
+
+    def compose_node(self, parent, index):  # noqa: D102 - PyYAML's hook
+        self._depth += 1
+        try:
+            if self._depth > self.limit:
+                raise _Deep()
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _Deep(Exception):
+    pass
+
+
+def parse_yaml(text: str, source: str, what: str, limit: int = MAX_DEPTH) -> Any:
+    """``yaml.safe_load(text)`` bounded in nesting (no Python tags, no recursion beyond ``limit``).
+
+    Raises:
+        DomainparError: nested deeper than ``limit`` (naming ``source``).
+        yaml.YAMLError: not YAML, for the caller to word.
+    """
+    loader = _BoundedLoader(text)
+    loader.limit = limit
+    try:
+        value = loader.get_single_data()
+    except (_Deep, RecursionError):
+        raise _too_deep(source, what, limit) from None
+    finally:
+        loader.dispose()
+    return check_depth(value, source, what, limit)
+
+
+def load_yaml(path: str | os.PathLike, what: str, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES) -> Any:
+    """Read and parse a YAML file bounded in size and nesting (see :func:`parse_yaml`)."""
+    path = Path(path)
+    return parse_yaml(_read_text(path, what, max_bytes), str(path), what, limit)
+
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "check_depth", "load_json", "load_yaml", "parse_json", "parse_yaml"]

@@ -1,0 +1,294 @@
+"""Machine faults are machine faults, and interrupts leave nothing behind, in every command.
+
+* A full disk (a file-size limit, ``RLIMIT_FSIZE`` with SIGXFSZ ignored so a write raises EFBIG) while a command
+  writes its outputs: exit status 1, one ``error:`` line naming the file and what to try, no temporary left, no
+  abort (torch's C++ writers used to abort the export with SIGABRT and turn a checkpoint write into a traceback).
+* An allocation failure inside torch (its allocator's RuntimeError, ``torch.OutOfMemoryError``), in the command
+  or on a rank: exit status 1, one line with what to try.
+* A worker process killed by the system: exit status 1, the event and the worker named.
+* SIGINT or SIGTERM of a command with a worker pool or a long simulation: it stops within seconds with
+  130 / 143 and one line, removes its temporaries, and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from domainpar.cli.main import main
+from domainpar.errors import MachineFault
+from domainpar.workers import run_items
+from hostile_workspace import TINY_TRAIN, make_base
+
+#: Longest a command may take to stop after SIGINT/SIGTERM.
+STOP_WITHIN_S = 5.0
+
+#: A child interpreter that runs ``domainpar`` commands under a file-size limit and reports each as one JSON line.
+_FULL_DISK_CHILD = textwrap.dedent(
+    """
+    import contextlib, io, json, os, resource, signal, sys
+    from domainpar.cli.main import main
+    limit = int(sys.argv[1])
+    jobs = json.loads(sys.argv[2])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing us
+    for cwd, argv in jobs:
+        os.chdir(cwd)
+        err = io.StringIO()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print(json.dumps({"argv": argv, "code": code, "stderr": err.getvalue()}), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    base = make_base(tmp_path_factory.mktemp("faults-base"))
+    # Compiles (and caches) the track-building kernels too: a cold numba cache would be written under the limit.
+    assert _run(["evaluate", "--checkpoint", base.model, "--data", base.graphs, "--quiet"])[0] == 0
+    return base
+
+
+def _run(argv) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            main([str(a) for a in argv])
+        return 0, err.getvalue()
+    except SystemExit as exc:
+        return exc.code, err.getvalue()
+
+
+def _lines(stderr: str) -> list[str]:
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+
+
+def _temporaries(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".tmp-" in p.name)
+
+
+def _writing_commands(base, root: Path) -> dict[str, tuple[list, str]]:
+    """Every command that writes outputs: its argv and the output path its error line must name."""
+    events = root / "events"
+    events.mkdir()
+    for source in base.events.iterdir():
+        for event in (1, 2):  # two events: the pool of --workers 2 gets work
+            shutil.copy(source, events / source.name.replace("000000001", f"00000000{event}"))
+    return {
+        "simulate": (["simulate", "--out", root / "sim", "--events", "1", "--particles", "50", "--quiet"], "sim/event000000001-"),
+        "build": (["build", "--input", base.events, "--out", root / "g1", "--quiet"], "g1/event000000001.npz"),
+        "build-pool": (["build", "--input", events, "--out", root / "g2", "--workers", "2", "--quiet"], "g2/event00000000"),
+        "partition": (["partition", "--graph", base.graphs, "--parts", "2", "--out", root / "plans"], "plans/event000000001"),
+        "train": (["train", "--data", base.graphs, "--out", root / "run", *TINY_TRAIN, "--threads", "1"], "run/"),
+        "export-torchscript": (["export", "--checkpoint", base.model, "--format", "torchscript", "--out", root / "m.pt"], "m.pt"),
+        "export-onnx": (["export", "--checkpoint", base.model, "--format", "onnx", "--out", root / "m.onnx"], "m.onnx"),
+        "evaluate": (["evaluate", "--checkpoint", base.model, "--data", base.graphs, "--submissions", root / "subs", "--quiet"],
+                     "subs/event000000001-submission.csv"),
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_full_disk_is_a_machine_fault_in_every_writing_command(base, tmp_path):
+    commands = _writing_commands(base, tmp_path)
+    jobs = []
+    for name, (argv, _) in commands.items():
+        (tmp_path / f"cwd-{name}").mkdir()
+        jobs.append([str(tmp_path / f"cwd-{name}"), [str(a) for a in argv]])
+    result = subprocess.run([sys.executable, "-c", _FULL_DISK_CHILD, "1024", json.dumps(jobs)], capture_output=True,
+                            text=True, timeout=540)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]  # no abort, no traceback out of main()
+    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(reports) == len(commands), result.stdout[-2000:] + result.stderr[-2000:]
+    for (name, (_, names)), report in zip(commands.items(), reports):
+        lines = _lines(report["stderr"])
+        assert report["code"] == 1, (name, report["stderr"][-2000:])
+        assert len(lines) == 1 and lines[0].startswith("error: "), (name, report["stderr"][-2000:])
+        assert "file too large" in lines[0] and "free space" in lines[0], (name, lines[0])
+        assert f"{tmp_path}/{names}" in lines[0], (name, lines[0])  # the output the user asked for, not a temporary
+        assert ".tmp-" not in lines[0], (name, lines[0])
+    assert _temporaries(tmp_path) == []
+
+
+ALLOCATOR_TEXT = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")  # fmt: skip
+
+
+def _torch_allocator_failure(*args, **kwargs):
+    raise RuntimeError(ALLOCATOR_TEXT)
+
+
+def _torch_out_of_memory(*args, **kwargs):
+    import torch
+
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "command, target, advice",
+    [
+        ("train", "domainpar.train.step.StepRunner.train", "training step 1: out of memory (can't allocate memory: you tried to allocate 68719476736 bytes"),
+        ("evaluate", "domainpar.inference.evaluation.infer_single", "try more --parts"),
+        ("partition", "domainpar.partition.partitioners.partition_graph", "try fewer --workers"),
+        ("build", "domainpar.data.dataset.build_event_graph", "try fewer --workers"),
+        ("export", "domainpar.export.writer.deploy_model", "out of memory"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("failure", [_torch_allocator_failure, _torch_out_of_memory], ids=["allocator", "OutOfMemoryError"])
+def test_an_allocation_failure_inside_torch_is_one_line_and_exit_1(base, tmp_path, monkeypatch, command, target, advice, failure):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(target, failure)
+    argv = {
+        "train": ["train", "--data", base.graphs, "--out", tmp_path / "run", *TINY_TRAIN, "--threads", "1"],
+        "evaluate": ["evaluate", "--checkpoint", base.model, "--data", base.graphs, "--json", tmp_path / "e.json", "--quiet"],
+        "partition": ["partition", "--graph", base.graphs, "--parts", "2", "--out", tmp_path / "plans", "--workers", "1"],
+        "build": ["build", "--input", base.events, "--out", tmp_path / "g", "--workers", "1", "--quiet"],
+        "export": ["export", "--checkpoint", base.model, "--format", "torchscript", "--out", tmp_path / "m.pt"],
+    }[command]
+    code, stderr = _run(argv)
+    lines = _lines(stderr)
+    assert code == 1, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
+    assert "out of memory" in lines[0] and (advice in lines[0] or failure is _torch_out_of_memory), lines[0]
+    assert _temporaries(tmp_path) == []
+
+
+def _rank_out_of_memory(rank: int, world_size: int) -> None:
+    if rank == 1:
+        raise RuntimeError(ALLOCATOR_TEXT)
+    time.sleep(60)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_a_rank_out_of_memory_is_named_as_that_ranks_machine_fault():
+    from domainpar.launch.ranks import SpawnError, spawn
+
+    with pytest.raises(SpawnError) as info:
+        spawn(_rank_out_of_memory, 2, timeout_s=120)
+    assert info.value.line.startswith("rank 1 of 2: out of memory (can't allocate memory: you tried to allocate 68719476736 bytes")
+    assert info.value.traceback_text == ""  # a machine fault is its line, not a traceback
+    assert info.value.failure is not None and not info.value.failure.user_error
+
+
+def _killed_for_item(item: int) -> int:
+    if item == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    time.sleep(0.2)
+    return item
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_worker_is_a_machine_fault_naming_the_event():
+    with pytest.raises(MachineFault, match=r"^event1: a worker process was killed by SIGKILL \(by the system's out-of-memory killer\?\); try fewer --workers$"):
+        run_items(_killed_for_item, [0, 1, 2, 3], names=[f"event{i}" for i in range(4)], workers=2, progress=False)
+
+
+# ----------------------------------------------------------------------------- interrupts
+
+
+def _start(argv: list, cwd: Path) -> subprocess.Popen:
+    # Its own session: the test can signal the command alone, or its whole process group as a terminal's Ctrl-C does.
+    return subprocess.Popen([sys.executable, "-m", "domainpar", *[str(a) for a in argv]], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+
+def _stop(process: subprocess.Popen, signum: int, group: bool) -> tuple[float, str]:
+    sent = time.monotonic()
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    elapsed = time.monotonic() - sent
+    return elapsed, stderr
+
+
+def _group_alive(pgid: int) -> list[str]:
+    """Processes of the command's group still running (zombies waiting for init are not running)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(entry.name)
+    return alive
+
+
+def _wait_for(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "the command did not get going"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+                         ids=["SIGINT-to-group", "SIGTERM", "SIGTERM-to-group"])  # fmt: skip
+def test_an_interrupted_worker_pool_stops_cleanly(base, tmp_path, signum, group):
+    events = tmp_path / "events"
+    events.mkdir()
+    for event in range(1, 121):  # copies of the small event: seconds of work for two workers
+        for source in base.events.iterdir():
+            shutil.copy(source, events / source.name.replace("000000001", f"{event:09d}"))
+    out = tmp_path / "graphs"
+    process = _start(["build", "--input", events, "--out", out, "--workers", "2", "--quiet"], tmp_path)
+    # Signalled while both workers are busy: once the first graphs are written.
+    _wait_for(lambda: out.is_dir() and len(list(out.glob("event*.npz"))) >= 2, 120)
+    elapsed, stderr = _stop(process, signum, group)
+    time.sleep(0.5)
+    assert process.returncode == 128 + signum, stderr[-3000:]
+    assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
+    lines = _lines(stderr)
+    assert lines in (["error: interrupted"], ["error: domainpar build stopped by SIGTERM"]), stderr[-3000:]
+    assert _temporaries(tmp_path) == []
+    assert _group_alive(process.pid) == []
+    built = sorted(out.glob("event*.npz"))
+    assert 2 <= len(built) < 120  # stopped part way; what was written is complete
+    from domainpar.data.graph_files import load_graph
+
+    load_graph(built[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_simulation_leaves_no_temporary(tmp_path, signum):
+    process = _start(["simulate", "--out", tmp_path / "sim", "--events", "3", "--particles", "20000", "--quiet"], tmp_path)
+    _wait_for(lambda: any(".tmp-" in p.name for p in tmp_path.iterdir()), 120)  # the staging directory exists
+    time.sleep(0.5)
+    elapsed, stderr = _stop(process, signum, group=False)
+    assert process.returncode == 128 + signum, stderr[-3000:]
+    assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
+    assert _lines(stderr) in (["error: interrupted"], ["error: domainpar simulate stopped by SIGTERM"]), stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no half an event
