@@ -34,6 +34,9 @@ import torch
 from torch import nn
 
 from domainpar.errors import DomainparError
+from domainpar.model.config import ACTIVATIONS
+from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.model.registry import build_model
 
 
 class DeployLayer(nn.Module):
@@ -247,21 +250,23 @@ def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtyp
         dtype: parameter dtype of the deployed model (ACTS feeds float32).
 
     Returns:
-        :class:`EdgeClassifier` (``model_config.edge_inputs > 0``) or
-        :class:`NodeOnlyEdgeClassifier`, in eval mode, without gradients.
+        For the Interaction Network :class:`EdgeClassifier` (``model_config.edge_inputs > 0``) or
+        :class:`NodeOnlyEdgeClassifier`; for another model what its ``deploy()`` returns; in eval mode,
+        without gradients.
 
     Raises:
         DomainparError: the weights do not fit ``model_config`` (a key is missing, unused or of another shape).
     """
-    from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork
-
     c = model_config
-    # The training class is the judge of whether the weights fit the config (names and shapes).
+    # The training model is the judge of whether the weights fit the config (names and shapes).
+    trained = build_model(c)
     try:
-        InteractionNetwork(c).load_state_dict(state, strict=True)
+        trained.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = " ".join(str(exc).split())[:300]
         raise DomainparError(f"checkpoint weights do not fit its model_config ({first})") from None
+    if not isinstance(trained, InteractionNetwork):
+        return _deploy_other(trained, c, dtype)
     activation_cls = ACTIVATIONS[c.activation]
     weights = _Weights(state, dtype)
     num_networks = min(1, c.num_iterations) if c.recurrent else c.num_iterations
@@ -283,6 +288,20 @@ def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtyp
     if unused:
         raise DomainparError(f"checkpoint model weights hold entries the deployed model does not use: {unused[:5]}")
     return model.eval().requires_grad_(False)
+
+
+def _deploy_other(trained: nn.Module, model_config, dtype: torch.dtype) -> nn.Module:
+    """The deploy-time module of a model other than the Interaction Network: what its ``deploy()`` returns."""
+    deploy = getattr(trained, "deploy", None)
+    if deploy is None:
+        raise DomainparError(
+            f"model {model_config.name} has no deploy-time module (a deploy() method returning forward(x, edge_index"
+            "[, edge_attr]) -> logits, docs/models.md), so it cannot be exported; score it with evaluate --checkpoint"
+        )
+    module = deploy()
+    if not isinstance(module, nn.Module):
+        raise DomainparError(f"model {model_config.name}: deploy() must return a torch.nn.Module (got {type(module).__name__})")
+    return module.to(dtype=dtype).eval().requires_grad_(False)
 
 
 def input_names(model_config) -> list[str]:

@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, FieldError
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model, check_config
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,8 @@ class ExportSource:
     """The checkpoint file."""
     sha256: str
     """The checkpoint's verified content checksum (:func:`domainpar.train.checkpoint.state_digest`), recorded in the sidecar."""
-    model_config: Any
-    """The :class:`~domainpar.model.interaction_network.ModelConfig` it was trained with."""
+    model_config: ModelConfig
+    """The :class:`~domainpar.model.config.ModelConfig` it was trained with (name, settings, options)."""
     state: dict[str, torch.Tensor]
     """The model ``state_dict`` (CPU)."""
     dtype: torch.dtype
@@ -56,12 +58,13 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     Raises:
         DomainparError: missing, damaged or incomplete checkpoint, or weights that do not fit its model config.
     """
-    from domainpar.model.interaction_network import ModelConfig
-
     path = Path(path)
     state = _load_state(path)
     try:
         config = ModelConfig.from_dict({**dict(state["model_config"]), "checkpointing": False, "overlap": False})
+        check_config(config)
+    except FieldError as exc:
+        raise DomainparError(f"{path}: checkpoint entry model_config.{exc.field} {exc.message}") from None
     except (DomainparError, TypeError) as exc:
         raise DomainparError(f"{path}: checkpoint entry 'model_config' is not a valid model config ({exc})") from None
     weights = {k: v.detach().cpu() for k, v in state["model"].items()}
@@ -87,11 +90,17 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
 
 
 def training_model(source: ExportSource) -> torch.nn.Module:
-    """The checkpoint's training :class:`~domainpar.model.interaction_network.InteractionNetwork` (eval mode, CPU, its own dtype)."""
-    from domainpar.model.interaction_network import InteractionNetwork
+    """The checkpoint's training model, built by the factory (eval mode, CPU, its own dtype).
 
-    model = InteractionNetwork(source.model_config).to(dtype=source.dtype)
-    model.load_state_dict(source.state)
+    Raises:
+        DomainparError: the weights do not fit the model its ``model_config`` builds.
+    """
+    model = build_model(source.model_config).to(dtype=source.dtype)
+    try:
+        model.load_state_dict(source.state)
+    except RuntimeError as exc:
+        first = " ".join(str(exc).split())[:300]
+        raise DomainparError(f"{source.path}: checkpoint weights do not fit its model_config ({first})") from None
     return model.eval()
 
 

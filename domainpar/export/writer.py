@@ -185,7 +185,7 @@ def verify_file(source: ExportSource, path: Path, fmt: str, graph: CheckGraph) -
         "num_nodes": int(graph.x.shape[0]),
         "num_edges": int(graph.edge_index.shape[1]),
         "runtime": runtime,
-        "reference": f"training InteractionNetwork, one process, {str(source.dtype).removeprefix('torch.')}",
+        "reference": f"training model {source.model_config.name}, one process, {str(source.dtype).removeprefix('torch.')}",
         "max_abs_logit_diff": diff,
         "max_abs_logit": scale,
     }

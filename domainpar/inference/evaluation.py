@@ -70,7 +70,7 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         exported = None
         loaded = load_model(config.checkpoint)
         threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
-        node_features, step = loaded.model.config.node_features, loaded.step
+        node_features, step = loaded.model_config.node_features, loaded.step
     events = load_events(config, node_features, loaded.graph if loaded is not None else None)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")

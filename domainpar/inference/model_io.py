@@ -9,6 +9,10 @@ from pathlib import Path
 import torch
 
 from domainpar.errors import DomainparError
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model
+from domainpar.train.checkpoint import load_checkpoint
+from domainpar.train.config import config_from_dict
 
 
 @dataclass(frozen=True)
@@ -16,7 +20,7 @@ class LoadedModel:
     """A model restored from a checkpoint."""
 
     model: torch.nn.Module
-    """The InteractionNetwork in eval mode, on CPU."""
+    """The model (built by the factory from the checkpoint's ``model_config``) in eval mode, on CPU."""
     dtype: torch.dtype
     """Parameter dtype (float32, or float64 for fp64 runs); inputs are cast to it."""
     threshold: float | None
@@ -25,6 +29,8 @@ class LoadedModel:
     """Optimiser steps of the checkpoint."""
     graph: dict | None = None
     """The training graphs' ``node_features``, ``edge_features`` and ``build_config`` (JSON), when recorded."""
+    model_config: ModelConfig = ModelConfig()
+    """What the model was built from (name, settings, options; activation checkpointing off)."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -33,16 +39,15 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     Raises:
         DomainparError: missing/corrupted file, not a domainpar checkpoint, or weights that do not fit.
     """
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-    from domainpar.train.checkpoint import load_checkpoint
-
     path = Path(path)
     # Checksum, format version and the type of every entry are verified here (also for export).
     state = load_checkpoint(path, resumable=False)
-    model_config = ModelConfig.from_dict(dict(state["model_config"]))
     # Inference never needs activation checkpointing; overlap is exact either way.
-    model_config = ModelConfig.from_dict({**model_config.to_dict(), "checkpointing": False})
-    model = InteractionNetwork(model_config)
+    model_config = ModelConfig.from_dict({**dict(state["model_config"]), "checkpointing": False})
+    try:
+        model = build_model(model_config)
+    except DomainparError as exc:
+        raise DomainparError(f"{path}: {exc}") from None
     weights = state["model"]
     floating = [v.dtype for v in weights.values() if torch.is_tensor(v) and v.is_floating_point()]
     dtype = floating[0] if floating else torch.float32
@@ -56,13 +61,13 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     threshold = None
     config = state.get("config")
     if isinstance(config, dict) and isinstance(config.get("run"), dict) and "threshold" in config["run"]:
-        from domainpar.train.config import config_from_dict
-
         # load_checkpoint checked the entry converts; its range is checked here, where it is used.
         threshold = config_from_dict(config, source=f"{path}: config").run.threshold
         if not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
     graph = state.get("graph")
-    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None)
+    return LoadedModel(
+        model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None, model_config=model_config
+    )
 

@@ -438,7 +438,7 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
     if len(floating) > 1:
         raise DomainparError(f"{path}: checkpoint entry 'model' must hold weights of one dtype (got {sorted(map(str, floating))})")
     # A model config that does not construct is a damaged checkpoint, not a bug: name the file.
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
 
     annotations = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
     for key, value in state["model_config"].items():

@@ -22,8 +22,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
+import yaml
+
+from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model, check_config
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -152,7 +157,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     """Event sources."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """Model hyper-parameters (the model's own :class:`ModelConfig`; feature widths are taken from the graphs)."""
+    """The model: its name, shared settings and options (:class:`ModelConfig`; feature widths are taken from the graphs)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Loss and optimiser."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -186,6 +191,8 @@ SECTION_TYPES = {
 #: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
 FLAG_NAMES = {
     "data.train": "--data",
+    "model.name": "--model",
+    "model.options": "--model-option",
     "model.num_iterations": "--iterations",
     "parallel.timeout_s": "--timeout",
     "parallel.heartbeat_s": "--heartbeat",
@@ -204,6 +211,8 @@ def flag_name(dotted: str) -> str:
 
 def _display_name(dotted: str, source: str) -> str:
     """How an error names a field: its flag on the command line, its dotted key in a file."""
+    if dotted.startswith("model.options.") and source == "command line":
+        return f"--model-option {dotted[len('model.options.'):]}"
     return flag_name(dotted) if source == "command line" else dotted
 
 
@@ -287,7 +296,32 @@ def _coerce(value: Any, annotation: Any, name: str, source: str) -> Any:
         if isinstance(value, (str, os.PathLike)):
             return str(value)
         raise DomainparError(f"{source}: {name} must be a string (got {shorten(value)})")
+    if annotation is dict:
+        return _mapping(value, name, source)
     raise TypeError(f"unsupported config field type {annotation!r} for {name}")
+
+
+def _mapping(value: Any, name: str, source: str) -> dict[str, Any]:
+    """A mapping field (``model.options``): a YAML mapping, or KEY=VALUE texts from the command line (each VALUE
+    read as YAML, so ``3``, ``true`` and ``[sum, max]`` keep their types)."""
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise DomainparError(f"{source}: {name} must map option names to values (got {shorten(dict(value))})")
+        return dict(value)
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        parsed = {}
+        for item in value:
+            key, sep, text = item.partition("=")
+            if not sep or not key.strip():
+                raise DomainparError(f"{source}: {name} must be KEY=VALUE (got {shorten(item)})")
+            try:
+                parsed[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+            except yaml.YAMLError:
+                parsed[key.strip()] = text
+        return parsed
+    raise DomainparError(f"{source}: {name} must be a mapping of option names to values (got {shorten(value)})")
 
 
 def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: str = "override") -> TrainConfig:
@@ -314,10 +348,15 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: s
         if dotted in DERIVED_FIELDS:
             raise DomainparError(f"{source}: {dotted} cannot be set (it is taken from {DERIVED_FIELDS[dotted]})")
         changes[section][name] = _coerce(value, types_[name], _display_name(dotted, source), source)
+    if "options" in changes["model"]:
+        # Options given later add to (or change) the ones given before, like every other override.
+        changes["model"]["options"] = {**sections["model"].options, **changes["model"]["options"]}
     replaced = {}
     for name in SECTION_TYPES:
         try:
             replaced[name] = dataclasses.replace(sections[name], **changes[name])
+            if name == "model" and changes["model"]:
+                check_config(replaced[name])  # the name resolves, its settings and options are its own
         except FieldError as exc:
             raise DomainparError(f"{source}: {_display_name(f'{name}.{exc.field}', source)} {exc.message}") from None
     return TrainConfig(**replaced)
@@ -347,8 +386,6 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
     Raises:
         DomainparError: missing or malformed file, unknown key, wrong value type.
     """
-    import yaml
-
     config = TrainConfig()
     if path is not None:
         path = Path(path)
@@ -379,10 +416,6 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
 
 def dump_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write ``config`` as YAML (atomically)."""
-    import yaml
-
-    from domainpar.atomic import atomic_path
-
     with atomic_path(path) as tmp:
         tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
@@ -393,13 +426,9 @@ def _require(ok: bool, message: str) -> None:
 
 
 def model_parameters(model: ModelConfig) -> int:
-    """Number of parameters of the Interaction Network of ``model``, counted without allocating it (meta device)."""
-    import torch
-
-    from domainpar.model.interaction_network import InteractionNetwork
-
+    """Number of parameters of the model of ``model``, counted without allocating it (meta device)."""
     with torch.device("meta"):
-        network = InteractionNetwork(model)
+        network = build_model(model)
     return sum(p.numel() for p in network.parameters())
 
 
@@ -520,8 +549,6 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         )
 
     if cuda_available is None:
-        import torch
-
         cuda_available = torch.cuda.is_available()
     _require(p.device != "cuda" or cuda_available, "--device cuda requested but torch sees no CUDA device")
     on_cuda = p.device == "cuda" or (p.device == "auto" and cuda_available)

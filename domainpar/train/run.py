@@ -13,6 +13,7 @@ Three ways a run starts:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,10 @@ from domainpar.train.config import TrainConfig, validate_config
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
 _SPAWN_JOB_LIMIT_S = 30 * 24 * 3600.0
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _device_kind(config: TrainConfig) -> str:
@@ -77,7 +82,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
     from domainpar.comm.watchdog import current as current_watchdog
     from domainpar.train import launch, runlock
     from domainpar.train.prepare import prepare, prepare_distributed
-    from domainpar.train.trainer import run_rank
+    from domainpar.train.trainer import check_run_model, run_rank
 
     env = launch.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
     validate_config(config, world_size=env.world_size)
@@ -101,6 +106,7 @@ def _train_as_launched_rank(config: TrainConfig) -> dict[str, Any]:
             inputs = prepare_distributed(
                 config, env.rank, env.world_size, before=own_out if env.rank == 0 else None, progress=config.run.progress
             )
+        check_run_model(config, inputs.train_files, echo=_stderr if env.rank == 0 else None)
         payload = _payload(config, inputs)
         payload["device"] = env.device.type
         return run_rank(env.rank, env.world_size, payload)
@@ -127,7 +133,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         PeerFailed: under torchrun/srun, another rank failed first (named).
     """
     from domainpar.train import launch, runlock
-    from domainpar.train.trainer import run_rank
+    from domainpar.train.trainer import check_run_model, run_rank
 
     if launch.running_under_launcher():
         return _train_as_launched_rank(config)
@@ -145,6 +151,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         from domainpar.train.prepare import prepare
 
         inputs = prepare(config, world_size, progress=config.run.progress)
+        check_run_model(config, inputs.train_files, echo=_stderr)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
         payload = _payload(config, inputs)
         if world_size == 1:

@@ -86,6 +86,7 @@ def checkpoint_state(
     config: TrainConfig,
     data_description: dict,
     layout: Layout,
+    graph: dict | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs (the layout is :mod:`domainpar.train.checkpoint`'s table)."""
     return {
@@ -109,6 +110,8 @@ def checkpoint_state(
         "data": data_description,
         "world_size": layout.world_size,
         "domain_size": layout.domain_size,
+        # How the training graphs were built (features, cuts, edge filter): inference and export rebuild the same graph.
+        **({"graph": dict(graph)} if graph is not None else {}),
     }
 
 

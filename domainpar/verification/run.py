@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.errors import DomainparError
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.errors import DomainparError, FieldError
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model, check_config
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import VerifyCase, VerifyResult
 from domainpar.verification.worker import verify_worker
@@ -36,6 +39,23 @@ def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGr
     return graph
 
 
+def case_model(config: ModelConfig, graph: EventGraph) -> ModelConfig:
+    """``config`` with the graph's feature widths and its model's options written out, refused before any rank starts
+    when the model cannot be built for this graph.
+
+    Raises:
+        DomainparError: one line naming ``model.<key>``.
+    """
+    config = dataclasses.replace(config, node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]))
+    try:
+        config = check_config(config)
+    except FieldError as exc:
+        raise DomainparError(f"model.{exc.field} {exc.message}") from None
+    with torch.device("meta"):
+        build_model(config)
+    return config
+
+
 def verify_graph_local(
     graph_path: str,
     num_parts: int,
@@ -47,11 +67,16 @@ def verify_graph_local(
     timeout_s: float = 600.0,
     num_threads: int | None = None,
     fault: str | None = None,
-) -> VerifyResult:
-    """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
+) -> tuple[VerifyResult, ModelConfig]:
+    """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes.
+
+    Returns:
+        (the verdict, the model configuration checked: the graph's widths, every option written out).
+    """
     from domainpar.train.launch import spawn
 
     graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    config = case_model(config, graph)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
@@ -59,7 +84,7 @@ def verify_graph_local(
 
         num_threads = max(1, (os.cpu_count() or 1) // num_parts)
     per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
-    return per_rank[0][0]
+    return per_rank[0][0], config
 
 
 def verify_graph_distributed(
@@ -72,13 +97,13 @@ def verify_graph_distributed(
     seed: int = 0,
     timeout_s: float = 600.0,
     fault: str | None = None,
-) -> tuple[VerifyResult, int, str]:
+) -> tuple[VerifyResult, int, str, ModelConfig]:
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
     Rank 0 partitions and broadcasts the owners, so every rank uses one plan.
 
     Returns:
-        (result, this rank, backend).
+        (result, this rank, backend, the model configuration checked).
     """
     from domainpar.train.launch import init_from_env
 
@@ -86,6 +111,7 @@ def verify_graph_distributed(
     if env.world_size != num_parts:
         raise DomainparError(f"--parts must equal the number of launched ranks {env.world_size} (got {num_parts})")
     graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    config = case_model(config, graph)
     # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
     owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
     if env.rank == 0:
@@ -95,7 +121,7 @@ def verify_graph_distributed(
     result = verify_worker(env.rank, env.world_size, [case], env.device)[0]
     dist.barrier()
     dist.destroy_process_group()
-    return result, env.rank, env.backend
+    return result, env.rank, env.backend, config
 
 
 def format_result_table(result: VerifyResult) -> str:

@@ -20,7 +20,8 @@ def test_run_exported_rebuilds_the_inputs_from_the_sidecar(cell_features, tmp_pa
     from domainpar.export.runtime import load_exported
     from domainpar.export.source import load_export_source
     from domainpar.export.writer import export_model
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
 
     config = GraphConfig(cell_features=cell_features)
@@ -28,7 +29,7 @@ def test_run_exported_rebuilds_the_inputs_from_the_sidecar(cell_features, tmp_pa
     graph_path = tmp_path / "graphs" / "event000000001.npz"
     torch.manual_seed(0)
     model_config = ModelConfig(node_features=5 if cell_features else 3, hidden=8, num_iterations=2)
-    model = InteractionNetwork(model_config)
+    model = build_model(model_config)
     state = {"format_version": CHECKPOINT_FORMAT_VERSION, "model": model.state_dict(), "model_config": model_config.to_dict(),
              "data": build_description(config)}  # fmt: skip
     write_checkpoint(state, tmp_path / "model.pt")
