@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.atomic import atomic_path
+from domainpar.data.features import recorded_description
 from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.npzfile import write_npz
 
@@ -249,9 +250,12 @@ def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | N
         graph: the event graph.
         path: the file to write.
         description: what its feature columns are and how it was built
-            (:func:`domainpar.data.features.graph_description`), stored as JSON text.
+            (:func:`domainpar.data.features.graph_description`), stored as JSON text; None: the one the
+            graph's own feature names and build configuration give (a pruned graph keeps its filter's record).
     """
     path = Path(path)
+    if description is None:
+        description = recorded_description(graph.node_features, graph.edge_features, graph.build_config)
     arrays = {"format_version": np.int64(GRAPH_FORMAT_VERSION), "event_id": np.int64(graph.event_id)}
     if description is not None:
         arrays[DESCRIPTION_ENTRY] = np.array(json.dumps(description, sort_keys=True))
@@ -439,9 +443,11 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
 
 
 def read_graph_description(path: str | os.PathLike) -> dict | None:
-    """The description stored with a graph file (None for a file written without one).
+    """The description stored with a graph file; for a file written without one, the description its feature names
+    and build configuration give (:func:`~domainpar.data.features.recorded_description`); None for a format-1 file,
+    which records neither.
 
-    Reads that one entry of the archive, not the arrays.
+    Reads those entries of the archive, not the arrays.
 
     Raises:
         DomainparError: not a readable graph file, or a description that is not a JSON object.
@@ -453,8 +459,10 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
         return load_pyg_file(path).description
     try:
         with zipfile.ZipFile(path) as archive:
-            if f"{DESCRIPTION_ENTRY}.npy" not in archive.namelist():
-                return None
+            stored = f"{DESCRIPTION_ENTRY}.npy" in archive.namelist()
+        if not stored:
+            meta = read_graph_metadata(path)
+            return recorded_description(meta["node_features"], meta["edge_features"], meta["build_config"])
         with np.load(path, allow_pickle=False) as npz:
             text = npz[DESCRIPTION_ENTRY]
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:

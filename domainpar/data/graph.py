@@ -410,8 +410,9 @@ def build_graph(
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
     edge_index = _search_edges(r, phi, z, layer, config)
-    clusters = feature_catalogue.cluster_summary(hit_id, cells) if config.needs_cells else None
-    x = feature_catalogue.node_feature_matrix(config.node_feature_names, r, phi, z, clusters)
+    x, edge_attr = feature_catalogue.compute_features(
+        config.node_feature_names, config.edge_features, hit_id, pos, edge_index, cells if config.needs_cells else None
+    )
     num_nodes = hit_id.size
     num_edges = edge_index.shape[1]
     y = stats_truth = None
@@ -437,7 +438,7 @@ def build_graph(
         hit_id=hit_id,
         layer=layer.astype(np.int64),
         edge_index=edge_index.astype(np.int64),
-        edge_attr=feature_catalogue.edge_feature_matrix(config.edge_features, pos, edge_index),
+        edge_attr=edge_attr,
         y=y,
         particle_id=None if truth is None else particle_id.astype(np.int64),
         particle_pt=None if truth is None else particle_pt.astype(np.float32),

@@ -71,7 +71,7 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         loaded = load_model(config.checkpoint)
         threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
         node_features, step = loaded.model_config.node_features, loaded.step
-    events = load_events(config, node_features, loaded.graph if loaded is not None else None)
+    events = load_events(config, node_features, loaded.graph if loaded is not None else None, exported=exported)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")
     graphs = [e.graph for e in events]

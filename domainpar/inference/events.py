@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,8 +57,6 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     record (older checkpoints) the default cuts are used, with the legacy cell
     features when the model's input width asks for them.
     """
-    import json
-
     from domainpar.data.graph import CELL_FEATURES, GraphConfig
 
     build = None if not graph_meta else graph_meta.get("build_config")
@@ -87,25 +87,71 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     return graph_config, edge_filter
 
 
-def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | None = None) -> list[EventInput]:
-    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth).
+def _filter_hash(build_config: str | None) -> str | None:
+    """The content hash of the edge filter a graph's build configuration records (None: not pruned)."""
+    try:
+        record = json.loads(build_config).get("edge_filter") if build_config else None
+    except (ValueError, AttributeError):
+        record = None
+    return None if not isinstance(record, dict) else str(record.get("hash"))
+
+
+def _pruned_like_training(path: Path, graph: EventGraph, wanted: str | None, prune, what: str) -> EventGraph:
+    """A graph file as the model's training graphs were: pruned by their edge filter (``wanted`` hash) when they were.
+
+    A file already pruned by that filter is used as is; an unpruned one is pruned with ``prune`` (the filter of
+    ``--filter``, or the exported pipeline's); anything else is one line.
+    """
+    if wanted is None:
+        return graph
+    found = _filter_hash(graph.build_config)
+    if found == wanted:
+        return graph
+    if found is not None:
+        raise DomainparError(
+            f"{path}: graph was pruned by edge filter {found}, but {what} was trained on graphs pruned by {wanted}"
+        )
+    if prune is None:
+        raise DomainparError(
+            f"{path}: {what} was trained on graphs pruned by edge filter {wanted} and this graph is not pruned; "
+            "pass that filter with --filter, or evaluate the pruned graphs"
+        )
+    return prune(graph)
+
+
+def load_events(
+    config: EvaluateConfig, node_features: int, graph_meta: dict | None = None, exported: Any = None
+) -> list[EventInput]:
+    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth), as the
+    model's training graphs were (same cuts, features and edge filter).
 
     Args:
         config: what to evaluate.
         node_features: the model's input width.
         graph_meta: the checkpoint's record of its training graphs (feature names, build configuration),
             used to rebuild the same graph from raw events and to check graph files' feature names.
+        exported: an exported pipeline (:class:`~domainpar.export.runtime.ExportedModel`): raw events are built with
+            its sidecar's graph stage and pruned by its edge filter's file, as a deployment runs them.
     """
     from tqdm import tqdm
 
     data = Path(config.data)
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
+    edge_filter = None
+    if exported is None and config.edge_filter is not None:
+        from domainpar.filter.edge_filter import load_filter
+
+        edge_filter = load_filter(config.edge_filter)
     if raw:
         from domainpar.data.graph import build_graph
         from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
 
-        graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
+        if exported is not None:
+            graph_config, prune = exported.graph_config(), exported.prune
+        else:
+            graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
+            prune = None if edge_filter is None else edge_filter.apply
         for prefix in tqdm(event_prefixes(data), desc="building graphs", unit="event", disable=not config.progress):
             if not has_truth(prefix):
                 raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
@@ -116,8 +162,8 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
                 hits, truth, particles, frames[3] if graph_config.needs_cells else None,
                 config=graph_config, event_id=event_id_of(prefix),
             )  # fmt: skip
-            if edge_filter is not None:
-                graph = edge_filter.apply(graph)
+            if prune is not None:
+                graph = prune(graph)
             event = EventInput(graph=graph, source=str(prefix))
             _attach_truth(event, hits, particles, truth)
             events.append(event)
@@ -129,9 +175,19 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
     whose = "the model" if config.model is not None else "the checkpoint's model"
+    if exported is not None:
+        wanted, prune = exported.filter_hash, exported.prune
+    else:
+        wanted = None if not graph_meta else _filter_hash(graph_meta.get("build_config"))
+        if edge_filter is not None and wanted is not None and edge_filter.content_hash != wanted:
+            raise DomainparError(
+                f"--filter {config.edge_filter}: expected the edge filter the model was trained with (hash {wanted}), "
+                f"got hash {edge_filter.content_hash}"
+            )
+        prune = None if edge_filter is None else edge_filter.apply
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
-        graph = load_graph(path)
+        graph = _pruned_like_training(path, load_graph(path), wanted, prune, whose)
         if graph.event_id in first_source:
             # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
             raise DomainparError(
