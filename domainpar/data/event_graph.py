@@ -243,12 +243,16 @@ def validate_graph(graph: EventGraph, source: str) -> None:
 DESCRIPTION_ENTRY = "description_json"
 
 
-def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | None = None) -> Path:
+def save_graph(
+    graph: EventGraph, path: str | os.PathLike, description: dict | None = None, extra: dict[str, np.ndarray] | None = None
+) -> Path:
     """Write ``graph`` to ``path`` (``.npz``, no pickle) atomically.
 
     Args:
         graph: the event graph.
         path: the file to write.
+        extra: more entries for later stages (e.g. per-edge scores, :mod:`domainpar.inference.scores`); readers of
+            the graph ignore them. Their names must not be the graph's own.
         description: what its feature columns are and how it was built
             (:func:`domainpar.data.features.graph_description`), stored as JSON text; None: the one the
             graph's own feature names and build configuration give (a pruned graph keeps its filter's record).
@@ -269,6 +273,10 @@ def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | N
             arrays[name] = np.array(getattr(graph, name), dtype=np.str_)
     if graph.build_config is not None:
         arrays["build_config"] = np.array(graph.build_config, dtype=np.str_)
+    for name, value in (extra or {}).items():
+        if name in arrays or name in ARRAY_DTYPES or name in METADATA:
+            raise DomainparError(f"{path}: extra entry {name!r} would replace an entry of the graph itself")
+        arrays[name] = value
     with atomic_path(path) as tmp:
         # Reproducible bytes: the same graph gives the same file, whatever worker built it and when.
         # zlib level 1: 40 % less CPU than the default level for 3 % more bytes (a full event: 1.4 s vs 2.3 s).

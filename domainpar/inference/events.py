@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 
 from domainpar.data.event_graph import EventGraph, graph_files, has_graph_files, load_graph
+from domainpar.data.pyg_files import is_pyg_file
+from domainpar.data.true_segments import pair_keys
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
 from domainpar.tracks.efficiency import ParticleTable
@@ -30,6 +32,11 @@ class EventInput:
     """(len(truth),) layer code of every truth hit (with truth)."""
     particles: ParticleTable | None = None
     """Particle pT and eta."""
+    source_format: str = "raw"
+    """What ``source`` is: ``npz`` or ``pyg`` (a graph file), ``raw`` (TrackML CSVs, the graph built here)."""
+    kept: np.ndarray | None = None
+    """(E_file,) bool: the edges of the source graph file that are in ``graph`` (None: all of them; edges the
+    pipeline's edge filter removed are not scored)."""
 
 
 def _raw_truth(prefix: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -187,7 +194,13 @@ def load_events(
         prune = None if edge_filter is None else edge_filter.apply
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
-        graph = _pruned_like_training(path, load_graph(path), wanted, prune, whose)
+        read = load_graph(path)
+        graph = _pruned_like_training(path, read, wanted, prune, whose)
+        kept = None
+        if graph.num_edges != read.num_edges:
+            # Pruning keeps the order of the edges it keeps: mark them among the file's edges.
+            kept = np.isin(pair_keys(read.edge_index[0], read.edge_index[1], read.num_nodes),
+                           pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes))  # fmt: skip
         if graph.event_id in first_source:
             # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
             raise DomainparError(
@@ -210,7 +223,7 @@ def load_events(
                 )
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
-        event = EventInput(graph=graph, source=str(path))
+        event = EventInput(graph=graph, source=str(path), source_format="pyg" if is_pyg_file(path) else "npz", kept=kept)
         if config.events_dir is not None:
             prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
             hits, particles, truth = _raw_truth(prefix)

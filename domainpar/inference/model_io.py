@@ -31,6 +31,8 @@ class LoadedModel:
     """The training graphs' ``node_features``, ``edge_features`` and ``build_config`` (JSON), when recorded."""
     model_config: ModelConfig = ModelConfig()
     """What the model was built from (name, settings, options; activation checkpointing off)."""
+    sha256: str | None = None
+    """The checkpoint's verified content digest (what scores written by evaluate record)."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -68,6 +70,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     step = int(state["step"]) if "step" in state else None
     graph = state.get("graph")
     return LoadedModel(
-        model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None, model_config=model_config
+        model=model, dtype=dtype, threshold=threshold, step=step, graph=dict(graph) if graph else None, model_config=model_config,
+        sha256=str(state["sha256"]),
     )
 

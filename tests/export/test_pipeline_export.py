@@ -175,3 +175,21 @@ def test_models_with_a_deploy_method_export_and_others_are_refused(tmp_path):
         for fmt, suffix in (("onnx", ".onnx"), ("torchscript", ".pt")):
             sidecar = export_model(source, fmt, tmp_path / f"{name}-out{suffix}").sidecar
             assert sidecar["verification"]["max_abs_logit_diff"] <= 1e-4 and sidecar["model_config"]["name"] == name
+
+
+def test_scores_of_a_pruned_pyg_graph_cover_the_files_edges(run, tmp_path):
+    """PyG graphs the exported pipeline prunes get scores over the file's own edges: 0 and edge_scored false for the
+    edges its filter removed."""
+    from domainpar.cli.main import main
+    from domainpar.data.pyg_files import read_pyg_object
+
+    build_dataset(TRACKML_DIR, tmp_path / "pyg", GRAPH, progress=False, fmt="pyg")
+    main(["export", "--checkpoint", str(run["checkpoint"]), "--format", "torchscript", "--out", str(tmp_path / "m.pt")])
+    main(["evaluate", "--model", str(tmp_path / "m.pt"), "--data", str(tmp_path / "pyg"), "--write-scores",
+          str(tmp_path / "scores"), "--quiet"])  # fmt: skip
+    written = read_pyg_object(tmp_path / "scores" / "event000000001.pyg")
+    pruned = load_graph(run["root"] / "filtered" / "event000000001.npz")
+    scored = written["edge_scored"].numpy()
+    assert scored.shape == (written["edge_index"].shape[1],) and int(scored.sum()) == pruned.num_edges
+    scores = written["edge_scores"].numpy()
+    assert (scores[~scored] == 0).all() and ((scores[scored] > 0) & (scores[scored] < 1)).all()
