@@ -23,6 +23,7 @@ from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.model.config import ModelConfig
+from domainpar.model.loss import LossConfig
 from domainpar.partition import build_plan, partition_graph
 from domainpar.train.launch import spawn
 from domainpar.verification.cases import VerifyCase, VerifyJob
@@ -32,6 +33,9 @@ from fixtures import REPO, TRACKML_DIR, random_graph
 CONFIG = ModelConfig(hidden=16, num_iterations=2, mlp_layers=2)
 #: The example user model (examples/custom_layer.py), built by import path like any user's.
 USER_MODEL = f"{REPO / 'examples' / 'custom_layer.py'}:AttentionEdgeClassifier"
+#: A target-particle selection with every kind of weight (acorn's weighting).
+TARGET_LOSS = LossConfig(weighting="targets", target_min_pt=0.5, target_min_hits=5, target_primary=True, target_weight=3.0,
+                         non_target_weight=0.2, fake_weight=1.0)  # fmt: skip
 #: Every built-in model other than the Interaction Network, and the example user model, small (float64 cases
 #: on the real event and a dense random graph): name → (model name, shared settings, options).
 MODELS = {
@@ -162,6 +166,10 @@ def cases_for(world_size: int) -> list[VerifyCase]:
             cases.append(VerifyCase(f"fault={fault}/float64", dense, dense_owner, CONFIG, fault=fault))
     real = real_graph()
     owners = {method: partition_graph(real, world_size, method, seed=0).owner for method in ("metis", "geometric")}
+    # The target-weighted loss (acorn's weighting), normalised by the event's weight sum reduced over the group.
+    for label, config in (("in", CONFIG), ("ign", model_config(real, *MODELS["ign"]))):
+        for method in ("metis", "geometric"):
+            cases.append(VerifyCase(f"loss-targets/{label}/real/{method}/float64", real, owners[method], config, loss=TARGET_LOSS))
     for label, (name, settings, options) in MODELS.items():
         for graph_name, graph, owner in (
             ("real/metis", real, owners["metis"]), ("real/geometric", real, owners["geometric"]), ("dense", dense, dense_owner),

@@ -63,6 +63,12 @@ class EventGraph:
     """(N,) int64 truth particle of every hit (0 = noise); None without truth."""
     particle_pt: np.ndarray | None = None
     """(N,) float32 transverse momentum (GeV) of each hit's particle (0 for noise); None without truth."""
+    particle_nhits: np.ndarray | None = None
+    """(N,) int64 hits of each hit's particle in the event (0 for noise), for target selections; None when unknown
+    (graphs written before domainpar recorded it, or without truth)."""
+    particle_vertex: np.ndarray | None = None
+    """(N, 3) float32 production vertex x, y, z (mm) of each hit's particle (0 for noise), for the primary-particle
+    selection; None when unknown."""
     node_features: tuple[str, ...] | None = None
     """Name of every column of ``x`` (see :mod:`domainpar.data.features`); None when unknown (format 1 files)."""
     edge_features: tuple[str, ...] | None = None
@@ -100,7 +106,7 @@ class EventGraph:
 
 #: Arrays every graph has, arrays a graph without truth lacks, and the dtype of each.
 REQUIRED_ARRAYS = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
-OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt")
+OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt", "particle_nhits", "particle_vertex")
 ARRAY_DTYPES = {
     "x": np.float32,
     "pos": np.float32,
@@ -111,6 +117,8 @@ ARRAY_DTYPES = {
     "y": np.float32,
     "particle_id": np.int64,
     "particle_pt": np.float32,
+    "particle_nhits": np.int64,
+    "particle_vertex": np.float32,
 }
 
 
@@ -125,6 +133,8 @@ ARRAY_SHAPES = {
     "y": ("E",),
     "particle_id": ("N",),
     "particle_pt": ("N",),
+    "particle_nhits": ("N",),
+    "particle_vertex": ("N", 3),
 }
 #: Scalar entries of a graph file (0-d integer arrays).
 SCALARS = ("format_version", "event_id")
@@ -196,7 +206,7 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             raise _fail(source, name, "a numpy array", type(value).__name__)
         shapes[name] = (value.shape, value.dtype)
     n, e = check_structure(shapes, source)
-    for name in ("x", "pos", "edge_attr", "y", "particle_pt"):
+    for name in ("x", "pos", "edge_attr", "y", "particle_pt", "particle_vertex"):
         value = getattr(graph, name)
         if value is not None and not np.isfinite(value).all():
             index = np.unravel_index(int(np.flatnonzero(~np.isfinite(value))[0]), value.shape)
@@ -212,6 +222,9 @@ def validate_graph(graph: EventGraph, source: str) -> None:
     if graph.particle_pt is not None and (graph.particle_pt < 0).any():
         bad = int(np.flatnonzero(graph.particle_pt < 0)[0])
         raise _fail(source, "particle_pt", "non-negative GeV", f"{graph.particle_pt[bad]} at [{bad}]")
+    if graph.particle_nhits is not None and (graph.particle_nhits < 0).any():
+        bad = int(np.flatnonzero(graph.particle_nhits < 0)[0])
+        raise _fail(source, "particle_nhits", "non-negative hit counts", f"{graph.particle_nhits[bad]} at [{bad}]")
     if n and graph.layer.min() < 0:
         bad = int(np.flatnonzero(graph.layer < 0)[0])
         raise _fail(source, "layer", "non-negative layer indices", f"{graph.layer[bad]} at [{bad}]")

@@ -402,10 +402,13 @@ def build_graph(
     pos = hits[["x", "y", "z"]].to_numpy(np.float64)
     if truth is not None:
         particle_id, particle_pt, vertex = _truth_per_hit(hits, truth, particles)
+        # Hits of each particle in the event as read (before the truth-pT filter): what target selections count.
+        _, first_of, count = np.unique(particle_id, return_inverse=True, return_counts=True)
+        nhits = np.where(particle_id != 0, count[first_of], 0).astype(np.int64)
         if config.min_pt > 0:
             keep = (particle_id != 0) & (particle_pt >= config.min_pt)
             hit_id, pos, layer = hit_id[keep], pos[keep], layer[keep]
-            particle_id, particle_pt, vertex = particle_id[keep], particle_pt[keep], vertex[keep]
+            particle_id, particle_pt, vertex, nhits = particle_id[keep], particle_pt[keep], vertex[keep], nhits[keep]
     r = np.hypot(pos[:, 0], pos[:, 1])
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
@@ -442,6 +445,8 @@ def build_graph(
         y=y,
         particle_id=None if truth is None else particle_id.astype(np.int64),
         particle_pt=None if truth is None else particle_pt.astype(np.float32),
+        particle_nhits=None if truth is None else nhits,
+        particle_vertex=None if truth is None else np.where((particle_id != 0)[:, None], vertex, 0.0).astype(np.float32),
         node_features=config.node_feature_names,
         edge_features=config.edge_features,
         build_config=config.to_json(),

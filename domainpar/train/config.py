@@ -1,9 +1,11 @@
 """Training configuration: frozen dataclasses, YAML loading, CLI overrides, validation.
 
-A :class:`TrainConfig` has five sections (``data``, ``model``, ``optim``,
-``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
+A :class:`TrainConfig` has six sections (``data``, ``model``, ``optim``,
+``loss``, ``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
 (see ``examples/train_default.yaml``); ``model`` is the model's own
-:class:`~domainpar.model.interaction_network.ModelConfig`. Every field is one
+:class:`~domainpar.model.config.ModelConfig` (a name from the registry, shared
+settings, the model's options) and ``loss`` the loss's
+:class:`~domainpar.model.loss.LossConfig`. Every field is one
 YAML key (``optim.lr``) and one command-line flag (:func:`flag_name`, generated
 by ``domainpar/cli/options.py`` from these dataclasses and their field
 docstrings), so a new field needs one edit here. Everything that can be checked
@@ -28,6 +30,7 @@ import yaml
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
 from domainpar.model.config import ModelConfig
+from domainpar.model.loss import LossConfig
 from domainpar.model.registry import build_model, check_config
 
 MODES = ("domain", "sectors", "single")
@@ -160,6 +163,8 @@ class TrainConfig:
     """The model: its name, shared settings and options (:class:`ModelConfig`; feature widths are taken from the graphs)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Loss and optimiser."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Target particles and edge weights of the loss (default: optim.pos_weight, today's loss)."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """Process layout."""
     run: RunConfig = field(default_factory=RunConfig)
@@ -183,6 +188,7 @@ SECTION_TYPES = {
     "data": DataConfig,
     "model": ModelConfig,
     "optim": OptimConfig,
+    "loss": LossConfig,
     "parallel": ParallelConfig,
     "run": RunConfig,
 }

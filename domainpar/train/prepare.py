@@ -38,6 +38,7 @@ import json
 import os
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -168,9 +169,31 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
     return items, RunInputs(files["train"], files["val"], roots["train"], roots["val"])
 
 
+#: Bumped when part files gain members a run needs (2: the owned nodes' particle truth), so older plans are remade.
+_PART_CONTENT = 2
+
+
 def _fingerprint(graph: Path) -> str:
     stat = graph.stat()
-    return json.dumps({"graph": str(graph.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return json.dumps({"graph": str(graph.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "parts": _PART_CONTENT})
+
+
+def check_loss_inputs(graph: Path, needs: list[tuple[str, str]]) -> None:
+    """The graph file records the per-node truth the loss's target selection reads (from the archive's index only).
+
+    Raises:
+        DomainparError: naming the setting (``loss.target_min_hits`` ...) and the file.
+    """
+    if not needs:
+        return
+    with zipfile.ZipFile(graph) as archive:
+        names = set(archive.namelist())
+    for setting, array in needs:
+        if f"{array}.npy" not in names:
+            raise DomainparError(
+                f"{graph}: loss.{setting} needs the graphs' {array}, which this file does not record (built before "
+                "domainpar recorded it, or converted from a PyG file without it); rebuild it with `domainpar build`"
+            )
 
 
 def _source_note(plan_dir: Path) -> Path:
@@ -206,6 +229,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
     header = inspect_graph(graph)  # the file's structure from its headers: a damaged file is named precisely
     if not header.has_labels:
         require_labels(graph)
+    check_loss_inputs(graph, params.get("loss_needs", []))
     widths = params.get("widths")
     if widths is not None:
         for name, width, found in zip(("x", "edge_attr"), widths, (header.node_features, header.edge_features)):
@@ -274,6 +298,7 @@ def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict
         "num_parts": domain_size_of(config, world_size),
         "method": "sectors" if config.parallel.mode == "sectors" else config.data.method,
         "seed": config.run.seed,
+        "loss_needs": config.loss.needs,
     }
 
 

@@ -9,6 +9,7 @@ import torch
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.model.config import ModelConfig
+from domainpar.model.loss import LossConfig
 
 #: Pass threshold of every error measure, by dtype name.
 TOLERANCES = {"float64": 1e-10, "float32": 1e-5}
@@ -39,6 +40,8 @@ class VerifyCase:
     """Loss weight of true edges."""
     fault: str | None = None
     """None, or one of :data:`FAULTS` to break the exchange on purpose."""
+    loss: LossConfig | None = None
+    """The loss's target weighting (normalised by the event's weight sum, reduced over the group); None: pos_weight."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import Exchange
-from domainpar.model.loss import edge_loss
+from domainpar.model.loss import edge_loss, part_weights
 from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
 from domainpar.partition.local_graph import LocalGraph
@@ -54,7 +54,7 @@ def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, fl
     torch.manual_seed(case.seed)
     model = build_model(config).to(device=device, dtype=dtype)
     logits = model(whole.graph, whole.exchange)
-    loss = edge_loss(logits, whole.graph, case.pos_weight)
+    loss = _loss(case, logits, whole, None, reduce=False)
     loss.backward()
     full_logits = whole.scatter_edges(logits.detach())
     grads = {
@@ -64,9 +64,22 @@ def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, fl
     return full_logits, float(loss.detach()), grads
 
 
+def _loss(case: VerifyCase, logits: torch.Tensor, part, group, reduce: bool = True) -> torch.Tensor:
+    """This rank's loss share: pos_weight, or the case's target weighting normalised by the event's weight sum
+    (summed over ``group`` when ``reduce``, as training does; the one-process reference sums its own)."""
+    if case.loss is None or case.loss.weighting == "pos_weight":
+        return edge_loss(logits, part.graph, case.pos_weight)
+    weights = part_weights(case.loss, part.data)
+    total = torch.tensor([float(weights.sum())], dtype=torch.float64, device=logits.device)
+    if reduce:
+        dist.all_reduce(total, group=group)
+    weights_t = torch.as_tensor(weights, dtype=logits.dtype, device=logits.device)
+    return edge_loss(logits, part.graph, weights=weights_t, weight_sum=float(total))
+
+
 def _reference_key(case: VerifyCase) -> tuple:
     config = replace(case.config, checkpointing=False, overlap=False)
-    return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight)
+    return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight, repr(case.loss))
 
 
 def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
@@ -93,7 +106,7 @@ def partitioned_step(
     torch.manual_seed(case.seed)
     model = build_model(case.config).to(device=device, dtype=dtype)
     logits = model(graph, exchange)
-    loss = edge_loss(logits, graph, case.pos_weight)
+    loss = _loss(case, logits, rp, group)
     loss.backward()
     all_reduce_gradients(model, group)
     return graph, model, logits.detach(), loss.detach(), exchange

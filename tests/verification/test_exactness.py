@@ -126,3 +126,16 @@ def test_gcn_needs_global_degrees():
     for rank_result in comm_results():
         assert rank_result["gcn_degrees"]["global"] <= 1e-10, rank_result["gcn_degrees"]
     assert max(r["gcn_degrees"]["local"] for r in comm_results()) > 1e-6
+
+
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_target_weighted_loss_is_exact(world_size):
+    """acorn's weighting (target particles by pT, hits and vertex; three weights), normalised by the event's weight
+    sum reduced over the domain group: the partitioned loss and gradients equal one process's."""
+    results = results_for(world_size)
+    names = [f"loss-targets/{m}/real/{p}/float64" for m in ("in", "ign") for p in ("metis", "geometric")]
+    failures = [_describe(results[name]) for name in names if not results[name].passed]
+    assert not failures, "\n".join(failures)
+    # The weighting changes the loss: it is not the pos_weight loss of the same case.
+    assert results["loss-targets/in/real/metis/float64"].loss_full != results["real/metis/ckpt=0/overlap=0/float64"].loss_full
