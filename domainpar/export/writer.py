@@ -272,6 +272,13 @@ def _export_filter(
         "the graph with only those edges, nodes unchanged",
         "reads": {"node_features": [node_names[i] for i in module.node_columns.tolist()],
                   "edge_features": [edge_names[i] for i in module.edge_columns.tolist()]},  # fmt: skip
+        "acts": {
+            "stage": "TorchEdgeClassifier" if fmt == "torchscript" else "OnnxEdgeClassifier",
+            "cut": float(1.0 / (1.0 + np.exp(-float(edge_filter.threshold)))),
+            "useEdgeFeatures": True,
+            "undirected": False,
+            "note": "ACTS cuts on sigmoid(logit): the same edges as logit >= threshold; run it before the classifier stage",
+        },
         "hash": edge_filter.content_hash,
         "training_record": {k: v for k, v in edge_filter.record.items() if isinstance(v, (int, float, str)) or v is None},
         "verification": {"graph": graph.name, "runtime": _runtime_name(fmt), "max_abs_logit_diff": diff,
