@@ -129,13 +129,17 @@ class ExportedModel:
     def filter_logits(self, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray) -> np.ndarray:
         """(E,) float64 logits of the edge filter's file on one graph (the graph stage's full inputs)."""
         inputs = [np.asarray(x, dtype=np.float32), np.asarray(edge_index, dtype=np.int64), np.asarray(edge_attr, dtype=np.float32)]
+        return self._run(self.filter_runner, inputs, "its edge filter")
+
+    def _run(self, runner: Any, inputs: list[np.ndarray], what: str) -> np.ndarray:
+        """(E,) float64 logits of one of the pipeline's files; a runtime's refusal or a wrong output size is one line."""
         try:
-            out = np.asarray(self.filter_runner(inputs)).reshape(-1)
+            out = np.asarray(runner(inputs)).reshape(-1)
         except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
             shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
-            raise DomainparError(f"{self.path}: its edge filter refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
+            raise DomainparError(f"{self.path}: {what} refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
         if out.shape[0] != inputs[1].shape[1]:
-            raise DomainparError(f"{self.path}: its edge filter returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
+            raise DomainparError(f"{self.path}: {what} returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
         return out.astype(np.float64)
 
     def prune(self, graph: EventGraph) -> EventGraph:
@@ -203,14 +207,7 @@ class ExportedModel:
             if edge_attr is None:
                 raise DomainparError(f"{self.path}: the model needs edge features (edge_attr), none were given")
             inputs.append(np.asarray(edge_attr, dtype=np.float32))
-        try:
-            out = np.asarray(self.runner(inputs)).reshape(-1)
-        except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
-            shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
-            raise DomainparError(f"{self.path}: the model refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
-        if out.shape[0] != inputs[1].shape[1]:
-            raise DomainparError(f"{self.path}: model returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
-        return out.astype(np.float64)
+        return self._run(self.runner, inputs, "the model")
 
 
 def load_exported(path: str | os.PathLike) -> ExportedModel:

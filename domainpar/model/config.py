@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+import torch
 from torch import nn
 
 from domainpar.errors import DomainparError, FieldError
@@ -120,6 +121,22 @@ class ModelConfig:
         if unknown:
             raise DomainparError(f"model config has unknown keys {unknown} (expected a subset of {sorted(known)})")
         return cls(**values)
+
+
+def check_widths(config: ModelConfig, x: torch.Tensor, edge_attr: torch.Tensor) -> None:
+    """A local graph's feature tensors fit the model's widths (one line otherwise; edge features only when read).
+
+    Args:
+        config: the model's config.
+        x: (n_owned, F) node features of the local graph.
+        edge_attr: (E_local, F_e) edge features of the local graph.
+    """
+    if x.ndim != 2 or x.shape[1] != config.node_features:
+        raise DomainparError(f"graph.x must have shape (n_owned, {config.node_features}) for this model (got {tuple(x.shape)})")
+    if config.edge_inputs and (edge_attr.ndim != 2 or edge_attr.shape[1] != config.edge_features):
+        raise DomainparError(
+            f"graph.edge_attr must have shape (E, {config.edge_features}) for this model (got {tuple(edge_attr.shape)})"
+        )
 
 
 #: Settings of :class:`ModelConfig` every model honours (widths, depth, activation, normalisation, edge features).

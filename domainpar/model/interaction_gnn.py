@@ -42,8 +42,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from domainpar.errors import DomainparError, FieldError
-from domainpar.model.config import ACTIVATIONS, ModelConfig
+from domainpar.errors import FieldError
+from domainpar.model.config import ACTIVATIONS, ModelConfig, check_widths
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.partition.local_graph import LocalGraph
 
@@ -215,20 +215,10 @@ class InteractionGNN(nn.Module):
     # ---- forward
 
     def forward(self, graph: LocalGraph, exchange: Exchange = IdentityExchange()) -> torch.Tensor:
-        """Logits of every local edge.
-
-        Args:
-            graph: the part's local graph (x: (n_owned, F), edge_attr: (E_local, F_e)).
-            exchange: completes owned rows with halo rows; ``IdentityExchange()`` for one process.
-
-        Returns:
-            (E_local,) logits in local edge order.
-        """
+        """(E_local,) logits of every local edge of a part (x: (n_owned, F), edge_attr: (E_local, F_e)), in local edge
+        order; ``exchange`` completes owned rows with halo rows (``IdentityExchange()`` on one process)."""
         c = self.config
-        if graph.x.ndim != 2 or graph.x.shape[1] != c.node_features:
-            raise DomainparError(f"graph.x must have shape (n_owned, {c.node_features}) for this model (got {tuple(graph.x.shape)})")
-        if c.edge_inputs and (graph.edge_attr.ndim != 2 or graph.edge_attr.shape[1] != c.edge_features):
-            raise DomainparError(f"graph.edge_attr must have shape (E, {c.edge_features}) for this model (got {tuple(graph.edge_attr.shape)})")
+        check_widths(c, graph.x, graph.edge_attr)
         edge_attr = graph.edge_attr if c.edge_inputs else None
         start, end, edge_attr = self.directed(graph.edge_index, edge_attr)
         # Node updates are for owned rows only (a halo node's edges are not all on this rank): the edges whose

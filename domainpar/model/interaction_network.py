@@ -65,7 +65,7 @@ from domainpar.errors import DomainparError
 from domainpar.kernels import compile as compiler
 from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, gather_rows_add2, scatter_sum
 from domainpar.model.chunked import EdgeChunk, EdgePlan, chunk_rows, chunked_edges, edge_chunks
-from domainpar.model.config import ACTIVATIONS, OPTIONAL_SETTINGS, ModelConfig
+from domainpar.model.config import ACTIVATIONS, OPTIONAL_SETTINGS, ModelConfig, check_widths
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.model.lean import mlp_tail
 from domainpar.model.recompute import recompute
@@ -415,15 +415,7 @@ class InteractionNetwork(nn.Module):
         raise AssertionError("unreachable: the loop returns at the head step")
 
     def _check_inputs(self, graph: LocalGraph, exchange: Exchange) -> None:
-        c = self.config
-        if graph.x.ndim != 2 or graph.x.shape[1] != c.node_features:
-            raise DomainparError(
-                f"graph.x must have shape (n_owned, {c.node_features}) for this model (got {tuple(graph.x.shape)})"
-            )
-        if c.edge_inputs and (graph.edge_attr.ndim != 2 or graph.edge_attr.shape[1] != c.edge_features):
-            raise DomainparError(
-                f"graph.edge_attr must have shape (E, {c.edge_features}) for this model (got {tuple(graph.edge_attr.shape)})"
-            )
+        check_widths(self.config, graph.x, graph.edge_attr)
         num_halo = getattr(exchange, "num_halo", None)
         if num_halo is not None and num_halo != graph.num_halo:
             raise DomainparError(

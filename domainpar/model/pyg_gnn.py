@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import EdgeConv, GATConv, GATv2Conv, GCNConv, GINEConv, GraphConv, ResGatedGraphConv, SAGEConv, TransformerConv
 
-from domainpar.errors import DomainparError, FieldError
-from domainpar.model.config import ACTIVATIONS, ModelConfig
+from domainpar.errors import FieldError
+from domainpar.model.config import ACTIVATIONS, ModelConfig, check_widths
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.model.interaction_gnn import acorn_mlp
 from domainpar.model.pyg import DomainParallelConv, gcn_norm_local
@@ -137,18 +137,9 @@ class PygEdgeClassifier(nn.Module):
         return self.config.num_iterations + 1 + (1 if self.options.layer == "gcn" else 0)
 
     def forward(self, graph: LocalGraph, exchange: Exchange = IdentityExchange()) -> torch.Tensor:
-        """Logits of every local edge.
-
-        Args:
-            graph: the part's local graph (x: (n_owned, F), edge_attr: (E_local, F_e)).
-            exchange: completes owned rows with halo rows; ``IdentityExchange()`` for one process.
-
-        Returns:
-            (E_local,) logits in local edge order.
-        """
+        """(E_local,) logits of every local edge of a part, in local edge order (see :class:`InteractionGNN`'s forward)."""
         c, o = self.config, self.options
-        if graph.x.ndim != 2 or graph.x.shape[1] != c.node_features:
-            raise DomainparError(f"graph.x must have shape (n_owned, {c.node_features}) for this model (got {tuple(graph.x.shape)})")
+        check_widths(c, graph.x, graph.edge_attr)
         src, dst = graph.edge_index[0], graph.edge_index[1]
         e = self.edge_encoder(graph.edge_attr) if self.edge_encoder is not None else None
         edge_index, e_layers = graph.edge_index, e
