@@ -228,6 +228,9 @@ def _exchange_checks(rank: int) -> dict:
     checks["float32"] = bool(torch.equal(exchange(features[owned_ids].float()), features[local_ids].float()))
     checks["bytes"] = exchange.bytes_per_exchange(5, torch.float64) == part.send_ids.size * 5 * 8
     checks["buffers"] = len(exchange._buffers)  # send + grad for float64, send for float32
+    # What was really sent: three float64 exchanges and one float32 exchange of 5 columns, then one of 2 columns.
+    exchange(features[owned_ids][:, :2].float())
+    checks["bytes_sent"] = exchange.bytes_sent == part.send_ids.size * (3 * 5 * 8 + 5 * 4 + 2 * 4)
     return checks
 
 

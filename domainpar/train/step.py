@@ -109,11 +109,9 @@ class StepRunner:
 
     def halo_bytes(self, exchange, backward: bool) -> float:
         """Bytes this rank sends through ``exchange`` for one event (twice with the backward pass)."""
-        if not hasattr(exchange, "bytes_per_exchange"):
-            return 0.0
-        dtype = torch.bfloat16 if self.config.run.precision == "bf16" else self.dtype
-        per = exchange.bytes_per_exchange(self.config.model.hidden, dtype) * exchange.num_exchanges
-        return float(per * (2 if backward else 1))
+        # What the exchange really sent (any model: rows of any width and dtype), not a hidden-width estimate.
+        sent = getattr(exchange, "bytes_sent", 0)
+        return float(sent * (2 if backward else 1))
 
     def train(self, parts: Iterable[tuple[object, float]], lr: float) -> StepResult:
         """One optimiser step over this rank's parts of the step's events.
