@@ -193,3 +193,11 @@ def test_scores_of_a_pruned_pyg_graph_cover_the_files_edges(run, tmp_path):
     assert scored.shape == (written["edge_index"].shape[1],) and int(scored.sum()) == pruned.num_edges
     scores = written["edge_scores"].numpy()
     assert (scores[~scored] == 0).all() and ((scores[scored] > 0) & (scores[scored] < 1)).all()
+
+
+def test_an_exported_pipeline_takes_no_filter_from_the_command_line(tmp_path):
+    from domainpar.errors import DomainparError
+    from domainpar.inference import EvaluateConfig
+
+    with pytest.raises(DomainparError, match=r"^--filter f.pt: an exported model \(--model\) runs the edge filter its sidecar records"):
+        EvaluateConfig(checkpoint=None, model=tmp_path / "m.onnx", data=tmp_path, edge_filter=Path("f.pt"))
