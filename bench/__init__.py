@@ -26,8 +26,8 @@ Layout:
   fake tensors, saved-tensor accounting, CUDA peak), ``workloads`` (the
   graphs and where the data is), ``plans`` (memoised partition plans and
   their quality), ``exchanges`` (a part's halo without the other ranks),
-  ``probe`` (one step in a fresh process), ``field_reference`` (the field's
-  Interaction Network we compare with);
+  ``probe`` (one step in a fresh process), ``models`` (our Interaction Network
+  and the field's InteractionGNN as compared, built by the package's factory);
 * ``bench/scaling_model.py`` — the paper model of step time and memory per GPU
   (``python -m bench.scaling_model``, also run by the scaling_inputs section);
 * ``bench/tools/`` — one-off generators of repository files (figures, test

@@ -19,9 +19,19 @@ needs its statistics reduced over the domain group first.
 
 The layer below is a GAT-style attention convolution written against the
 :class:`domainpar.model.exchange.Exchange` protocol, with no torch.distributed
-in sight; each rank gets its part and exchange from
+in sight, and :class:`AttentionEdgeClassifier` is an edge classifier made of
+it that implements domainpar's model protocol (docs/models.md): built from a
+:class:`~domainpar.model.config.ModelConfig`, with its own options
+(:class:`AttentionOptions`), it trains, evaluates and is verified like a
+built-in model::
+
+    domainpar train --data graphs/ --mode domain --ranks 2 --model examples/custom_layer.py:AttentionEdgeClassifier \
+        --model-option heads=4 --hidden 32 --iterations 2
+    domainpar verify --graph graphs/event000000001.npz --parts 3 --model examples/custom_layer.py:AttentionEdgeClassifier
+
+Each rank gets its part and exchange from
 :func:`domainpar.parallel.part.rank_part` (the seam every domainpar caller
-uses); :func:`run_domain_parallel` runs it on N spawned gloo ranks and
+uses); :func:`run_domain_parallel` runs the model on N spawned gloo ranks and
 :func:`compare_with_single_process` checks the gradients against one process.
 
 Run it: ``python examples/custom_layer.py [--parts 2] [--method geometric]``.
@@ -31,13 +41,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from domainpar.data.event_graph import EventGraph
+from domainpar.errors import FieldError
+from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import Exchange
+from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.local_graph import LocalGraph
@@ -79,7 +94,8 @@ class HaloAttentionConv(nn.Module):
         self.heads = heads
         self.head_dim = hidden // heads
         self.project = nn.Linear(hidden, hidden, bias=False)
-        self.project_edge = nn.Linear(edge_features, hidden, bias=False)
+        # Graphs without edge features (edge_features 0): attention from the two nodes alone.
+        self.project_edge = nn.Linear(edge_features, hidden, bias=False) if edge_features else None
         self.attend = nn.Parameter(torch.randn(heads, 3 * self.head_dim) / np.sqrt(3 * self.head_dim))
         self.out = nn.Linear(hidden, hidden)
         self.norm = nn.LayerNorm(hidden)
@@ -101,7 +117,10 @@ class HaloAttentionConv(nn.Module):
         receiver = torch.cat([edge_index[1], edge_index[0]])
         sender = torch.cat([edge_index[0], edge_index[1]])
         projected = self.project(h_all).view(num_local, self.heads, self.head_dim)
-        edge_term = self.project_edge(edge_attr).view(-1, self.heads, self.head_dim).repeat(2, 1, 1)
+        if self.project_edge is not None:
+            edge_term = self.project_edge(edge_attr).view(-1, self.heads, self.head_dim).repeat(2, 1, 1)
+        else:
+            edge_term = projected.new_zeros(receiver.shape[0], self.heads, self.head_dim)
         features = torch.cat([projected[receiver], projected[sender], edge_term], dim=-1)
         scores = nn.functional.leaky_relu((features * self.attend).sum(-1), 0.2)
         alpha = segment_softmax(scores, receiver, num_local)
@@ -113,13 +132,37 @@ class HaloAttentionConv(nn.Module):
         return self.norm(h_owned + self.out(aggregated[:num_owned]))
 
 
-class AttentionEdgeClassifier(nn.Module):
-    """Encoder → ``num_layers`` × (halo exchange → :class:`HaloAttentionConv`) → edge MLP head."""
+@dataclass(frozen=True)
+class AttentionOptions:
+    """Settings of :class:`AttentionEdgeClassifier` only (``model.options`` / ``--model-option``)."""
 
-    def __init__(self, node_features: int = 3, edge_features: int = 4, hidden: int = 32, num_layers: int = 2, heads: int = 2) -> None:
+    heads: int = 2
+    """Attention heads of every layer (hidden must be a multiple)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.heads, bool) or not isinstance(self.heads, int) or self.heads < 1:
+            raise FieldError("heads", f"must be a positive integer (got {self.heads!r})")
+
+
+class AttentionEdgeClassifier(nn.Module):
+    """Encoder → ``num_iterations`` × (halo exchange → :class:`HaloAttentionConv`) → edge MLP head.
+
+    A user model: domainpar builds it by import path (``examples/custom_layer.py:AttentionEdgeClassifier``) from
+    a :class:`ModelConfig` (node_features, edge_features, hidden, num_iterations; ``options``: :class:`AttentionOptions`).
+    """
+
+    options_class = AttentionOptions
+    description = "example user model: GAT-style attention over every incident edge (examples/custom_layer.py)"
+
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.encode = nn.Sequential(nn.Linear(node_features, hidden), nn.Tanh())
-        self.layers = nn.ModuleList(HaloAttentionConv(hidden, edge_features, heads) for _ in range(num_layers))
+        options = AttentionOptions(**config.options)
+        hidden, edge_features = config.hidden, config.edge_inputs
+        if hidden % options.heads:
+            raise FieldError("options.heads", f"must divide hidden {hidden} (got {options.heads})")
+        self.uses_edges = bool(edge_features)
+        self.encode = nn.Sequential(nn.Linear(config.node_features, hidden), nn.Tanh())
+        self.layers = nn.ModuleList(HaloAttentionConv(hidden, edge_features, options.heads) for _ in range(config.num_iterations))
         self.head = nn.Sequential(nn.Linear(2 * hidden + edge_features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
 
     def forward(self, graph: LocalGraph, exchange: Exchange) -> torch.Tensor:
@@ -137,7 +180,20 @@ class AttentionEdgeClassifier(nn.Module):
             h = layer(exchange(h), graph.edge_index, graph.edge_attr, graph.num_owned)
         h_all = exchange(h)
         src, dst = graph.edge_index
-        return self.head(torch.cat([h_all[src], h_all[dst], graph.edge_attr], dim=-1)).squeeze(-1)
+        inputs = [h_all[src], h_all[dst]] + ([graph.edge_attr] if self.uses_edges else [])
+        return self.head(torch.cat(inputs, dim=-1)).squeeze(-1)
+
+
+#: The name domainpar builds the example model by (an import path: this file, this class).
+MODEL_NAME = f"{Path(__file__).resolve()}:AttentionEdgeClassifier"
+
+
+def model_config(graph: EventGraph, hidden: int = 32, num_layers: int = 2, heads: int = 2) -> ModelConfig:
+    """The :class:`ModelConfig` of the example model for ``graph``'s feature widths."""
+    return ModelConfig(
+        name=MODEL_NAME, node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]),
+        hidden=hidden, num_iterations=num_layers, options={"heads": heads},
+    )  # fmt: skip
 
 
 def part_loss(logits: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
@@ -163,7 +219,7 @@ def gradients(model: nn.Module) -> dict[str, torch.Tensor]:
 def single_process_gradients(graph: EventGraph, seed: int = 0, **model_kw) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss and gradients of the whole graph on one process (a one-part plan, identity exchange)."""
     torch.manual_seed(seed)
-    model = AttentionEdgeClassifier(**model_kw).double()
+    model = build_model(model_config(graph, **model_kw)).double()
     whole = rank_part(graph, dtype=torch.float64)  # the one-part plan: local graph = whole graph, identity exchange
     loss = part_loss(model(whole.graph, whole.exchange), whole.graph)
     loss.backward()
@@ -175,7 +231,7 @@ def _rank_gradients(rank: int, world_size: int, graph: EventGraph, method: str, 
     import torch.distributed as dist
 
     torch.manual_seed(seed)  # identical initial weights on every rank
-    model = AttentionEdgeClassifier(**model_kw).double()
+    model = build_model(model_config(graph, **model_kw)).double()
     plan = partition_graph(graph, world_size, method=method, seed=seed)
     # This rank's local graph (owned nodes first, then halo) and the exchange that completes its halo rows.
     rp = rank_part(graph, rank, None, "cpu", torch.float64, plan=plan)

@@ -1,18 +1,29 @@
-"""Run an exported edge classifier the way a deployment does: inputs rebuilt from the sidecar alone.
+"""Run an exported pipeline the way a deployment does: raw TrackML CSVs in, selected edges out.
 
-This is what the C++ side (ACTS's ExaTrkX edge-classifier stage, or any ONNX
-Runtime / libtorch host) has to do, written in Python with numpy, pandas and
-the model's runtime only — no domainpar import. It reads a TrackML event's
-hits (and cells, for models with cell features), computes every input column
-from the sidecar's ``raw`` quantity and ``scale`` (column = raw / scale), takes
-the candidate edges of the event's graph file (graph construction is the
-host's own stage; here it is ``domainpar build``'s output), runs the model and
-applies the sidecar's threshold:
+``domainpar export`` writes the trained pipeline as model files and one
+sidecar JSON whose ``stages`` say what to run, in order:
 
-    python examples/run_exported.py --model model.onnx --event data/event000000001 --graph graphs/event000000001.npz
+1. ``graph``: build the event's candidate edges with the recorded cuts and
+   compute the named node and edge features (column = raw / scale);
+2. ``edge_filter`` (when the training graphs were pruned): run the filter's
+   file on ``(x, edge_index, edge_attr)`` and keep the edges whose logit is at
+   least its threshold — the classifier never saw the others in training;
+3. ``edge_classifier``: run the model file on the pruned graph and keep the
+   edges whose score ``sigmoid(logit)`` is above its threshold.
 
-With ``--check`` it also compares the rebuilt inputs with the graph file's own
-``x`` and ``edge_attr`` (they must agree to float32 rounding).
+This script does exactly that for one event. The graph construction and the
+features come from domainpar (:func:`domainpar.data.graph.build_graph` with the
+sidecar's cuts, and :func:`domainpar.data.features.compute_features`, the one
+function that computes every named feature in training, inference and here);
+the two model files run in their own runtimes (ONNX Runtime with one intra-op
+thread, as ACTS's ``OnnxEdgeClassifier``, or ``torch.jit.load``), as a C++ host
+would run them:
+
+    python examples/run_exported.py --model model.onnx --event tests/data/trackml/event000000001
+
+With ``--graph FILE`` it also compares the pipeline's graph and inputs with a
+graph file built (and pruned) like the training graphs: same edges, features
+equal to float32 rounding.
 """
 
 from __future__ import annotations
@@ -22,96 +33,97 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+from domainpar.data.features import CELL_NODE_FEATURES, compute_features
+from domainpar.data.graph import GraphConfig, build_graph
+from domainpar.data.trackml import load_event
 
 
-def read_csv(prefix: str, part: str) -> pd.DataFrame:
-    for suffix in (".csv", ".csv.gz"):
-        path = Path(f"{prefix}-{part}{suffix}")
-        if path.is_file():
-            return pd.read_csv(path)
-    raise SystemExit(f"error: no {part} file for {prefix}")
+def stage_of(sidecar: dict, name: str) -> dict | None:
+    """The stage ``name`` of the sidecar's pipeline (None when it has none)."""
+    return next((stage for stage in sidecar.get("stages", []) if stage["stage"] == name), None)
 
 
-def node_columns(prefix: str, hit_id: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
-    """The raw per-hit quantities the sidecar may name, in float64, in ``hit_id`` order."""
-    hits = read_csv(prefix, "hits").set_index("hit_id").loc[hit_id]
-    x, y, z = (hits[c].to_numpy(np.float64) for c in ("x", "y", "z"))
-    raw = {"r": np.hypot(x, y), "phi": np.arctan2(y, x), "z": z}
-    if {"cell_count", "cell_charge"} & set(names):
-        cells = read_csv(prefix, "cells")
-        raw["cell_count"] = cells.groupby("hit_id").size().reindex(hit_id, fill_value=0).to_numpy(np.float64)
-        raw["cell_charge"] = cells.groupby("hit_id")["value"].sum().reindex(hit_id, fill_value=0.0).to_numpy(np.float64)
-    return raw
-
-
-def edge_columns(raw: dict[str, np.ndarray], edge_index: np.ndarray) -> dict[str, np.ndarray]:
-    """The raw per-edge quantities (src = inner hit, dst = outer hit)."""
-    src, dst = edge_index
-    r, phi, z = raw["r"], raw["phi"], raw["z"]
-    dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
-    eta = np.arcsinh(z / np.maximum(r, 1e-9))
-    return {"dr": r[dst] - r[src], "dphi": dphi, "dz": z[dst] - z[src], "dR": np.hypot(eta[dst] - eta[src], dphi)}
-
-
-def build_inputs(sidecar: dict, prefix: str, hit_id: np.ndarray, edge_index: np.ndarray) -> list[np.ndarray]:
-    """``[x, edge_index(, edge_attr)]`` in the model's calling order, dtypes as the sidecar says."""
-    node_names = [f["name"] for f in sidecar["node_features"]]
-    raw = node_columns(prefix, hit_id, node_names)
-    x = np.stack([raw[f["name"]] / f["scale"] for f in sidecar["node_features"]], axis=1).astype(np.float32)
-    inputs = [x, edge_index.astype(np.int64)]
-    if sidecar["edge_features"]:
-        edges = edge_columns(raw, edge_index)
-        inputs.append(np.stack([edges[f["name"]] / f["scale"] for f in sidecar["edge_features"]], axis=1).astype(np.float32))
-    return inputs
-
-
-def run_model(model: Path, fmt: str, inputs: list[np.ndarray]) -> np.ndarray:
+def run_model(path: Path, fmt: str, inputs: list[np.ndarray]) -> np.ndarray:
+    """(E,) float32 logits of a model file on ``inputs`` (passed positionally, as ACTS does)."""
     if fmt == "onnx":
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
         return session.run(None, dict(zip(names, inputs)))[0]
     import torch
 
-    module = torch.jit.load(str(model))
+    module = torch.jit.load(str(path))
     with torch.no_grad():
         return module(*[torch.from_numpy(a) for a in inputs]).numpy()
+
+
+def graph_stage(sidecar: dict, event: str):
+    """Stage 1: the event's hits, its candidate edges (the recorded cuts) and the named features of both."""
+    stage = stage_of(sidecar, "graph")
+    config = GraphConfig.from_dict(stage["cuts"], source="sidecar graph stage")
+    needs_cells = any(name in CELL_NODE_FEATURES for name in stage["node_features"])
+    hits, *rest = load_event(event, parts=("hits", "cells") if needs_cells else ("hits",))
+    cells = rest[0] if rest else None
+    # Graph construction is the host's own stage; here it is domainpar's, with the training graphs' cuts.
+    graph, _ = build_graph(hits, cells=cells, config=config)
+    x, edge_attr = compute_features(
+        stage["node_features"], stage["edge_features"], graph.hit_id, graph.pos, graph.edge_index, cells
+    )
+    return graph, x, graph.edge_index, edge_attr
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="model.onnx or model.pt written by `domainpar export`")
-    parser.add_argument("--event", required=True, help="TrackML event prefix, e.g. data/event000000001")
-    parser.add_argument("--graph", type=Path, required=True, help="the event's graph file (candidate edges and hit ids)")
-    parser.add_argument("--check", action="store_true", help="compare the rebuilt inputs with the graph file's x and edge_attr")
+    parser.add_argument("--event", required=True, help="TrackML event prefix, e.g. tests/data/trackml/event000000001")
+    parser.add_argument("--graph", type=Path, default=None,
+                        help="a graph file built (and pruned) like the training graphs, to compare the pipeline's graph with")
     args = parser.parse_args(argv)
 
     sidecar = json.loads(Path(f"{args.model}.json").read_text())
-    with np.load(args.graph, allow_pickle=False) as graph:
-        hit_id, edge_index = graph["hit_id"], graph["edge_index"]
-        stored = {"x": graph["x"], "edge_attr": graph["edge_attr"]}
-    inputs = build_inputs(sidecar, args.event, hit_id, edge_index)
-    logits = run_model(args.model, sidecar["model"]["format"], inputs)
+    if sidecar.get("version") != 2:
+        raise SystemExit(f"error: {args.model}.json: expected a version-2 sidecar with stages (re-export the model)")
+    graph, x, edge_index, edge_attr = graph_stage(sidecar, args.event)
+    num_candidates = edge_index.shape[1]
+
+    filter_stage = stage_of(sidecar, "edge_filter")
+    if filter_stage is not None:
+        filter_file = args.model.with_name(filter_stage["file"])
+        filter_logits = run_model(filter_file, filter_stage["format"], [x, edge_index.astype(np.int64), edge_attr])
+        keep = filter_logits >= filter_stage["threshold"]
+        edge_index, edge_attr = np.ascontiguousarray(edge_index[:, keep]), np.ascontiguousarray(edge_attr[keep])
+
+    classifier = stage_of(sidecar, "edge_classifier")
+    inputs = [x, edge_index.astype(np.int64)] + ([edge_attr] if "edge_attr" in classifier["inputs"] else [])
+    logits = run_model(args.model, classifier["format"], inputs)
     scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    kept = scores > sidecar["threshold"]
+    selected = scores > classifier["threshold"]
     result = {
-        "num_nodes": int(inputs[0].shape[0]),
+        "num_nodes": int(x.shape[0]),
+        "num_candidates": int(num_candidates),
         "num_edges": int(edge_index.shape[1]),
-        "threshold": sidecar["threshold"],
-        "edges_kept": int(kept.sum()),
+        "threshold": classifier["threshold"],
+        "edges_kept": int(selected.sum()),
+        "hit_id": graph.hit_id,
+        "edge_index": edge_index,
         "logits": logits,
     }
-    print(f"{result['num_nodes']} hits, {result['num_edges']} edges, {result['edges_kept']} above {sidecar['threshold']:g}")
-    if args.check:
-        result["max_diff_x"] = float(np.max(np.abs(inputs[0] - stored["x"])))
-        print(f"x rebuilt from the sidecar: max |difference| to the graph file {result['max_diff_x']:.2g}")
-        if len(inputs) == 3:
-            result["max_diff_edge_attr"] = float(np.max(np.abs(inputs[2] - stored["edge_attr"])))
-            print(f"edge_attr rebuilt from the sidecar: max |difference| {result['max_diff_edge_attr']:.2g}")
+    kept_by = f", {result['num_edges']} after the edge filter" if filter_stage is not None else ""
+    print(f"{result['num_nodes']} hits, {num_candidates} candidate edges{kept_by}, {result['edges_kept']} above "
+          f"{classifier['threshold']:g}")  # fmt: skip
+    if args.graph is not None:
+        with np.load(args.graph, allow_pickle=False) as stored:
+            same_edges = np.array_equal(stored["edge_index"], edge_index) and np.array_equal(stored["hit_id"], graph.hit_id)
+            result["same_edges"] = bool(same_edges)
+            result["max_diff_x"] = float(np.max(np.abs(stored["x"] - x)))
+            if same_edges:
+                result["max_diff_edge_attr"] = float(np.max(np.abs(stored["edge_attr"] - edge_attr))) if edge_attr.size else 0.0
+        print(f"against {args.graph}: same edges {result['same_edges']}, max |x difference| {result['max_diff_x']:.2g}"
+              + (f", max |edge_attr difference| {result['max_diff_edge_attr']:.2g}" if same_edges else ""))
     return result
 
 

@@ -22,14 +22,32 @@ from domainpar.comm.halo import HaloExchange
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
-from domainpar.launch.ranks import spawn
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.loss import LossConfig
 from domainpar.partition import build_plan, partition_graph
-from domainpar.verification.cases import PygCase, VerifyCase, VerifyJob
+from domainpar.launch.ranks import spawn
+from domainpar.verification.cases import VerifyCase, VerifyJob
 from domainpar.verification.worker import verify_jobs_worker
-from fixtures import TRACKML_DIR, random_graph
+from fixtures import REPO, TRACKML_DIR, random_graph
 
 CONFIG = ModelConfig(hidden=16, num_iterations=2, mlp_layers=2)
+#: The example user model (examples/custom_layer.py), built by import path like any user's.
+USER_MODEL = f"{REPO / 'examples' / 'custom_layer.py'}:AttentionEdgeClassifier"
+#: A target-particle selection with every kind of weight (acorn's weighting).
+TARGET_LOSS = LossConfig(weighting="targets", target_min_pt=0.5, target_min_hits=5, target_primary=True, target_weight=3.0,
+                         non_target_weight=0.2, fake_weight=1.0)  # fmt: skip
+#: Every built-in model other than the Interaction Network, and the example user model, small (float64 cases
+#: on the real event and a dense random graph): name → (model name, shared settings, options).
+MODELS = {
+    "ign": ("interaction_gnn", {}, {}),
+    "ign-acorn": ("interaction_gnn", {"checkpointing": True, "recurrent": False},
+                  {"aggregation": ["sum", "max", "mean", "min"], "undirected": True}),
+    "ign-exatrkx": ("interaction_gnn", {"use_edge_features": False}, {"messages": "in", "residual": True}),
+    "pyg-gatv2": ("pyg_gnn", {}, {"layer": "gatv2", "heads": 2}),
+    "pyg-edgeconv": ("pyg_gnn", {"use_edge_features": False}, {"layer": "edgeconv", "aggregation": "max"}),
+    "pyg-gcn": ("pyg_gnn", {}, {"layer": "gcn", "undirected": False}),
+    "user-attention": (USER_MODEL, {}, {"heads": 2}),
+}
 VARIANTS = [(False, False), (True, False), (False, True), (True, True)]  # (checkpointing, overlap)
 WORLD_SIZES = [1, 2, 3, 4]
 
@@ -118,7 +136,7 @@ def star_graph() -> EventGraph:
 STAR_OWNER = (np.arange(80) // 20).astype(np.int64)  # parts 0..3 own nodes 0-19, 20-39, 40-59, 60-79
 
 
-def cases_for(world_size: int) -> tuple[list[VerifyCase], list[PygCase]]:
+def cases_for(world_size: int) -> list[VerifyCase]:
     cases = []
     for graph_name, graph in (("simulated", simulated_graph()), ("real", real_graph())):
         for method in ("metis", "geometric"):
@@ -148,17 +166,27 @@ def cases_for(world_size: int) -> tuple[list[VerifyCase], list[PygCase]]:
     if world_size == 2:
         for fault in ("zero_halo", "drop_halo_grad"):
             cases.append(VerifyCase(f"fault={fault}/float64", dense, dense_owner, CONFIG, fault=fault))
-    pyg_cases = []
-    if world_size > 1:
-        real = real_graph()
-        for layer in ("gat", "edgeconv", "gcn"):
-            for graph_name, graph, owner in (
-                ("dense", dense, dense_owner),
-                ("real/geometric", real, partition_graph(real, world_size, "geometric").owner),
-            ):
-                pyg_cases.append(PygCase(f"pyg-{layer}/{graph_name}/float64", graph, owner, layer, hidden=8))
-        pyg_cases.append(PygCase("pyg-gcn/local-degrees/float64", dense, dense_owner, "gcn", hidden=8, global_degrees=False))
-    return cases, pyg_cases
+    real = real_graph()
+    owners = {method: partition_graph(real, world_size, method, seed=0).owner for method in ("metis", "geometric")}
+    # The target-weighted loss (acorn's weighting), normalised by the event's weight sum reduced over the group.
+    for label, config in (("in", CONFIG), ("ign", model_config(real, *MODELS["ign"]))):
+        for method in ("metis", "geometric"):
+            cases.append(VerifyCase(f"loss-targets/{label}/real/{method}/float64", real, owners[method], config, loss=TARGET_LOSS))
+    for label, (name, settings, options) in MODELS.items():
+        for graph_name, graph, owner in (
+            ("real/metis", real, owners["metis"]), ("real/geometric", real, owners["geometric"]), ("dense", dense, dense_owner),
+        ):
+            config = model_config(graph, name, settings, options)
+            cases.append(VerifyCase(f"{label}/{graph_name}/float64", graph, owner, config, pos_weight=2.0))
+    return cases
+
+
+def model_config(graph: EventGraph, name: str, settings: dict, options: dict) -> ModelConfig:
+    """A small model of ``name`` for ``graph``'s widths."""
+    return ModelConfig(
+        name=name, node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), hidden=8,
+        num_iterations=2, options=options, **settings,
+    )  # fmt: skip
 
 
 def replace_config(**changes) -> ModelConfig:
@@ -202,6 +230,9 @@ def _exchange_checks(rank: int) -> dict:
     checks["float32"] = bool(torch.equal(exchange(features[owned_ids].float()), features[local_ids].float()))
     checks["bytes"] = exchange.bytes_per_exchange(5, torch.float64) == part.send_ids.size * 5 * 8
     checks["buffers"] = len(exchange._buffers)  # send + grad for float64, send for float32
+    # What was really sent: three float64 exchanges and one float32 exchange of 5 columns, then one of 2 columns.
+    exchange(features[owned_ids][:, :2].float())
+    checks["bytes_sent"] = exchange.bytes_sent == part.send_ids.size * (3 * 5 * 8 + 5 * 4 + 2 * 4)
     return checks
 
 
@@ -249,10 +280,36 @@ def _error_checks(rank: int) -> dict:
 
 
 
+def _gcn_local_degrees(rank: int) -> dict:
+    """GCN's own normalisation on a part (degrees counted on the local edges) is NOT exact: the error of the owned
+    outputs against the whole graph's, and with the exchanged global degrees (``gcn_norm_local``) as the control."""
+    from torch_geometric.nn import GCNConv
+
+    from domainpar.model.pyg import DomainParallelConv, gcn_norm_local, gcn_norm_naive
+    from domainpar.parallel.part import rank_part
+
+    graph = dense_graph()
+    owner = np.random.default_rng(WORLD).integers(0, WORLD, graph.num_nodes)
+    owner[:WORLD] = np.arange(WORLD)
+    torch.manual_seed(0)
+    conv = DomainParallelConv(GCNConv(graph.x.shape[1], 8, normalize=False)).double()
+    whole = rank_part(graph, dtype=torch.float64)
+    edges, weight = gcn_norm_local(whole.graph, whole.exchange)
+    reference = conv(whole.graph.x, whole.graph, whole.exchange, edges, edge_weight=weight).detach()
+    rp = rank_part(graph, rank, None, "cpu", torch.float64, plan=build_plan(graph.edge_index, owner, WORLD))
+    owned = torch.as_tensor(rp.data.plan.owned_ids)
+    errors = {}
+    for label, (edges, weight) in (("local", gcn_norm_naive(rp.graph)), ("global", gcn_norm_local(rp.graph, rp.exchange))):
+        out = conv(rp.graph.x, rp.graph, rp.exchange, edges, edge_weight=weight).detach()
+        errors[label] = float((out - reference[owned]).abs().max())
+    return errors
+
+
 def engine_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dict:
     """One rank of the job: unit checks first, then the exactness jobs."""
     identity = (rank, world_size, dist.get_rank(), dist.get_world_size(), dist.get_backend())
-    comm = {"exchange": _exchange_checks(rank), "reduce": _reduce_checks(rank), "errors": _error_checks(rank)}
+    comm = {"exchange": _exchange_checks(rank), "reduce": _reduce_checks(rank), "errors": _error_checks(rank),
+            "gcn_degrees": _gcn_local_degrees(rank)}
     return {"identity": identity, "comm": comm, "verify": verify_jobs_worker(rank, world_size, jobs)}
 
 
@@ -275,13 +332,13 @@ def results_for(world_size: int) -> dict[str, object]:
 def _run_engine_job() -> None:
     if not _RESULTS:
         by_size = {p: cases_for(p) for p in WORLD_SIZES}
-        two_cases, two_pyg = by_size[2]
+        two_cases = by_size[2]
         jobs = [
-            VerifyJob((0, 1, 2, 3), tuple(by_size[4][0]), tuple(by_size[4][1])),
-            VerifyJob((0, 1, 2), tuple(by_size[3][0]), tuple(by_size[3][1])),
-            VerifyJob((3,), tuple(by_size[1][0]), tuple(by_size[1][1])),
-            VerifyJob((0, 1), tuple(two_cases[0::2]), tuple(two_pyg[0::2])),
-            VerifyJob((2, 3), tuple(two_cases[1::2]), tuple(two_pyg[1::2])),
+            VerifyJob((0, 1, 2, 3), tuple(by_size[4])),
+            VerifyJob((0, 1, 2), tuple(by_size[3])),
+            VerifyJob((3,), tuple(by_size[1])),
+            VerifyJob((0, 1), tuple(two_cases[0::2])),
+            VerifyJob((2, 3), tuple(two_cases[1::2])),
         ]
         per_rank = spawn(engine_worker, 4, args=(jobs,), timeout_s=600, num_threads=1)
         _COMM.extend({**r["comm"], "identity": r["identity"]} for r in per_rank)

@@ -122,7 +122,7 @@ def saved_bytes_meta(model: torch.nn.Module, graph: Any, exchange: Any, *, segme
     Parameters and the graph's input tensors are not activations and are excluded.
 
     Args:
-        model: an :class:`~domainpar.model.interaction_network.InteractionNetwork`.
+        model: a domainpar model (built by :func:`domainpar.model.registry.build_model`).
         graph: its local graph.
         exchange: completes the halo (a :class:`StandInExchange` on the same device).
         segment_peak: also measure the largest checkpointable region (``model._run``) of the forward.
@@ -163,22 +163,23 @@ def activation_peak_meta(graph: Any, part: Any, config: Any) -> int:
         part: one :class:`~domainpar.partition.plan.PartPlan` of it.
         config: the :class:`~domainpar.model.interaction_network.ModelConfig` (``checkpointing`` honoured).
     """
-    from domainpar.model.interaction_network import InteractionNetwork
+    from domainpar.model.registry import build_model
     from domainpar.partition.local_graph import local_graph
 
     local = local_graph(graph, part).to("meta")
     exchange = StandInExchange(part.num_halo, config.hidden, device="meta", requires_grad=False)
-    forward_bytes, _ = saved_bytes_meta(InteractionNetwork(config).to("meta"), local, exchange)
+    forward_bytes, _ = saved_bytes_meta(build_model(config).to("meta"), local, exchange)
     if not config.checkpointing:
         return forward_bytes
-    plain = InteractionNetwork(dataclasses.replace(config, checkpointing=False)).to("meta")
+    plain = build_model(dataclasses.replace(config, checkpointing=False)).to("meta")
     _, segment = saved_bytes_meta(plain, local, exchange, segment_peak=True)
     return forward_bytes + segment
 
 
 def check_meta_accounting(graph: Any, part: Any) -> None:
     """Raise unless the ``meta`` byte count equals a real CPU run's (both checkpointing settings)."""
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.partition.local_graph import local_graph
 
     for checkpointing in (False, True):
@@ -187,7 +188,7 @@ def check_meta_accounting(graph: Any, part: Any) -> None:
         for device in ("cpu", "meta"):
             local = local_graph(graph, part).to(device)
             exchange = StandInExchange(part.num_halo, config.hidden, device=device, requires_grad=False)
-            counts.append(saved_bytes_meta(InteractionNetwork(config).to(device), local, exchange))
+            counts.append(saved_bytes_meta(build_model(config).to(device), local, exchange))
         if counts[0] != counts[1]:
             raise RuntimeError(f"meta saved-tensor accounting differs from a CPU run: cpu {counts[0]}, meta {counts[1]}")
 
@@ -221,7 +222,7 @@ def traced_peak(
     Args:
         part: the part's real :class:`~domainpar.partition.local_graph.LocalGraph` (only shapes are used).
         config: model hyper-parameters (``checkpointing`` is honoured).
-        model_factory: builds the model from ``config`` (default: our ``InteractionNetwork``); it is
+        model_factory: builds the model from ``config`` (default: the package factory, :func:`domainpar.model.registry.build_model`); it is
             called as ``model(graph, exchange)``.
         offload: keep what autograd saves in "host" memory during the forward (as ``--offload`` does);
             the figures are then the compute device's, and ``"host"`` is the host's peak.
@@ -236,9 +237,9 @@ def traced_peak(
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.utils.flop_counter import FlopCounterMode
 
-    from domainpar.model.interaction_network import InteractionNetwork
+    from domainpar.model.registry import build_model
 
-    factory = model_factory or InteractionNetwork
+    factory = model_factory or build_model
     mode = FakeTensorMode()
     with mode:
         fake_part = type(part)(

@@ -40,7 +40,8 @@ def run_probe(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
     from bench.common.plans import graph_at, largest_part_index, part_at, plan_for
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from bench.common.models import build as build_kind
+    from domainpar.model.config import ModelConfig
 
     torch.set_num_threads(args.threads)
     path = Path(args.graph)
@@ -60,14 +61,7 @@ def run_probe(args: argparse.Namespace) -> dict:
         checkpointing=args.checkpointing,
         chunk_rows=args.chunk_rows,
     )
-    torch.manual_seed(0)
-    model = InteractionNetwork(config)
-    if args.model == "field":
-        from bench.common.field_reference import FieldInteractionGNN
-
-        if part.num_halo:
-            raise SystemExit("the field reference runs whole graphs only (--parts 1)")
-        model = FieldInteractionGNN.from_config(config)
+    model = build_kind(args.model, config)
     exchange = StandInExchange(part.num_halo, args.hidden)
     step_model = lambda: model(part, exchange)  # noqa: E731
     # A label-free loss of the same shape as training's: the work is the same, labels are not needed.
@@ -125,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", type=int, default=1, help="number of parts of the plan")
     parser.add_argument("--method", default="metis", choices=["metis", "geometric"], help="partitioner")
     parser.add_argument("--part", type=int, default=-1, help="part to run (default: the one with most local edges)")
-    parser.add_argument("--model", default="ours", choices=["ours", "field"], help="our model or the field's (bench/common/field_reference.py)")
+    parser.add_argument("--model", default="ours", choices=["ours", "field"], help="our model or the field's InteractionGNN (bench/common/models.py)")
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing per iteration")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=8)

@@ -37,7 +37,8 @@ def run(workload: Workload, *, rounds: int = 3, hidden: int = 64, iterations: in
     from domainpar.export.runtime import _OnnxRunner, load_exported
     from domainpar.export.source import load_export_source, training_logits, training_model
     from domainpar.export.writer import export_model
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
 
     start = time.perf_counter()
@@ -51,7 +52,7 @@ def run(workload: Workload, *, rounds: int = 3, hidden: int = 64, iterations: in
     with tempfile.TemporaryDirectory(prefix="domainpar-bench-export-") as tmp:
         checkpoint = Path(tmp) / "model.pt"
         write_checkpoint(
-            {"format_version": CHECKPOINT_FORMAT_VERSION, "step": 0, "model": InteractionNetwork(config).state_dict(),
+            {"format_version": CHECKPOINT_FORMAT_VERSION, "step": 0, "model": build_model(config).state_dict(),
              "model_config": config.to_dict(), "config": {}, "data": build_description(GraphConfig())},
             checkpoint,
         )  # fmt: skip

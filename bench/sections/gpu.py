@@ -18,7 +18,7 @@ training step = forward + backward of a label-free loss of training's shape:
   memory): with offload, what stays on the GPU is what ``max_memory_allocated`` sees;
 * the reference comparison at the size of issue 14 (3-layer MLPs with
   LayerNorm and ReLU): ours ± checkpointing vs the field's InteractionGNN
-  (:mod:`bench.common.field_reference`, checkpointed);
+  (the ``interaction_gnn`` model as set up in :mod:`bench.common.models`, checkpointed);
 * determinism: two steps from the same weights give bitwise equal gradients
   (our segment kernels have no atomics; the reference's scatter-add does);
 * where the time goes: ``torch.profiler`` tables of one step (CUDA time per
@@ -60,15 +60,13 @@ MIB = 2**20
 
 
 def _model(kind: str, part, checkpointing: bool, **size):
-    from bench.common.field_reference import FieldInteractionGNN
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from bench.common.models import build as build_kind
+    from domainpar.model.config import ModelConfig
 
     config = ModelConfig(
         node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), checkpointing=checkpointing, **size
     )
-    torch.manual_seed(0)
-    model = FieldInteractionGNN.from_config(config) if kind == "field" else InteractionNetwork(config)
-    return model, config
+    return build_kind(kind, config), config
 
 
 class _Step:

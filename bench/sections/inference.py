@@ -33,7 +33,8 @@ def run(workload: Workload, *, parts: int = 2, repeats: int = 3, hidden: int = 6
     import torch
 
     from bench.common.plans import graph_at
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.tracks.build import build_tracks
     from domainpar.tracks.score import score_arrays
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
@@ -49,7 +50,7 @@ def run(workload: Workload, *, parts: int = 2, repeats: int = 3, hidden: int = 6
     with tempfile.TemporaryDirectory(prefix="domainpar-bench-inference-") as tmp:
         checkpoint = Path(tmp) / "model.pt"
         write_checkpoint(
-            {"format_version": CHECKPOINT_FORMAT_VERSION, "step": 0, "model": InteractionNetwork(config).state_dict(),
+            {"format_version": CHECKPOINT_FORMAT_VERSION, "step": 0, "model": build_model(config).state_dict(),
              "model_config": config.to_dict(), "config": {}},
             checkpoint,
         )

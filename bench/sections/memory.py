@@ -18,7 +18,7 @@ from bench.common.plans import graph_at, largest_part_index, part_at, plan_for
 from bench.common.probe import probe_subprocess
 from bench.common.report import Column, Section, ratio
 from bench.common.workloads import Workload
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
 
 MIB = 2**20
 

@@ -1,10 +1,14 @@
 """Reference section: our Interaction Network against the field's, as users run it today.
 
-The reference (:mod:`bench.common.field_reference`) is the Exa.TrkX
-InteractionGNN structure written from its description: concatenated
-[x_src, x_dst, e] edge MLP inputs, a scatter-add over incoming edges,
+The reference is the package's ``interaction_gnn`` model (the Exa.TrkX /
+acorn InteractionGNN structure, :mod:`domainpar.model.interaction_gnn`) set up
+as in issue 14 (:mod:`bench.common.models`): concatenated [h_src, h_dst, e]
+edge MLP inputs, a scatter-add over incoming edges, residual updates,
 (Linear → LayerNorm → ReLU) × 2 + Linear MLPs, and ``torch.utils.checkpoint``
-around the encoders, every iteration and the output step — always on.
+around the encoders, every node and edge update and the output step. (Figures
+committed before 2026-11-24 were taken with a bench-only reference that
+encoded edges from the raw node features and updated edges from the previous
+node states.)
 
 Ours runs the same size (hidden 64, 8 iterations, 3-layer MLPs with
 LayerNorm and ReLU) with and without checkpointing, on the same graph, one
@@ -48,14 +52,13 @@ MODEL = {"hidden": 64, "num_iterations": 8, "mlp_layers": 3, "activation": "relu
 
 def build(kind: str, checkpointing: bool, part) -> torch.nn.Module:
     """Our model or the field's, sized like :data:`MODEL`, with seeded weights."""
-    from bench.common.field_reference import FieldInteractionGNN
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from bench.common.models import build as build_kind
+    from domainpar.model.config import ModelConfig
 
     config = ModelConfig(
         node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), checkpointing=checkpointing, **MODEL
     )
-    torch.manual_seed(0)
-    return FieldInteractionGNN.from_config(config) if kind == "field" else InteractionNetwork(config)
+    return build_kind(kind, config)
 
 
 def compare_time(workload: Workload, rounds: int, threads: int) -> dict:
@@ -147,7 +150,7 @@ def run(workload: Workload, *, rounds: int = 5, memory_repeats: int = 3, threads
         f"memory: each in a fresh process, RSS high-water mark of a step above the RSS before it, median of {memory_repeats}.",
         "Traced: forward + backward on fake tensors under torch's MemTracker (deterministic); kept after forward: the "
         "distinct storages autograd holds for backward when the forward returns (parameters and inputs excluded).",
-        "The reference: Exa.TrkX InteractionGNN structure (bench/common/field_reference.py), checkpointed as the field runs it.",
+        "The reference: the interaction_gnn model (Exa.TrkX / acorn InteractionGNN structure, bench/common/models.py), checkpointed as the field runs it.",
         f"Load average (1/5/15 min) before {load_before}, after {load_after}.",
     ]
     section.seconds = time.perf_counter() - start

@@ -62,7 +62,8 @@ from bench.common.timing import load_average
 from bench.common.workloads import missing_full_event
 from bench.sections.scaling_inputs import add_traced_step, plan_traffic
 from domainpar.comm.reduce import all_reduce_gradients
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.model.config import ModelConfig
 from domainpar.parallel.part import rank_part
 from domainpar.launch.ranks import init_from_env, spawn
 from domainpar.launch.env import detect

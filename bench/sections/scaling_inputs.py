@@ -33,7 +33,7 @@ from bench.common.memory import traced_peak
 from bench.common.plans import largest_part_index, part_at, plan_for
 from bench.common.report import Column, Section
 from bench.common.workloads import Workload, missing_full_event
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
 
 
 def plan_traffic(path, num_parts: int, method: str, gpus_per_node: int) -> dict:

@@ -32,7 +32,8 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
 
     from bench.common.plans import graph_at, plan_for
     from domainpar.comm.reduce import all_reduce_gradients
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.model.loss import edge_loss
     from domainpar.parallel.part import rank_part
 
@@ -42,7 +43,7 @@ def _rank_step_times(rank: int, world_size: int, graph_path: str, method: str, m
     part, exchange = rp.graph, rp.exchange
     config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), **model_kw)
     torch.manual_seed(0)
-    model = InteractionNetwork(config)
+    model = build_model(config)
     params = [p for p in model.parameters()]
 
     def step() -> None:

@@ -40,7 +40,8 @@ def _rank_rounds(rank: int, world_size: int, graph_path: str, model_kw: dict, ro
 
     from bench.common.plans import graph_at, plan_for
     from domainpar.comm.reduce import all_reduce_gradients
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.parallel.part import rank_part
 
     path = Path(graph_path)
@@ -51,7 +52,7 @@ def _rank_rounds(rank: int, world_size: int, graph_path: str, model_kw: dict, ro
     whole = rank_part(graph, plan=plan_for(path, 1, method)) if rank == 0 else None
     config = ModelConfig(node_features=int(part.x.shape[1]), edge_features=int(part.edge_attr.shape[1]), **model_kw)
     torch.manual_seed(0)
-    model = InteractionNetwork(config)
+    model = build_model(config)
     weights = torch.linspace(-1.0, 1.0, graph.num_edges)
 
     def loss_of(local, ex) -> torch.Tensor:

@@ -67,6 +67,9 @@ def format_table(summary: dict) -> str:
               help="Write ROC, efficiency/purity vs pT and eta, and event displays (PNG) here.")
 @click.option("--submissions", "submissions_dir", type=click.Path(path_type=Path), default=None,
               help="Write one TrackML submission CSV (event_id, hit_id, track_id) per event here.")
+@click.option("--write-scores", "scores_dir", type=click.Path(path_type=Path), default=None,
+              help="Write every event's graph here, in the format it was read (.npz, or PyG for PyG input), with its "
+                   "per-edge scores (edge_score / edge_scores) and a record of the model that produced them.")
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
 @click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
               help="Seconds before a partitioned run is declared hung.")
@@ -85,6 +88,7 @@ def evaluate(
     json_path: Path | None,
     plots_dir: Path | None,
     submissions_dir: Path | None,
+    scores_dir: Path | None,
     seed: int,
     timeout_s: float,
     quiet: bool,
@@ -128,17 +132,22 @@ def evaluate(
         check_output_dir(plots_dir, "--plots")
     if submissions_dir is not None:
         check_output_dir(submissions_dir, "--submissions")
+    if scores_dir is not None:
+        check_output_dir(scores_dir, "--write-scores")
+        if data.resolve() == scores_dir.resolve():
+            raise DomainparError(f"--write-scores {scores_dir}: must not be the --data directory (its graph files would be replaced)")
     report = run_evaluation(config)
     # Submissions, plots and the report appear together: a failure while writing them leaves none.
     with staged_outputs() as outputs:
         stages = {}
-        for final in (plots_dir, submissions_dir):
+        for final in (plots_dir, submissions_dir, scores_dir):
             if final is not None and final not in stages:
                 stages[final] = outputs.directory(final)
         staged = write_outputs(
             report,
             plots_dir=None if plots_dir is None else stages[plots_dir],
             submissions_dir=None if submissions_dir is None else stages[submissions_dir],
+            scores_dir=None if scores_dir is None else stages[scores_dir],
         )
         finals = {stage: final for final, stage in stages.items()}
         written = [finals[Path(p).parent] / Path(p).name if Path(p).parent in finals else Path(p) for p in staged]

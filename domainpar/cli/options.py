@@ -111,6 +111,8 @@ def _click_type(annotation: Any, choices: Iterable[str] | None = None) -> Any:
     base, optional = _base_type(annotation)
     if base is bool:
         return bool
+    if base is dict:
+        return dict
     if base is Path:
         kind = click.Path(path_type=Path)
     elif choices is not None:
@@ -170,6 +172,9 @@ def dataclass_options(
                 name = flag[2:]
                 decl = f"{flag}/--no-{name}"
                 function = click.option(decl, dest, default=default, help=help_text, show_default=shown, cls=FieldOption)(function)
+            elif kind is dict:
+                # A mapping field: one KEY=VALUE per use of the flag (the config layer reads each VALUE as YAML).
+                function = click.option(flag, dest, multiple=True, metavar="KEY=VALUE", help=help_text)(function)
             else:
                 function = click.option(flag, dest, type=kind, default=default, help=help_text, show_default=shown,
                                         cls=FieldOption)(function)
@@ -180,4 +185,5 @@ def dataclass_options(
 
 def given_fields(options: dict[str, Any]) -> dict[str, Any]:
     """The options a user gave (not None), keyed by dotted field name (``section.field``)."""
-    return {name.replace(_SEP, ".", 1): value for name, value in options.items() if value is not None}
+    # A mapping flag never given is an empty tuple, not None.
+    return {name.replace(_SEP, ".", 1): value for name, value in options.items() if value is not None and value != ()}

@@ -26,6 +26,11 @@ from domainpar.output_paths import check_output_file
 @click.option("--overlap", is_flag=True, help="Overlap interior edges with the halo exchange in the partitioned run.")
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Precision of the comparison (tolerance 1e-10 for float64, 1e-5 for float32).")
+@click.option("--model", "model_name", default="interaction_network", show_default=True,
+              help="Model to check: interaction_network, interaction_gnn, pyg_gnn, or your class as package.module:Class "
+                   "(or path/to/file.py:Class); see docs/models.md.")
+@click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the model (repeatable), e.g. --model-option aggregation=[sum,max].")
 @click.option("--hidden", type=int, default=64, show_default=True, help="Model hidden size.")
 @click.option("--iterations", type=int, default=8, show_default=True, help="Message-passing iterations.")
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="Seed of the weights and of METIS.")
@@ -42,6 +47,8 @@ def verify(
     checkpointing: bool,
     overlap: bool,
     dtype: str,
+    model_name: str,
+    model_options: tuple[str, ...],
     hidden: int,
     iterations: int,
     seed: int,
@@ -64,19 +71,18 @@ def verify(
 
     launcher = detect_launcher()
     try:
-        _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, hidden, iterations, seed,
-                timeout_s, json_path, fault)
+        _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, model_name, model_options, hidden,
+                iterations, seed, timeout_s, json_path, fault)
     except DomainparError as exc:
         refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
         raise
 
 
-def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, hidden, iterations, seed, timeout_s,
-            json_path, fault) -> None:
+def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, model_name, model_options, hidden,
+            iterations, seed, timeout_s, json_path, fault) -> None:
     """The command's body (its arguments as above; ``launcher`` is how this process was started)."""
     # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
-    from domainpar.model.interaction_network import ModelConfig
-    from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size
+    from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size, load_config
     from domainpar.verification.run import empty_halo_warning, format_result_table, verify_graph_distributed, verify_graph_local
 
     running_under_launcher = launcher.joins
@@ -96,21 +102,29 @@ def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dty
         )
     if timeout_s <= 0:
         raise DomainparError(f"--timeout must be positive (got {timeout_s:g})")
-    config = ModelConfig(hidden=hidden, num_iterations=iterations, checkpointing=checkpointing, overlap=overlap)
+    # The model's settings go through the training config's validation: the same one-line errors as `train`.
+    overrides = {"model.name": model_name, "model.hidden": hidden, "model.num_iterations": iterations}
+    if checkpointing:
+        overrides["model.checkpointing"] = True
+    if overlap:
+        overrides["model.overlap"] = True
+    if model_options:
+        overrides["model.options"] = list(model_options)
+    config = load_config(None, overrides).model
     # Each rank holds the weights, gradients and the reference's copies (float64): refuse a model that cannot fit.
     check_model_size(config, "fp64" if dtype == "float64" else "fp32", copies=4, options="--hidden/--iterations")
     if running_under_launcher:
-        result, rank, backend = verify_graph_distributed(
+        result, rank, backend, result_model = verify_graph_distributed(
             str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault,
             launcher=launcher,
         )
     else:
-        result = verify_graph_local(
+        result, result_model = verify_graph_local(
             str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
         )
         rank, backend = 0, "gloo"
     if rank == 0:
-        click.echo(f"graph: {graph_path}   method: {method}   backend: {backend}   "
+        click.echo(f"graph: {graph_path}   model: {config.name}   method: {method}   backend: {backend}   "
                    f"checkpointing: {checkpointing}   overlap: {overlap}")
         click.echo(format_result_table(result))
         warning = empty_halo_warning(result)
@@ -118,7 +132,7 @@ def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dty
             click.echo(warning, err=True)
         if json_path is not None:
             record = {**result.to_dict(), "graph": str(graph_path), "method": method, "backend": backend,
-                      "model": config.to_dict()}
+                      "model": result_model.to_dict()}
             with atomic_path(json_path) as tmp:
                 Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
     if not result.passed:

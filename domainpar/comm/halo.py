@@ -117,6 +117,9 @@ class HaloExchange:
         self._in_flight = False
         self.num_exchanges = 0
         """Forward exchanges done (for halo traffic accounting)."""
+        self.bytes_sent = 0
+        """Bytes this rank sent in its forward exchanges so far, at the width and dtype of each (models exchange rows
+        of any width: hidden rows, a degree column ...); the backward sends as many back."""
         if validate:
             self._validate_sizes()
 
@@ -196,6 +199,7 @@ class HaloExchange:
         works = dist.batch_isend_irecv(ops) if ops else []
         self._in_flight = True
         self.num_exchanges += 1
+        self.bytes_sent += self.num_send_rows * hidden * rows.element_size()
         return PendingHalo(self, x_owned, output, works)
 
     def _backward(self, grad_output: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.atomic import atomic_path
+from domainpar.data.features import recorded_description
 from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.npzfile import write_npz
 from domainpar.parsing import parse_json
@@ -65,6 +66,12 @@ class EventGraph:
     """(N,) int64 truth particle of every hit (0 = noise); None without truth."""
     particle_pt: np.ndarray | None = None
     """(N,) float32 transverse momentum (GeV) of each hit's particle (0 for noise); None without truth."""
+    particle_nhits: np.ndarray | None = None
+    """(N,) int64 hits of each hit's particle in the event (0 for noise), for target selections; None when unknown
+    (graphs written before domainpar recorded it, or without truth)."""
+    particle_vertex: np.ndarray | None = None
+    """(N, 3) float32 production vertex x, y, z (mm) of each hit's particle (0 for noise), for the primary-particle
+    selection; None when unknown."""
     node_features: tuple[str, ...] | None = None
     """Name of every column of ``x`` (see :mod:`domainpar.data.features`); None when unknown (format 1 files)."""
     edge_features: tuple[str, ...] | None = None
@@ -102,7 +109,7 @@ class EventGraph:
 
 #: Arrays every graph has, arrays a graph without truth lacks, and the dtype of each.
 REQUIRED_ARRAYS = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
-OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt")
+OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt", "particle_nhits", "particle_vertex")
 ARRAY_DTYPES = {
     "x": np.float32,
     "pos": np.float32,
@@ -113,6 +120,8 @@ ARRAY_DTYPES = {
     "y": np.float32,
     "particle_id": np.int64,
     "particle_pt": np.float32,
+    "particle_nhits": np.int64,
+    "particle_vertex": np.float32,
 }
 
 
@@ -127,6 +136,8 @@ ARRAY_SHAPES = {
     "y": ("E",),
     "particle_id": ("N",),
     "particle_pt": ("N",),
+    "particle_nhits": ("N",),
+    "particle_vertex": ("N", 3),
 }
 #: Scalar entries of a graph file (0-d integer arrays).
 SCALARS = ("format_version", "event_id")
@@ -198,7 +209,7 @@ def validate_graph(graph: EventGraph, source: str) -> None:
             raise _fail(source, name, "a numpy array", type(value).__name__)
         shapes[name] = (value.shape, value.dtype)
     n, e = check_structure(shapes, source)
-    for name in ("x", "pos", "edge_attr", "y", "particle_pt"):
+    for name in ("x", "pos", "edge_attr", "y", "particle_pt", "particle_vertex"):
         value = getattr(graph, name)
         if value is not None and not np.isfinite(value).all():
             index = np.unravel_index(int(np.flatnonzero(~np.isfinite(value))[0]), value.shape)
@@ -214,6 +225,9 @@ def validate_graph(graph: EventGraph, source: str) -> None:
     if graph.particle_pt is not None and (graph.particle_pt < 0).any():
         bad = int(np.flatnonzero(graph.particle_pt < 0)[0])
         raise _fail(source, "particle_pt", "non-negative GeV", f"{graph.particle_pt[bad]} at [{bad}]")
+    if graph.particle_nhits is not None and (graph.particle_nhits < 0).any():
+        bad = int(np.flatnonzero(graph.particle_nhits < 0)[0])
+        raise _fail(source, "particle_nhits", "non-negative hit counts", f"{graph.particle_nhits[bad]} at [{bad}]")
     if n and graph.layer.min() < 0:
         bad = int(np.flatnonzero(graph.layer < 0)[0])
         raise _fail(source, "layer", "non-negative layer indices", f"{graph.layer[bad]} at [{bad}]")
@@ -245,16 +259,23 @@ def validate_graph(graph: EventGraph, source: str) -> None:
 DESCRIPTION_ENTRY = "description_json"
 
 
-def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | None = None) -> Path:
+def save_graph(
+    graph: EventGraph, path: str | os.PathLike, description: dict | None = None, extra: dict[str, np.ndarray] | None = None
+) -> Path:
     """Write ``graph`` to ``path`` (``.npz``, no pickle) atomically.
 
     Args:
         graph: the event graph.
         path: the file to write.
+        extra: more entries for later stages (e.g. per-edge scores, :mod:`domainpar.inference.scores`); readers of
+            the graph ignore them. Their names must not be the graph's own.
         description: what its feature columns are and how it was built
-            (:func:`domainpar.data.features.graph_description`), stored as JSON text.
+            (:func:`domainpar.data.features.graph_description`), stored as JSON text; None: the one the
+            graph's own feature names and build configuration give (a pruned graph keeps its filter's record).
     """
     path = Path(path)
+    if description is None:
+        description = recorded_description(graph.node_features, graph.edge_features, graph.build_config)
     arrays = {"format_version": np.int64(GRAPH_FORMAT_VERSION), "event_id": np.int64(graph.event_id)}
     if description is not None:
         arrays[DESCRIPTION_ENTRY] = np.array(json.dumps(description, sort_keys=True))
@@ -268,6 +289,10 @@ def save_graph(graph: EventGraph, path: str | os.PathLike, description: dict | N
             arrays[name] = np.array(getattr(graph, name), dtype=np.str_)
     if graph.build_config is not None:
         arrays["build_config"] = np.array(graph.build_config, dtype=np.str_)
+    for name, value in (extra or {}).items():
+        if name in arrays or name in ARRAY_DTYPES or name in METADATA:
+            raise DomainparError(f"{path}: extra entry {name!r} would replace an entry of the graph itself")
+        arrays[name] = value
     with atomic_path(path) as tmp:
         # Reproducible bytes: the same graph gives the same file, whatever worker built it and when.
         # zlib level 1: 40 % less CPU than the default level for 3 % more bytes (a full event: 1.4 s vs 2.3 s).
@@ -430,9 +455,11 @@ def load_npz_graph(path: str | os.PathLike) -> EventGraph:
 
 
 def read_npz_description(path: str | os.PathLike) -> dict | None:
-    """The description stored with a graph file (None for a file written without one).
+    """The description stored with a graph file; for a file written without one, the description its feature names
+    and build configuration give (:func:`~domainpar.data.features.recorded_description`); None for a format-1 file,
+    which records neither.
 
-    Reads that one entry of the archive, not the arrays.
+    Reads those entries of the archive, not the arrays.
 
     Raises:
         DomainparError: not a readable graph file, or a description that is not a JSON object.
@@ -440,8 +467,10 @@ def read_npz_description(path: str | os.PathLike) -> dict | None:
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            if f"{DESCRIPTION_ENTRY}.npy" not in archive.namelist():
-                return None
+            stored = f"{DESCRIPTION_ENTRY}.npy" in archive.namelist()
+        if not stored:
+            meta = read_npz_metadata(path)
+            return recorded_description(meta["node_features"], meta["edge_features"], meta["build_config"])
         with np.load(path, allow_pickle=False) as npz:
             text = npz[DESCRIPTION_ENTRY]
             names = {kind: [str(v) for v in npz[kind]] for kind in ("node_features", "edge_features") if kind in npz.files}

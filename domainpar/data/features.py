@@ -26,6 +26,7 @@ fails a test.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -146,6 +147,28 @@ def graph_description(
     }
 
 
+def recorded_description(
+    node_features: tuple[str, ...] | list[str] | None, edge_features: tuple[str, ...] | list[str] | None, build_config: str | None
+) -> dict[str, Any] | None:
+    """The description of a graph from what the graph itself records (its feature names and build configuration),
+    for graph files written without one (e.g. graphs pruned by an edge filter); None without feature names.
+
+    The build configuration (with the edge filter's record, when the graph was pruned) becomes ``cuts``.
+    """
+    if node_features is None or edge_features is None:
+        return None
+    cuts = None
+    if build_config is not None:
+        try:
+            cuts = json.loads(build_config)
+        except ValueError:
+            cuts = None
+    builder = "domainpar build" if isinstance(cuts, dict) else "unknown"
+    if isinstance(cuts, dict) and "edge_filter" in cuts:
+        builder += ", pruned by an edge filter"
+    return graph_description(node_features, edge_features, builder, cuts if isinstance(cuts, dict) else None)
+
+
 def build_description(config: Any) -> dict[str, Any]:
     """The description of graphs made by ``domainpar build`` with ``config`` (a GraphConfig)."""
     return graph_description(config.node_feature_names, config.edge_features, "domainpar build", config.to_dict())
@@ -229,6 +252,47 @@ def node_feature_matrix(
         else:
             raise DomainparError(f"unknown node feature {name!r} (expected one of {sorted(NODE_FEATURES)})")
     return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((r.size, 0), np.float32)
+
+
+def compute_features(
+    node_features: tuple[str, ...] | list[str],
+    edge_features: tuple[str, ...] | list[str],
+    hit_id: np.ndarray,
+    pos: np.ndarray,
+    edge_index: np.ndarray,
+    cells: pd.DataFrame | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every named node and edge feature of a hit graph, from its hits and their cells: THE feature function.
+
+    ``domainpar build`` (:func:`domainpar.data.graph.build_graph`), inference on raw events, the exported
+    pipeline (``evaluate --model``) and ``examples/run_exported.py`` all compute the columns of ``x`` and
+    ``edge_attr`` here, so a deployed model is fed what it was trained on. Each column is
+    ``raw / scale`` as :data:`NODE_FEATURE_SPECS` / :data:`EDGE_FEATURE_SPECS` describe it (what the
+    sidecar of an exported model records for a host outside Python).
+
+    Args:
+        node_features: names of the columns of ``x`` (:data:`NODE_FEATURES`), in order.
+        edge_features: names of the columns of ``edge_attr`` (:data:`EDGE_FEATURES`), in order.
+        hit_id: (N,) TrackML hit ids of the nodes.
+        pos: (N, 3) hit positions x, y, z in mm.
+        edge_index: (2, E) node indices, row 0 the inner hit (src), row 1 the outer one (dst).
+        cells: the event's TrackML cells (hit_id, ch0, ch1, value); needed by the cell and cluster features.
+
+    Returns:
+        ``(x, edge_attr)``: (N, F) and (E, F_e) float32.
+
+    Raises:
+        DomainparError: an unknown name, or cell features without the cells table.
+    """
+    pos = np.asarray(pos, dtype=np.float64)
+    needs_cells = any(name in CELL_NODE_FEATURES for name in node_features)
+    if needs_cells and cells is None:
+        raise DomainparError(f"node features {[n for n in node_features if n in CELL_NODE_FEATURES]} need the event's cells table (got none)")
+    clusters = cluster_summary(hit_id, cells) if needs_cells else None
+    r = np.hypot(pos[:, 0], pos[:, 1])
+    phi = np.arctan2(pos[:, 1], pos[:, 0])
+    x = node_feature_matrix(tuple(node_features), r, phi, pos[:, 2], clusters)
+    return x, edge_feature_matrix(tuple(edge_features), pos, np.asarray(edge_index))
 
 
 def edge_feature_matrix(

@@ -401,16 +401,20 @@ def build_graph(
     pos = hits[["x", "y", "z"]].to_numpy(np.float64)
     if truth is not None:
         particle_id, particle_pt, vertex = _truth_per_hit(hits, truth, particles)
+        # Hits of each particle in the event as read (before the truth-pT filter): what target selections count.
+        _, first_of, count = np.unique(particle_id, return_inverse=True, return_counts=True)
+        nhits = np.where(particle_id != 0, count[first_of], 0).astype(np.int64)
         if config.min_pt > 0:
             keep = (particle_id != 0) & (particle_pt >= config.min_pt)
             hit_id, pos, layer = hit_id[keep], pos[keep], layer[keep]
-            particle_id, particle_pt, vertex = particle_id[keep], particle_pt[keep], vertex[keep]
+            particle_id, particle_pt, vertex, nhits = particle_id[keep], particle_pt[keep], vertex[keep], nhits[keep]
     r = np.hypot(pos[:, 0], pos[:, 1])
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
     edge_index = _search_edges(r, phi, z, layer, config)
-    clusters = feature_catalogue.cluster_summary(hit_id, cells) if config.needs_cells else None
-    x = feature_catalogue.node_feature_matrix(config.node_feature_names, r, phi, z, clusters)
+    x, edge_attr = feature_catalogue.compute_features(
+        config.node_feature_names, config.edge_features, hit_id, pos, edge_index, cells if config.needs_cells else None
+    )
     num_nodes = hit_id.size
     num_edges = edge_index.shape[1]
     y = stats_truth = None
@@ -436,10 +440,12 @@ def build_graph(
         hit_id=hit_id,
         layer=layer.astype(np.int64),
         edge_index=edge_index.astype(np.int64),
-        edge_attr=feature_catalogue.edge_feature_matrix(config.edge_features, pos, edge_index),
+        edge_attr=edge_attr,
         y=y,
         particle_id=None if truth is None else particle_id.astype(np.int64),
         particle_pt=None if truth is None else particle_pt.astype(np.float32),
+        particle_nhits=None if truth is None else nhits,
+        particle_vertex=None if truth is None else np.where((particle_id != 0)[:, None], vertex, 0.0).astype(np.float32),
         node_features=config.node_feature_names,
         edge_features=config.edge_features,
         build_config=config.to_json(),

@@ -37,6 +37,8 @@ EventGraph         PyG attribute(s)
 ``particle_id``    ``hit_particle_id`` / ``pid`` / ``particle_id`` of shape (N,); else from
                    ``track_edges`` (2, T) and a per-track-edge ``particle_id`` (T,) [acorn]
 ``particle_pt``    ``hit_pt`` / ``pt`` of shape (N,); else from ``track_edges`` and ``pt`` (T,)
+``particle_nhits`` ``hit_particle_nhits`` (N,); else from ``track_edges`` and ``nhits`` (T,) [acorn]
+``particle_vertex`` ``hit_particle_vertex`` (N, 3) [domainpar]
 ``event_id``       ``event_id`` (int or digits); else the last digits of the file name
 =================  ===========================================================================
 
@@ -408,6 +410,8 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     used["y"] = y_name or "none"
     pid_name, particle_id = _first(fields, ("hit_particle_id", "pid", "particle_id"), path, ndim=1, length=num_nodes)
     pt_name, particle_pt = _first(fields, ("hit_pt", "pt"), path, ndim=1, length=num_nodes)
+    nhits_name, particle_nhits = _first(fields, ("hit_particle_nhits",), path, ndim=1, length=num_nodes)
+    _, particle_vertex = _first(fields, ("hit_particle_vertex",), path, ndim=2, length=num_nodes)
     _, track_edges = _first(fields, ("track_edges",), path, ndim=2)
     if track_edges is not None and track_edges.shape[0] == 2:
         num_tracks = track_edges.shape[1]
@@ -422,8 +426,14 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
             name, values = _first(fields, _names("pt") + ("track_particle_pt",), path, ndim=1, length=num_tracks)
             if values is not None:
                 particle_pt, pt_name = _per_track_to_hits(values, track_edges, num_nodes, np.float32), f"{name} per track edge"
+        if particle_nhits is None:
+            name, values = _first(fields, _names("nhits") + ("track_particle_nhits",), path, ndim=1, length=num_tracks)
+            if values is not None:
+                particle_nhits = _per_track_to_hits(_integers(path, name, values), track_edges, num_nodes, np.int64)
+                nhits_name = f"{name} per track edge"
     used["particle_id"] = pid_name or "none"
     used["particle_pt"] = pt_name or "none"
+    used["particle_nhits"] = nhits_name or "none"
 
     arrays = {
         "x": _finite(path, "x", x).astype(np.float32),
@@ -435,6 +445,10 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
         "y": None if y is None else _finite(path, "y", y).astype(np.float32),
         "particle_id": None if particle_id is None else _integers(path, "particle_id", particle_id),
         "particle_pt": None if particle_pt is None else _finite(path, "pt", particle_pt).astype(np.float32),
+        "particle_nhits": None if particle_nhits is None else _integers(path, "particle_nhits", particle_nhits),
+        "particle_vertex": None
+        if particle_vertex is None or particle_vertex.shape[1:] != (3,)
+        else _finite(path, "hit_particle_vertex", particle_vertex).astype(np.float32),
     }
     event_id = _event_id(fields, path)
     try:
@@ -555,8 +569,14 @@ def save_pyg_graph(
         values["truth_map"] = t(truth_map, torch.int64)
         if graph.particle_pt is not None:
             values["pt"] = t(graph.particle_pt[segments[0]])
+        if graph.particle_nhits is not None:
+            values["nhits"] = t(graph.particle_nhits[segments[0]], torch.int64)
     if graph.particle_pt is not None:
         values["hit_pt"] = t(graph.particle_pt)
+    if graph.particle_nhits is not None:
+        values["hit_particle_nhits"] = t(graph.particle_nhits, torch.int64)
+    if graph.particle_vertex is not None:
+        values["hit_particle_vertex"] = t(graph.particle_vertex)
     data = Data(**{k: v for k, v in values.items() if v is not None})
     with atomic_path(path) as tmp:
         torch.save(data, tmp)

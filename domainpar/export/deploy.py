@@ -23,18 +23,23 @@ free. The math is the training model's, term by term:
         h = h + phi_n([h, sum_{edges into v} e, sum_{edges out of v} e])
     logit = out(phi_head(W_src h[src] + W_dst h[dst] + W_e e + b))
 
-``tests/export/test_export.py`` checks its logits against the training model's on
+``tests/unit/export`` checks its logits against the training model's on
 graphs of several sizes, so a change on either side that breaks the
 equality fails a test.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
 from domainpar.errors import DomainparError
-from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork
+from domainpar.filter.edge_filter import feature_columns
+from domainpar.model.config import ACTIVATIONS
+from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.model.registry import build_model
 
 
 class DeployLayer(nn.Module):
@@ -248,19 +253,23 @@ def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtyp
         dtype: parameter dtype of the deployed model (ACTS feeds float32).
 
     Returns:
-        :class:`EdgeClassifier` (``model_config.edge_inputs > 0``) or
-        :class:`NodeOnlyEdgeClassifier`, in eval mode, without gradients.
+        For the Interaction Network :class:`EdgeClassifier` (``model_config.edge_inputs > 0``) or
+        :class:`NodeOnlyEdgeClassifier`; for another model what its ``deploy()`` returns; in eval mode,
+        without gradients.
 
     Raises:
         DomainparError: the weights do not fit ``model_config`` (a key is missing, unused or of another shape).
     """
     c = model_config
-    # The training class is the judge of whether the weights fit the config (names and shapes).
+    # The training model is the judge of whether the weights fit the config (names and shapes).
+    trained = build_model(c)
     try:
-        InteractionNetwork(c).load_state_dict(state, strict=True)
+        trained.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = " ".join(str(exc).split())[:300]
         raise DomainparError(f"checkpoint weights do not fit its model_config ({first})") from None
+    if not isinstance(trained, InteractionNetwork):
+        return _deploy_other(trained, c, dtype)
     activation_cls = ACTIVATIONS[c.activation]
     weights = _Weights(state, dtype)
     num_networks = min(1, c.num_iterations) if c.recurrent else c.num_iterations
@@ -284,6 +293,68 @@ def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtyp
     return model.eval().requires_grad_(False)
 
 
+def _deploy_other(trained: nn.Module, model_config, dtype: torch.dtype) -> nn.Module:
+    """The deploy-time module of a model other than the Interaction Network: what its ``deploy()`` returns."""
+    deploy = getattr(trained, "deploy", None)
+    if deploy is None:
+        raise DomainparError(
+            f"model {model_config.name} has no deploy-time module (a deploy() method returning forward(x, edge_index"
+            "[, edge_attr]) -> logits, docs/models.md), so it cannot be exported; score it with evaluate --checkpoint"
+        )
+    module = deploy()
+    if not isinstance(module, nn.Module):
+        raise DomainparError(f"model {model_config.name}: deploy() must return a torch.nn.Module (got {type(module).__name__})")
+    return module.to(dtype=dtype).eval().requires_grad_(False)
+
+
 def input_names(model_config) -> list[str]:
     """The model's inputs in calling order (ACTS passes them positionally)."""
     return ["x", "edge_index", "edge_attr"] if model_config.edge_inputs else ["x", "edge_index"]
+
+
+# ----------------------------------------------------------------------------- the edge filter
+
+
+class FilterModule(nn.Module):
+    """The deployed edge filter: ``forward(x, edge_index, edge_attr) -> logits`` on the graph stage's full inputs.
+
+    It reads the columns of ``x`` and ``edge_attr`` the filter was trained on (by index), forms
+    ``[x_src, x_dst, edge_attr]`` per edge, standardises with the training mean and spread and runs the MLP —
+    the operations of :meth:`domainpar.filter.edge_filter.EdgeFilter.logits`, in its order. An edge is kept
+    when its logit is at least the filter's threshold (a logit, recorded in the sidecar).
+    """
+
+    def __init__(self, edge_filter, node_columns: torch.Tensor, edge_columns: torch.Tensor) -> None:
+        super().__init__()
+        net = edge_filter.net
+        self.register_buffer("node_columns", node_columns.to(torch.int64))
+        self.register_buffer("edge_columns", edge_columns.to(torch.int64))
+        self.register_buffer("mean", net.mean.detach().clone().float())
+        self.register_buffer("scale", net.scale.detach().clone().float())
+        self.mlp = copy.deepcopy(net.mlp).float().requires_grad_(False)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
+        """(N, F) float32, (2, E) int64, (E, F_e) float32 → (E,) float32 filter logits."""
+        nodes = x.index_select(1, self.node_columns)
+        inputs = torch.cat([nodes[edge_index[0]], nodes[edge_index[1]], edge_attr.index_select(1, self.edge_columns)], dim=1)
+        return self.mlp((inputs - self.mean) / self.scale).squeeze(-1)
+
+
+def deploy_filter(edge_filter, node_features: list[str], edge_features: list[str]) -> FilterModule:
+    """The deploy-time module of a trained edge filter, for graphs whose columns are named ``node_features`` /
+    ``edge_features`` (the model's training graphs: the filter was trained on those graphs before pruning).
+
+    Raises:
+        DomainparError: the filter reads a feature the graphs do not have, or its input width does not fit.
+    """
+    node_columns = feature_columns(edge_filter.config.node_features, tuple(node_features), "node", "edge filter")
+    edge_columns = feature_columns(edge_filter.config.edge_features, tuple(edge_features), "edge", "edge filter")
+    node_index = torch.arange(len(node_features)) if node_columns is None else torch.from_numpy(node_columns)
+    edge_index = torch.arange(len(edge_features)) if edge_columns is None else torch.from_numpy(edge_columns)
+    width = 2 * node_index.numel() + edge_index.numel()
+    if width != edge_filter.net.mean.numel():
+        raise DomainparError(
+            f"edge filter expects {edge_filter.net.mean.numel()} inputs per edge (2 × node + edge features), "
+            f"the graphs give {width}"
+        )
+    return FilterModule(edge_filter, node_index, edge_index).eval()

@@ -10,6 +10,8 @@ export`` checks every file it writes with it.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -19,8 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from domainpar.data.event_graph import EventGraph
+from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError, one_line, reraise_fault
-from domainpar.export.sidecar import feature_names, read_sidecar
+from domainpar.export.sidecar import feature_names, filter_stage, graph_stage, read_sidecar, sidecar_path
 
 
 def _require_onnxruntime(what: str):
@@ -84,7 +88,7 @@ def open_model_file(path: str | os.PathLike, fmt: str, threads: int = 1):
 
 @dataclass
 class ExportedModel:
-    """An exported model file with its sidecar, ready to score graphs."""
+    """An exported model file with its sidecar (and its edge filter's file), ready to score graphs."""
 
     path: Path
     """The model file."""
@@ -92,6 +96,68 @@ class ExportedModel:
     """Its sidecar (see :mod:`domainpar.export.sidecar`)."""
     runner: Any
     """Callable on the list of input arrays."""
+    filter_runner: Any = None
+    """Callable of the edge filter's file on ``[x, edge_index, edge_attr]``, None when the pipeline has no filter."""
+
+    @property
+    def filter_stage(self) -> dict[str, Any] | None:
+        """The sidecar's ``edge_filter`` stage (None: the training graphs were not pruned)."""
+        return filter_stage(self.sidecar)
+
+    @property
+    def filter_hash(self) -> str | None:
+        """Content hash of the edge filter the training graphs were pruned with (what pruned graph files record)."""
+        stage = self.filter_stage
+        return None if stage is None else str(stage.get("hash"))
+
+    def graph_config(self) -> GraphConfig:
+        """How to build the model's graphs from raw events: the sidecar's graph stage.
+
+        Raises:
+            DomainparError: the training graphs were not built by ``domainpar build`` (no cuts to rebuild them with).
+        """
+        stage = graph_stage(self.sidecar)
+        cuts = stage.get("cuts")
+        if not isinstance(cuts, dict) or not str(stage.get("builder", "")).startswith("domainpar build"):
+            raise DomainparError(
+                f"{self.path}: the model's training graphs were built by {stage.get('builder')!r}, not by `domainpar build`, "
+                "so its sidecar holds no cuts to build graphs from raw events with; evaluate it on graph files"
+            )
+        return GraphConfig.from_dict(cuts, source=f"{sidecar_path(self.path)}: graph stage cuts")
+
+    def filter_logits(self, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray) -> np.ndarray:
+        """(E,) float64 logits of the edge filter's file on one graph (the graph stage's full inputs)."""
+        inputs = [np.asarray(x, dtype=np.float32), np.asarray(edge_index, dtype=np.int64), np.asarray(edge_attr, dtype=np.float32)]
+        return self._run(self.filter_runner, inputs, "its edge filter")
+
+    def _run(self, runner: Any, inputs: list[np.ndarray], what: str) -> np.ndarray:
+        """(E,) float64 logits of one of the pipeline's files; a runtime's refusal or a wrong output size is one line."""
+        try:
+            out = np.asarray(runner(inputs)).reshape(-1)
+        except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
+            reraise_fault(exc)
+            shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
+            raise DomainparError(f"{self.path}: {what} refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
+        if out.shape[0] != inputs[1].shape[1]:
+            raise DomainparError(f"{self.path}: {what} returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
+        return out.astype(np.float64)
+
+    def prune(self, graph: EventGraph) -> EventGraph:
+        """``graph`` with only the edges the pipeline's edge filter keeps (nodes and edge order kept), recorded in its
+        build configuration as :meth:`domainpar.filter.edge_filter.EdgeFilter.apply` does; unchanged without a filter."""
+        stage = self.filter_stage
+        if stage is None:
+            return graph
+        keep = self.filter_logits(graph.x, graph.edge_index, graph.edge_attr) >= float(stage["threshold"])
+        build = json.loads(graph.build_config) if graph.build_config else {}
+        build["edge_filter"] = {"hash": self.filter_hash, "threshold": float(stage["threshold"]), "exported": stage.get("file")}
+        return dataclasses.replace(
+            graph,
+            edge_index=np.ascontiguousarray(graph.edge_index[:, keep]),
+            edge_attr=np.ascontiguousarray(graph.edge_attr[keep]),
+            y=None if graph.y is None else np.ascontiguousarray(graph.y[keep]),
+            build_config=json.dumps(build, sort_keys=True),
+        )
 
     @property
     def format(self) -> str:
@@ -139,15 +205,7 @@ class ExportedModel:
             if edge_attr is None:
                 raise DomainparError(f"{self.path}: the model needs edge features (edge_attr), none were given")
             inputs.append(np.asarray(edge_attr, dtype=np.float32))
-        try:
-            out = np.asarray(self.runner(inputs)).reshape(-1)
-        except Exception as exc:  # noqa: BLE001 - the runtime's own errors (shape, dtype) mean "these inputs do not fit"
-            reraise_fault(exc)
-            shapes = ", ".join(str(tuple(a.shape)) for a in inputs)
-            raise DomainparError(f"{self.path}: the model refused inputs of shapes {shapes} ({one_line(exc, 160)})") from None
-        if out.shape[0] != inputs[1].shape[1]:
-            raise DomainparError(f"{self.path}: model returned {out.shape[0]} logits for {inputs[1].shape[1]} edges")
-        return out.astype(np.float64)
+        return self._run(self.runner, inputs, "the model")
 
 
 def load_exported(path: str | os.PathLike) -> ExportedModel:
@@ -164,7 +222,11 @@ def load_exported(path: str | os.PathLike) -> ExportedModel:
     runner = open_model_file(path, sidecar["model"]["format"])
     if isinstance(runner, _OnnxRunner):
         _check_onnx_inputs(path, runner, len(sidecar["node_features"]), len(sidecar["edge_features"]))
-    return ExportedModel(path=path, sidecar=sidecar, runner=runner)
+    stage = filter_stage(sidecar)
+    filter_runner = None
+    if stage is not None:
+        filter_runner = open_model_file(path.with_name(str(stage["file"])), str(stage.get("format", sidecar["model"]["format"])))
+    return ExportedModel(path=path, sidecar=sidecar, runner=runner, filter_runner=filter_runner)
 
 
 def _check_onnx_inputs(path: Path, runner: _OnnxRunner, node_features: int, edge_features: int) -> None:

@@ -15,6 +15,13 @@ records:
   ``edge_direction``: which end of an edge is row 0;
 - ``threshold``: the score cut the model was tuned for; ``graph``: how the
   training graphs were built (builder and cuts);
+- ``stages`` (version 2): the deployed pipeline in order — ``graph`` (the
+  cuts of the graph construction and the named features, computed by
+  :func:`domainpar.data.features.compute_features`), ``edge_filter`` when the
+  training graphs were pruned (its own model file, SHA-256, the columns it
+  reads, its logit threshold), and ``edge_classifier`` (this model file and
+  its score threshold): a deployment that follows them feeds the classifier
+  the graphs it was trained on;
 - ``acts``: the matching settings of ACTS's ExaTrkX edge-classifier stage;
 - ``source``: the checkpoint (path, SHA-256, step) and ``model_config``;
 - ``verification``: the largest difference between the exported file's
@@ -37,8 +44,11 @@ from domainpar.parsing import load_json
 
 #: Identifies a sidecar file.
 SIDECAR_FORMAT = "domainpar-edge-classifier"
-#: Bumped when the sidecar layout changes incompatibly.
-SIDECAR_VERSION = 1
+#: Bumped when the sidecar layout changes incompatibly. 2: ``stages`` (graph, edge filter, classifier); a reader that
+#: knows only version 1 would feed the classifier unpruned graphs, so it must refuse these.
+SIDECAR_VERSION = 2
+#: Versions :func:`read_sidecar` reads (version 1: the classifier alone, no edge filter).
+READABLE_VERSIONS = (1, 2)
 #: Model file formats.
 FORMATS = ("torchscript", "onnx")
 #: ONNX opset of exported models (>= 16 is needed for ScatterElements with reduction="add").
@@ -71,8 +81,13 @@ def build_sidecar(
     threshold_source: str,
     source: dict[str, Any],
     verification: dict[str, Any],
+    filter_stage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The sidecar dict of a freshly written model file (see the module docstring)."""
+    """The sidecar dict of a freshly written model file (see the module docstring).
+
+    Args:
+        filter_stage: the ``edge_filter`` stage of the pipeline (its file, threshold, ...), None without a filter.
+    """
     node_features = list(description["node_features"])
     edge_features = list(description["edge_features"]) if model_config.edge_inputs else []
     if len(node_features) != model_config.node_features:
@@ -93,9 +108,36 @@ def build_sidecar(
         inputs.append(
             {"name": "edge_attr", "dtype": "float32", "shape": ["E", model_config.edge_inputs], "meaning": "edge features, columns as in edge_features"}
         )
+    cuts = description.get("cuts")
+    graph_cuts = {k: v for k, v in cuts.items() if k != "edge_filter"} if isinstance(cuts, dict) else cuts
+    stages = [
+        {
+            "stage": "graph",
+            "builder": description.get("builder"),
+            "cuts": graph_cuts,
+            "node_features": [f.get("name") for f in node_features],
+            "edge_features": [f.get("name") for f in list(description["edge_features"])],
+            "features": "every column is raw / scale as node_features / edge_features describe; domainpar computes them "
+            "with domainpar.data.features.compute_features",
+            "edge_direction": description.get("edge_direction"),
+        }
+    ]
+    if filter_stage is not None:
+        stages.append(filter_stage)
+    stages.append(
+        {
+            "stage": "edge_classifier",
+            "file": model_name,
+            "format": fmt,
+            "inputs": [i["name"] for i in inputs],
+            "threshold": threshold,
+            "keep": "the edges whose score sigmoid(logit) is above threshold",
+        }
+    )
     return {
         "format": SIDECAR_FORMAT,
         "version": SIDECAR_VERSION,
+        "stages": stages,
         "model": {
             "file": model_name,
             "format": fmt,
@@ -146,8 +188,10 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
         raise DomainparError(f"{path}: expected the JSON sidecar of an exported model, could not read it ({exc})") from None
     if not isinstance(sidecar, dict) or sidecar.get("format") != SIDECAR_FORMAT:
         raise DomainparError(f"{path}: expected a sidecar with format {SIDECAR_FORMAT!r}")
-    if sidecar.get("version") != SIDECAR_VERSION:
-        raise DomainparError(f"{path}: sidecar version must be {SIDECAR_VERSION} (got {sidecar.get('version')!r})")
+    if sidecar.get("version") not in READABLE_VERSIONS:
+        raise DomainparError(
+            f"{path}: sidecar version must be one of {list(READABLE_VERSIONS)} (got {sidecar.get('version')!r}); re-export the model"
+        )
     try:
         model = sidecar["model"]
         fmt, digest = model["format"], model["sha256"]
@@ -166,7 +210,46 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
         raise DomainparError(
             f"{model_path}: the model file does not match its sidecar {path.name} (SHA-256 {found[:12]}…, sidecar says {str(digest)[:12]}…); re-export both"
         )
+    stage = filter_stage(sidecar)
+    if stage is not None:
+        try:
+            filter_file = model_path.with_name(str(stage["file"]))
+            float(stage["threshold"])
+            expected = stage["sha256"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DomainparError(f"{path}: sidecar stage edge_filter is missing or has a malformed entry ({exc})") from None
+        if not filter_file.is_file():
+            raise DomainparError(f"{model_path}: expected its edge filter {filter_file.name} beside it (the sidecar's edge_filter stage), found none")
+        found = file_sha256(filter_file)
+        if found != expected:
+            raise DomainparError(
+                f"{filter_file}: the edge filter does not match the sidecar {path.name} (SHA-256 {found[:12]}…, sidecar says "
+                f"{str(expected)[:12]}…); re-export both"
+            )
     return sidecar
+
+
+def filter_stage(sidecar: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``edge_filter`` stage of a sidecar, None when its pipeline has none (or for a version-1 sidecar)."""
+    for stage in sidecar.get("stages") or []:
+        if isinstance(stage, dict) and stage.get("stage") == "edge_filter":
+            return stage
+    return None
+
+
+def graph_stage(sidecar: dict[str, Any]) -> dict[str, Any]:
+    """The ``graph`` stage of a sidecar (for a version-1 sidecar: made from its ``graph`` entry and feature lists)."""
+    for stage in sidecar.get("stages") or []:
+        if isinstance(stage, dict) and stage.get("stage") == "graph":
+            return stage
+    graph = sidecar.get("graph") or {}
+    return {
+        "stage": "graph",
+        "builder": graph.get("builder"),
+        "cuts": graph.get("cuts"),
+        "node_features": feature_names(sidecar.get("node_features") or []),
+        "edge_features": feature_names(sidecar.get("edge_features") or []),
+    }
 
 
 def feature_names(features: list[dict[str, Any]]) -> list[str]:

@@ -19,10 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from domainpar.errors import DomainparError
+from domainpar.data.features import recorded_description
+from domainpar.errors import DomainparError, FieldError
+from domainpar.filter.edge_filter import load_filter
+from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import IdentityExchange
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
-from domainpar.partition.local_graph import LocalGraph
+from domainpar.model.registry import build_model, check_config
+from domainpar.partition.local_graph import LocalGraph, tensor_of
 from domainpar.partition.plan import build_plan
 from domainpar.train.checkpoint import load_checkpoint
 
@@ -35,8 +38,8 @@ class ExportSource:
     """The checkpoint file."""
     sha256: str
     """The checkpoint's verified content checksum (:func:`domainpar.train.checkpoint.state_digest`), recorded in the sidecar."""
-    model_config: Any
-    """The :class:`~domainpar.model.interaction_network.ModelConfig` it was trained with."""
+    model_config: ModelConfig
+    """The :class:`~domainpar.model.config.ModelConfig` it was trained with (name, settings, options)."""
     state: dict[str, torch.Tensor]
     """The model ``state_dict`` (CPU)."""
     dtype: torch.dtype
@@ -64,6 +67,9 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     state = _load_state(path)
     try:
         config = ModelConfig.from_dict({**dict(state["model_config"]), "checkpointing": False, "overlap": False})
+        check_config(config)
+    except FieldError as exc:
+        raise DomainparError(f"{path}: checkpoint entry model_config.{exc.field} {exc.message}") from None
     except (DomainparError, TypeError) as exc:
         raise DomainparError(f"{path}: checkpoint entry 'model_config' is not a valid model config ({exc})") from None
     weights = {k: v.detach().cpu() for k, v in state["model"].items()}
@@ -75,6 +81,11 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     description = state.get("data")
     if description is not None and not isinstance(description, dict):
         raise DomainparError(f"{path}: checkpoint entry 'data' must be a dict describing the input features")
+    graph = state.get("graph")
+    if description is None and isinstance(graph, dict):
+        # Graphs saved without a description entry (e.g. pruned by an edge filter) still named their columns and
+        # recorded their build: what the checkpoint's 'graph' entry holds.
+        description = recorded_description(graph.get("node_features"), graph.get("edge_features"), graph.get("build_config"))
     step = state.get("step")
     return ExportSource(
         path=path,
@@ -88,10 +99,45 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     )
 
 
+#: File name of a recipe run's edge filter (``domainpar demo``, the physics recipe).
+FILTER_FILE = "filter.pt"
+
+
+def recorded_filter_hash(description: dict | None) -> str | None:
+    """Content hash of the edge filter the training graphs were pruned with, None when they were not pruned."""
+    cuts = (description or {}).get("cuts")
+    record = cuts.get("edge_filter") if isinstance(cuts, dict) else None
+    return None if not isinstance(record, dict) else str(record.get("hash"))
+
+
+def find_filter(checkpoint: Path, wanted_hash: str) -> Path | None:
+    """The recipe run's ``filter.pt`` with content hash ``wanted_hash`` beside the checkpoint or up to three
+    directories above it (``<run>/train/checkpoints/step-*.pt``), None when there is none."""
+    directory = checkpoint.resolve().parent
+    for _ in range(4):
+        candidate = directory / FILTER_FILE
+        if candidate.is_file():
+            try:
+                if load_filter(candidate).content_hash == wanted_hash:
+                    return candidate
+            except DomainparError:
+                pass  # a damaged or foreign file is not the filter sought; the caller names what is missing
+        directory = directory.parent
+    return None
+
+
 def training_model(source: ExportSource) -> torch.nn.Module:
-    """The checkpoint's training :class:`~domainpar.model.interaction_network.InteractionNetwork` (eval mode, CPU, its own dtype)."""
-    model = InteractionNetwork(source.model_config).to(dtype=source.dtype)
-    model.load_state_dict(source.state)
+    """The checkpoint's training model, built by the factory (eval mode, CPU, its own dtype).
+
+    Raises:
+        DomainparError: the weights do not fit the model its ``model_config`` builds.
+    """
+    model = build_model(source.model_config).to(dtype=source.dtype)
+    try:
+        model.load_state_dict(source.state)
+    except RuntimeError as exc:
+        first = " ".join(str(exc).split())[:300]
+        raise DomainparError(f"{source.path}: checkpoint weights do not fit its model_config ({first})") from None
     return model.eval()
 
 
@@ -100,15 +146,15 @@ def training_logits(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.T
     num_nodes = x.shape[0]
     plan = build_plan(edge_index.numpy(), np.zeros(num_nodes, dtype=np.int64), 1).parts[0]
     dtype = next(model.parameters()).dtype
-    edge_ids = torch.from_numpy(np.ascontiguousarray(plan.edge_ids))
+    edge_ids = tensor_of(plan.edge_ids)
     local = LocalGraph(
-        x=x[torch.from_numpy(np.ascontiguousarray(plan.owned_ids))].to(dtype),
-        edge_index=torch.from_numpy(np.ascontiguousarray(plan.edge_index)),
+        x=x[tensor_of(plan.owned_ids)].to(dtype),
+        edge_index=tensor_of(plan.edge_index),
         edge_attr=edge_attr[edge_ids].to(dtype),
         num_owned=plan.num_owned,
         num_halo=plan.num_halo,
         num_interior_edges=plan.num_interior_edges,
-        edge_owned=torch.from_numpy(np.ascontiguousarray(plan.edge_owned)),
+        edge_owned=tensor_of(plan.edge_owned),
         edge_ids=edge_ids,
         y=None,
         num_edges_global=plan.num_edges_global,

@@ -57,6 +57,11 @@ class EvaluateConfig:
                 f"--parts must be 1 with --model (got {self.num_parts}): an exported model scores whole graphs in one "
                 "process; partitioned inference needs the training checkpoint"
             )
+        if self.model is not None and self.edge_filter is not None:
+            raise DomainparError(
+                f"--filter {self.edge_filter}: an exported model (--model) runs the edge filter its sidecar records; "
+                "give --filter with --checkpoint only"
+            )
         if not isinstance(self.num_parts, int) or self.num_parts < 1:
             raise DomainparError(f"--parts must be a positive integer (got {self.num_parts!r})")
         if self.method not in PARTITION_METHODS:

@@ -24,20 +24,22 @@ How events are judged and summed is :mod:`domainpar.inference.scoring`'s job.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from domainpar import __version__
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
 from domainpar.export.runtime import load_exported
+from domainpar.export.sidecar import feature_names
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import load_events
 from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
+from domainpar.inference.scores import write_scored_graph
 from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
 from domainpar.progress import progress
 from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc
@@ -51,6 +53,8 @@ class EvaluationReport:
     """JSON-ready overall figures and settings, with per-event records under ``events``."""
     evaluations: list[EventEvaluation] = field(default_factory=list)
     """Per-event arrays (logits, scores, tracks), for tests and plots."""
+    producer: dict = field(default_factory=dict)
+    """What produced the scores (model or checkpoint with its checksum, threshold, partitioning), recorded with them."""
 
 
 def evaluate(config: EvaluateConfig) -> EvaluationReport:
@@ -71,21 +75,18 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         exported = None
         loaded = load_model(config.checkpoint)
         threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
-        node_features, step = loaded.model.config.node_features, loaded.step
+        node_features, step = loaded.model_config.node_features, loaded.step
     if exported is not None:
-        from domainpar.export.sidecar import feature_names
-
-        # The sidecar names the model's input columns: graph files of other features are refused by name too.
-        cuts = (exported.sidecar.get("graph") or {}).get("cuts")
+        # The sidecar names the model's input columns: graph files of other features are refused by name too (its
+        # graph stage and edge filter build and prune raw events: load_events reads them from ``exported``).
         graph_meta = {
             "node_features": feature_names(exported.sidecar["node_features"]),
             "edge_features": feature_names(exported.sidecar["edge_features"]) if exported.num_edge_features else None,
-            # Raw events are built with the training graphs' cuts, as the sidecar records them.
-            "build_config": json.dumps(cuts) if isinstance(cuts, dict) else None,
+            "build_config": None,
         }
     else:
         graph_meta = loaded.graph
-    events = load_events(config, node_features, graph_meta)
+    events = load_events(config, node_features, graph_meta, exported=exported)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")
     graphs = [e.graph for e in events]
@@ -111,6 +112,15 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         evaluation.record.update(part_record)
         evaluations.append(evaluation)
     summary = summarise(evaluations, [g.y for g in graphs])
+    producer = {"producer": "domainpar evaluate", "domainpar": __version__, "threshold": threshold,
+                "num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None}  # fmt: skip
+    if exported is not None:
+        producer.update(model=str(config.model), model_sha256=exported.sidecar["model"]["sha256"],
+                        model_format=exported.format, checkpoint=exported.sidecar.get("source", {}).get("checkpoint"),
+                        checkpoint_sha256=exported.sidecar.get("source", {}).get("sha256"), checkpoint_step=step)  # fmt: skip
+    else:
+        producer.update(checkpoint=str(config.checkpoint), checkpoint_sha256=loaded.sha256, checkpoint_step=step,
+                        model_name=loaded.model_config.name)  # fmt: skip
     summary = {
         "checkpoint": None if config.checkpoint is None else str(config.checkpoint),
         "model": None if exported is None else str(config.model),
@@ -126,7 +136,7 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         "seconds_inference": seconds_inference,
         "events": [e.record for e in evaluations],
     }
-    return EvaluationReport(summary=summary, evaluations=evaluations)
+    return EvaluationReport(summary=summary, evaluations=evaluations, producer=producer)
 
 
 def write_outputs(
@@ -135,8 +145,9 @@ def write_outputs(
     submissions_dir: Path | None = None,
     pt_min: float = 1.0,
     min_layers: int = 3,
+    scores_dir: Path | None = None,
 ) -> list[Path]:
-    """Write submissions (``event<id>-submission.csv``) and plots (PNG) of an evaluation.
+    """Write submissions (``event<id>-submission.csv``), plots (PNG) and scored graphs of an evaluation.
 
     Args:
         report: from :func:`evaluate`.
@@ -144,8 +155,11 @@ def write_outputs(
             ``efficiency_purity_vs_eta.png`` and ``event_display_<id>.png``
             (for the first three events).
         submissions_dir: directory for the submission CSVs.
+        scores_dir: directory for every event's graph with its edge scores (:mod:`domainpar.inference.scores`).
     """
     written = []
+    if scores_dir is not None:
+        written += [write_scored_graph(e, scores_dir, report.producer) for e in report.evaluations]
     if submissions_dir is not None:
         for evaluation in report.evaluations:
             path = Path(submissions_dir) / f"event{evaluation.event_id:09d}-submission.csv"

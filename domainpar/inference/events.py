@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,9 @@ from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
 from domainpar.data.graph_files import graph_files, has_graph_files, load_graph, refuse_mixed_inputs
+from domainpar.data.pyg_files import is_pyg_file
 from domainpar.data.trackml import event_id_of, event_prefixes, has_truth, load_event
+from domainpar.data.true_segments import pair_keys
 from domainpar.errors import DomainparError, shorten
 from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.config import EvaluateConfig
@@ -36,6 +39,11 @@ class EventInput:
     """(len(truth),) layer code of every truth hit (with truth)."""
     particles: ParticleTable | None = None
     """Particle pT and eta."""
+    source_format: str = "raw"
+    """What ``source`` is: ``npz`` or ``pyg`` (a graph file), ``raw`` (TrackML CSVs, the graph built here)."""
+    kept: np.ndarray | None = None
+    """(E_file,) bool: the edges of the source graph file that are in ``graph`` (None: all of them; edges the
+    pipeline's edge filter removed are not scored)."""
 
 
 def _raw_truth(prefix: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -96,8 +104,9 @@ def _raw_graph_config(config: EvaluateConfig, node_features: int, graph_meta: di
     return graph_config, edge_filter
 
 
-def _pruned_by(build_config: str | None) -> str | None:
-    """The hash of the edge filter a graph (or a model's training graphs) was pruned with, from its build record."""
+def _filter_hash(build_config: str | None) -> str | None:
+    """The content hash of the edge filter a graph's (or a model's training graphs') build record names (None: not
+    pruned, or no record)."""
     if not build_config:
         return None
     try:
@@ -108,30 +117,30 @@ def _pruned_by(build_config: str | None) -> str | None:
     return str(pruned.get("hash")) if isinstance(pruned, dict) else None
 
 
-def check_pruning(graph: EventGraph, source: str, filter_path, given: str | None, trained_build: str | None) -> None:
-    """Graph files are scored as they are: a ``--filter`` must be the one they were pruned with, and a model trained
-    on pruned graphs must be given graphs pruned by the same filter (other edges, other figures).
+def _pruned_like_training(path: Path, graph: EventGraph, wanted: str | None, prune, what: str) -> EventGraph:
+    """A graph file as the model's training graphs were: pruned by their edge filter (``wanted`` hash) when they were.
 
-    Raises:
-        DomainparError: naming the graph file, the filters (hashes) and what to do.
+    A file already pruned by that filter is used as is; an unpruned one is pruned with ``prune`` (the filter of
+    ``--filter``, or the exported pipeline's); anything else is one line.
     """
-    pruned = _pruned_by(graph.build_config)
-    if given is not None and pruned != given:
-        how = "was not pruned by an edge filter" if pruned is None else f"was pruned by another edge filter (hash {pruned})"
+    found = _filter_hash(graph.build_config)
+    if found == wanted:
+        return graph
+    if wanted is None:
         raise DomainparError(
-            f"--filter {filter_path}: graph files are evaluated as they are, and {source} {how}; pass raw events "
-            "(they are pruned with --filter) or graphs pruned by this filter"
+            f"{path}: the graph was pruned by edge filter {found}, but {what} was trained on graphs that were not "
+            "pruned; evaluate graphs built like the training graphs"
         )
-    if trained_build is None:
-        return
-    trained = _pruned_by(trained_build)
-    if trained != pruned:
-        model = "graphs that were not pruned" if trained is None else f"graphs pruned by edge filter {trained}"
-        found = "was not pruned" if pruned is None else f"was pruned by edge filter {pruned}"
+    if found is not None:
         raise DomainparError(
-            f"{source}: the model was trained on {model}, and this graph {found}; evaluate graphs built like the "
-            "training graphs (or raw events, with --filter for a pruned model)"
+            f"{path}: graph was pruned by edge filter {found}, but {what} was trained on graphs pruned by {wanted}"
         )
+    if prune is None:
+        raise DomainparError(
+            f"{path}: {what} was trained on graphs pruned by edge filter {wanted} and this graph is not pruned; "
+            "pass that filter with --filter, or evaluate the pruned graphs"
+        )
+    return prune(graph)
 
 
 def check_same_event(graph: EventGraph, hits: pd.DataFrame, graph_source: str, event_source: str) -> None:
@@ -185,21 +194,31 @@ def check_model_inputs(graph: EventGraph, source: str, node_features: int, graph
             )
 
 
-def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | None = None) -> list[EventInput]:
-    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth).
+def load_events(
+    config: EvaluateConfig, node_features: int, graph_meta: dict | None = None, exported: Any = None
+) -> list[EventInput]:
+    """The events at ``config.data``: graphs built from raw events, or graph files (+ optional raw truth), as the
+    model's training graphs were (same cuts, features and edge filter).
 
     Args:
         config: what to evaluate.
         node_features: the model's input width.
         graph_meta: the checkpoint's record of its training graphs (feature names, build configuration),
             used to rebuild the same graph from raw events and to check graph files' feature names.
+        exported: an exported pipeline (:class:`~domainpar.export.runtime.ExportedModel`): raw events are built with
+            its sidecar's graph stage and pruned by its edge filter's file, as a deployment runs them.
     """
     data = Path(config.data)
     refuse_mixed_inputs(data, "--data")
     raw = data.is_dir() and any(data.glob("event*-hits.csv*"))
     events: list[EventInput] = []
+    whose = f"model {Path(config.model).name}" if config.model is not None else "the checkpoint's model"
     if raw:
-        graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
+        if exported is not None:
+            graph_config, prune = exported.graph_config(), exported.prune
+        else:
+            graph_config, edge_filter = _raw_graph_config(config, node_features, graph_meta)
+            prune = None if edge_filter is None else edge_filter.apply
         for prefix in progress(event_prefixes(data), desc="building graphs", unit="event", enabled=config.progress):
             if not has_truth(prefix):
                 raise DomainparError(f"{prefix}: evaluation needs the truth file (found none: a test-set event?)")
@@ -210,9 +229,9 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
                 hits, truth, particles, frames[3] if graph_config.needs_cells else None,
                 config=graph_config, event_id=event_id_of(prefix),
             )  # fmt: skip
-            if edge_filter is not None:
-                graph = edge_filter.apply(graph)
-            check_model_inputs(graph, str(prefix), node_features, graph_meta, "the model")
+            if prune is not None:
+                graph = prune(graph)
+            check_model_inputs(graph, str(prefix), node_features, graph_meta, whose)
             event = EventInput(graph=graph, source=str(prefix))
             _attach_truth(event, hits, particles, truth)
             events.append(event)
@@ -223,26 +242,38 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
         )
     if config.events_dir is not None and not Path(config.events_dir).is_dir():
         raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
-    whose = f"model {Path(config.model).name}" if config.model is not None else "the checkpoint's model"
-    given_filter = None
-    if config.edge_filter is not None:
-        given_filter = load_filter(config.edge_filter).content_hash
-    trained_build = None if not graph_meta else graph_meta.get("build_config")
+    if exported is not None:
+        wanted, prune = exported.filter_hash, exported.prune
+    else:
+        wanted = None if not graph_meta else _filter_hash(graph_meta.get("build_config"))
+        edge_filter = None if config.edge_filter is None else load_filter(config.edge_filter)
+        if edge_filter is not None and edge_filter.content_hash != wanted:
+            trained = "graphs that were not pruned" if wanted is None else f"graphs pruned by edge filter {wanted}"
+            raise DomainparError(
+                f"--filter {config.edge_filter}: expected the edge filter the model was trained with; the model was "
+                f"trained on {trained}, and this filter's hash is {edge_filter.content_hash}"
+            )
+        prune = None if edge_filter is None else edge_filter.apply
     first_source: dict[int, Path] = {}
     for path in graph_files(data):
-        graph = load_graph(path)
-        if graph.event_id in first_source:
+        read = load_graph(path)
+        if read.event_id in first_source:
             # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
             raise DomainparError(
-                f"{data}: expected one graph file per event (found event {graph.event_id} in both "
-                f"{first_source[graph.event_id].name} and {path.name})"
+                f"{data}: expected one graph file per event (found event {read.event_id} in both "
+                f"{first_source[read.event_id].name} and {path.name})"
             )
-        first_source[graph.event_id] = path
-        check_model_inputs(graph, str(path), node_features, graph_meta, whose)
-        check_pruning(graph, str(path), config.edge_filter, given_filter, trained_build)
+        first_source[read.event_id] = path
+        check_model_inputs(read, str(path), node_features, graph_meta, whose)
+        graph = _pruned_like_training(path, read, wanted, prune, whose)
+        kept = None
+        if graph.num_edges != read.num_edges:
+            # Pruning keeps the order of the edges it keeps: mark them among the file's edges.
+            kept = np.isin(pair_keys(read.edge_index[0], read.edge_index[1], read.num_nodes),
+                           pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes))  # fmt: skip
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
-        event = EventInput(graph=graph, source=str(path))
+        event = EventInput(graph=graph, source=str(path), source_format="pyg" if is_pyg_file(path) else "npz", kept=kept)
         if config.events_dir is not None:
             prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
             hits, particles, truth = _raw_truth(prefix)
@@ -252,4 +283,3 @@ def load_events(config: EvaluateConfig, node_features: int, graph_meta: dict | N
             event.particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)
         events.append(event)
     return events
-

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from domainpar.errors import DomainparError
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model
 from domainpar.train.checkpoint import load_checkpoint
 from domainpar.train.config import config_from_dict
 
@@ -20,7 +21,7 @@ class LoadedModel:
     """A model restored from a checkpoint."""
 
     model: torch.nn.Module
-    """The InteractionNetwork in eval mode, on CPU."""
+    """The model (built by the factory from the checkpoint's ``model_config``) in eval mode, on CPU."""
     dtype: torch.dtype
     """Parameter dtype (float32, or float64 for fp64 runs); inputs are cast to it."""
     threshold: float | None
@@ -29,6 +30,10 @@ class LoadedModel:
     """Optimiser steps of the checkpoint."""
     graph: dict | None = None
     """The training graphs' ``node_features``, ``edge_features`` and ``build_config`` (JSON), when recorded."""
+    model_config: ModelConfig = ModelConfig()
+    """What the model was built from (name, settings, options; activation checkpointing off)."""
+    sha256: str | None = None
+    """The checkpoint's verified content digest (what scores written by evaluate record)."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -40,10 +45,12 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     path = Path(path)
     # Checksum, format version and the type of every entry are verified here (also for export).
     state = load_checkpoint(path, resumable=False)
-    model_config = ModelConfig.from_dict(dict(state["model_config"]))
     # Inference never needs activation checkpointing; overlap is exact either way.
-    model_config = ModelConfig.from_dict({**model_config.to_dict(), "checkpointing": False})
-    model = InteractionNetwork(model_config)
+    model_config = ModelConfig.from_dict({**dict(state["model_config"]), "checkpointing": False})
+    try:
+        model = build_model(model_config)
+    except DomainparError as exc:
+        raise DomainparError(f"{path}: {exc}") from None
     weights = state["model"]
     floating = [v.dtype for v in weights.values() if torch.is_tensor(v) and v.is_floating_point()]
     dtype = floating[0] if floating else torch.float32
@@ -62,7 +69,10 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         if not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
-    return LoadedModel(model=model, dtype=dtype, threshold=threshold, step=step, graph=training_graph_record(state))
+    return LoadedModel(
+        model=model, dtype=dtype, threshold=threshold, step=step, graph=training_graph_record(state), model_config=model_config,
+        sha256=str(state["sha256"]),
+    )
 
 
 def _names_of(described: Any) -> list[str] | None:

@@ -46,6 +46,8 @@ class EventEvaluation:
     """Track-level figures and per-particle match flags."""
     submission: pd.DataFrame
     """TrackML submission of the event (every hit of the event when its raw truth is known)."""
+    event: EventInput | None = None
+    """What was scored (its source, the file's format, the edges a filter kept), for writing the scores back."""
 
 
 def _clean(value: Any) -> Any:
@@ -111,6 +113,7 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
         edge_mask=mask,
         tracking=tracking,
         submission=submission(graph.event_id, hit_id, full_tracks),
+        event=event,
     )
 
 

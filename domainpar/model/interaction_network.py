@@ -55,101 +55,21 @@ from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from domainpar.errors import DomainparError, FieldError
+from domainpar.errors import DomainparError
 from domainpar.kernels import compile as compiler
 from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, gather_rows_add2, scatter_sum
 from domainpar.model.chunked import EdgeChunk, EdgePlan, chunk_rows, chunked_edges, edge_chunks
+from domainpar.model.config import ACTIVATIONS, OPTIONAL_SETTINGS, ModelConfig, check_widths
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.model.lean import mlp_tail
 from domainpar.model.recompute import recompute
 from domainpar.partition.local_graph import LocalGraph
-
-#: Activation names accepted by :class:`ModelConfig`.
-ACTIVATIONS = {
-    "silu": nn.SiLU,
-    "relu": nn.ReLU,
-    "tanh": nn.Tanh,
-    "gelu": nn.GELU,
-    "elu": nn.ELU,
-    "leaky_relu": nn.LeakyReLU,
-}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Hyper-parameters of :class:`InteractionNetwork`."""
-
-    node_features: int = 3
-    """Input features per node (EventGraph.x columns: r, phi, z)."""
-    edge_features: int = 4
-    """Input features per edge (EventGraph.edge_attr columns: dr, dphi, dz, dR); 0 for graphs without edge features."""
-    hidden: int = 64
-    """Width H of node and edge latent vectors and of every hidden layer."""
-    mlp_layers: int = 2
-    """Linear layers in each encoder, edge network, node network and head (before the head's output layer)."""
-    num_iterations: int = 8
-    """Message-passing steps (each costs one halo exchange; the head costs one more)."""
-    activation: str = "silu"
-    """Hidden activation: one of silu, relu, tanh, gelu, elu, leaky_relu."""
-    layer_norm: bool = True
-    """LayerNorm after every hidden linear layer (row-wise, so exact under partitioning)."""
-    checkpointing: bool = False
-    """Recompute each iteration's local compute in backward to save activation memory (exact)."""
-    overlap: bool = False
-    """Compute interior edges while the halo exchange is in flight (exact)."""
-    recurrent: bool = True
-    """True: one edge and one node network shared by all iterations; False: separate networks per iteration."""
-    use_edge_features: bool = True
-    """Feed the graphs' edge features to the model; False: its inputs are x and edge_index, edges start from one learned vector."""
-    compile: str = "auto"
-    """torch.compile the row-wise MLP pieces into fused kernels: auto (on for CUDA when Triton is present), on, off."""
-    chunk_rows: int = 0
-    """Edge rows recomputed at a time in backward under checkpointing (0: a sixteenth of the edges on CPU, an eighth on GPU, at least 4096; at most 64 chunks)."""
-
-    def __post_init__(self) -> None:
-        for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
-            value = getattr(self, name)
-            least = 0 if name == "edge_features" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise FieldError(name, f"must be a {'non-negative' if least == 0 else 'positive'} integer (got {value!r})")
-        if not isinstance(self.num_iterations, int) or isinstance(self.num_iterations, bool) or self.num_iterations < 0:
-            raise FieldError("num_iterations", f"must be a non-negative integer (got {self.num_iterations!r})")
-        if not isinstance(self.chunk_rows, int) or isinstance(self.chunk_rows, bool) or self.chunk_rows < 0:
-            raise FieldError("chunk_rows", f"must be a non-negative integer (got {self.chunk_rows!r})")
-        if self.compile not in compiler.SETTINGS:
-            raise FieldError("compile", f"must be one of {', '.join(compiler.SETTINGS)} (got {self.compile!r})")
-        if self.activation not in ACTIVATIONS:
-            raise FieldError("activation", f"must be one of {', '.join(sorted(ACTIVATIONS))} (got {self.activation!r})")
-        for name in ("layer_norm", "checkpointing", "overlap", "recurrent", "use_edge_features"):
-            if not isinstance(getattr(self, name), bool):
-                raise FieldError(name, f"must be true or false (got {getattr(self, name)!r})")
-        if self.use_edge_features and self.edge_features == 0:
-            raise FieldError("use_edge_features", "must be false for graphs without edge features (edge_features is 0)")
-
-    @property
-    def edge_inputs(self) -> int:
-        """Edge feature columns the model reads (0: none, its inputs are x and edge_index)."""
-        return self.edge_features if self.use_edge_features else 0
-
-    def to_dict(self) -> dict:
-        """Plain dict (for checkpoints and YAML)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "ModelConfig":
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise DomainparError(f"model config has unknown keys {unknown} (expected a subset of {sorted(known)})")
-        return cls(**values)
-
 
 class MLP(nn.Module):
     """``depth`` × (Linear → optional LayerNorm → activation).
@@ -239,6 +159,10 @@ class InteractionNetwork(nn.Module):
     Args:
         config: hyper-parameters.
     """
+
+    #: Every shared setting of :class:`ModelConfig` (memory and speed options included).
+    settings = frozenset(OPTIONAL_SETTINGS)
+    description = "domainpar's Interaction Network: residual edge and node updates, project-then-gather, checkpointing, overlap"
 
     def __init__(self, config: ModelConfig = ModelConfig()) -> None:
         super().__init__()
@@ -491,18 +415,14 @@ class InteractionNetwork(nn.Module):
         raise AssertionError("unreachable: the loop returns at the head step")
 
     def _check_inputs(self, graph: LocalGraph, exchange: Exchange) -> None:
-        c = self.config
-        if graph.x.ndim != 2 or graph.x.shape[1] != c.node_features:
-            raise DomainparError(
-                f"graph.x must have shape (n_owned, {c.node_features}) for this model (got {tuple(graph.x.shape)})"
-            )
-        if c.edge_inputs and (graph.edge_attr.ndim != 2 or graph.edge_attr.shape[1] != c.edge_features):
-            raise DomainparError(
-                f"graph.edge_attr must have shape (E, {c.edge_features}) for this model (got {tuple(graph.edge_attr.shape)})"
-            )
+        check_widths(self.config, graph.x, graph.edge_attr)
         num_halo = getattr(exchange, "num_halo", None)
         if num_halo is not None and num_halo != graph.num_halo:
             raise DomainparError(
                 f"exchange delivers {num_halo} halo rows but the local graph has {graph.num_halo}; "
                 "build the exchange from the same part plan (IdentityExchange only for a one-part graph)"
             )
+
+
+#: ModelConfig and ACTIVATIONS live in :mod:`domainpar.model.config`; they stay importable from here.
+__all__ = ["ACTIVATIONS", "InteractionNetwork", "MLP", "ModelConfig", "PairMLP"]

@@ -19,7 +19,8 @@ edges need them made global first: ``GCNConv``'s symmetric normalisation reads
 the source node's degree (use :func:`gcn_norm_local`, which completes halo
 degrees by exchange, and ``normalize=False``); ``BatchNorm`` needs its
 mean/variance reduced over the domain group; global pooling or a softmax over
-all edges must be reduced likewise. See docs/pyg.md.
+all edges must be reduced likewise. See docs/pyg.md; the ``pyg_gnn`` model
+(:mod:`domainpar.model.pyg_gnn`) stacks such layers into a trainable edge classifier.
 
 No torch.distributed here: the exchange is an argument.
 """
@@ -30,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch_geometric.data import Data
-from torch_geometric.nn import EdgeConv, GATConv, GCNConv
 from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from domainpar.data.event_graph import ARRAY_DTYPES, OPTIONAL_ARRAYS, REQUIRED_ARRAYS, EventGraph
 from domainpar.errors import DomainparError
@@ -165,62 +166,7 @@ def gcn_norm_naive(graph: LocalGraph, *, add_self_loops: bool = True, dtype: tor
     """What ``GCNConv(normalize=True)`` computes on the local graph alone: degrees of halo
     nodes are counted from local edges only, so boundary edges get wrong weights.
     Kept to demonstrate (and test) why :func:`gcn_norm_local` is needed."""
-    # Imported on use: torch_geometric takes ~11 s to import, and only this demonstration needs it.
-    from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
     dtype = dtype or graph.x.dtype
     return gcn_norm(
         graph.edge_index, None, num_nodes=graph.num_local_nodes, add_self_loops=add_self_loops, dtype=dtype
     )
-
-
-#: Example layers :func:`example_layer` builds (used by the exactness tests and ``domainpar verify``).
-EXAMPLE_LAYERS = ("gat", "edgeconv", "gcn")
-
-
-def example_layer(kind: str, in_channels: int, out_channels: int, edge_dim: int | None = None) -> MessagePassing:
-    """A PyG layer of a kind from :data:`EXAMPLE_LAYERS`.
-
-    gat: ``GATConv`` with 2 heads (concatenated), edge features and self-loops;
-    edgeconv: ``EdgeConv`` with a 2-layer MLP and max aggregation;
-    gcn: ``GCNConv(normalize=False)``, to be fed :func:`gcn_norm_local` weights.
-    """
-    if kind == "gat":
-        if out_channels % 2:
-            raise DomainparError(f"out_channels must be even for a 2-head GATConv (got {out_channels})")
-        return GATConv(in_channels, out_channels // 2, heads=2, edge_dim=edge_dim, add_self_loops=True)
-    if kind == "edgeconv":
-        mlp = nn.Sequential(nn.Linear(2 * in_channels, out_channels), nn.SiLU(), nn.Linear(out_channels, out_channels))
-        return EdgeConv(mlp, aggr="max")
-    if kind == "gcn":
-        return GCNConv(in_channels, out_channels, normalize=False)
-    raise DomainparError(f"layer kind must be one of {', '.join(EXAMPLE_LAYERS)} (got {kind!r})")
-
-
-class PygStack(nn.Module):
-    """Two PyG layers with an activation between: the second exchange carries gradients back through the halo."""
-
-    def __init__(self, kind: str, in_channels: int, hidden: int, edge_dim: int | None = None) -> None:
-        super().__init__()
-        self.kind = kind
-        use_edges = edge_dim if kind == "gat" else None
-        self.first = DomainParallelConv(example_layer(kind, in_channels, hidden, use_edges))
-        self.second = DomainParallelConv(example_layer(kind, hidden, hidden, use_edges))
-        self.activation = nn.Tanh()
-
-    def forward(
-        self, graph: LocalGraph, exchange: Exchange = IdentityExchange(), *, global_degrees: bool = True
-    ) -> torch.Tensor:
-        """(n_owned, hidden) output of the owned nodes."""
-        kwargs: dict = {}
-        edge_index = None
-        if self.kind == "gat":
-            kwargs["edge_attr"] = graph.edge_attr
-        if self.kind == "gcn":
-            if global_degrees:
-                edge_index, weight = gcn_norm_local(graph, exchange)
-            else:
-                edge_index, weight = gcn_norm_naive(graph)
-            kwargs["edge_weight"] = weight
-        h = self.activation(self.first(graph.x, graph, exchange, edge_index, **kwargs))
-        return self.second(h, graph, exchange, edge_index, **kwargs)

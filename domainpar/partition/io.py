@@ -32,6 +32,9 @@ hit_id                     int64 (n_o,)    owned nodes' TrackML hit ids
 edge_attr                  float32 (E_l,Fe) local edges' features
 y                          float32 (E_l,)  local edges' labels (absent without truth)
 dropped_y                  float32 (k,)    sectors: labels of the dropped cut edges this part owns
+particle_pt                float32 (n_o,)  owned nodes' particle pT, GeV (absent without truth)
+particle_nhits             int64 (n_o,)    owned nodes' particle hit counts (absent when the graph has none)
+particle_vertex            float32 (n_o,3) owned nodes' particle production vertex, mm (likewise)
 =========================  ==============  ===========================================
 
 Files are written reproducibly (:func:`domainpar.npzfile.write_npz`: the same
@@ -85,7 +88,8 @@ _MANIFEST_BYTES = 16 * 2**20
 _INT_SCALARS = ("format_version", "event_id", "part", "num_parts", "num_edges_graph") + PART_SCALARS
 _STR_SCALARS = ("method", "graph_hash", "plan_hash")
 _FEATURES = {"x": np.float32, "hit_id": np.int64, "edge_attr": np.float32}
-_OPTIONAL = {"y": np.float32, "dropped_y": np.float32}
+_OPTIONAL = {"y": np.float32, "dropped_y": np.float32, "particle_pt": np.float32, "particle_nhits": np.int64,
+             "particle_vertex": np.float32}  # fmt: skip
 _REQUIRED = _INT_SCALARS + _STR_SCALARS + ("drops_cut_edges",) + tuple(PART_ARRAY_DTYPES) + tuple(_FEATURES)
 
 
@@ -367,6 +371,9 @@ def load_part(
         hit_id=arrays["hit_id"],
         dropped_y=optional["dropped_y"],
         source=str(path),
+        particle_pt=optional["particle_pt"],
+        particle_nhits=optional["particle_nhits"],
+        particle_vertex=optional["particle_vertex"],
     )
     return data.validate()
 

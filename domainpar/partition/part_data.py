@@ -57,6 +57,12 @@ class PartData:
     belongs to one part); None for a plan that keeps every edge or an event without truth."""
     source: str = ""
     """Where it came from (a part file's path, or "event <id> part <p>"), for messages."""
+    particle_pt: np.ndarray | None = None
+    """(n_o,) float32 pT (GeV) of the owned nodes' particles, for the loss's target selection; None without truth."""
+    particle_nhits: np.ndarray | None = None
+    """(n_o,) int64 hits of the owned nodes' particles in the event; None when the graph does not record them."""
+    particle_vertex: np.ndarray | None = None
+    """(n_o, 3) float32 production vertices (mm) of the owned nodes' particles; None when the graph does not record them."""
 
     def __post_init__(self) -> None:
         _freeze_arrays(self)
@@ -72,7 +78,8 @@ class PartData:
     @property
     def nbytes(self) -> int:
         """Host bytes held by this part (plan and feature arrays)."""
-        arrays = (self.x, self.edge_attr, self.y, self.hit_id, self.dropped_y)
+        arrays = (self.x, self.edge_attr, self.y, self.hit_id, self.dropped_y, self.particle_pt, self.particle_nhits,
+                  self.particle_vertex)  # fmt: skip
         return self.plan.nbytes + int(sum(a.nbytes for a in arrays if a is not None))
 
     def validate(self) -> "PartData":
@@ -99,6 +106,9 @@ class PartData:
             "y": (np.float32, 1, n_l),
             "hit_id": (np.int64, 1, n_o),
             "dropped_y": (np.float32, 1, None),
+            "particle_pt": (np.float32, 1, n_o),
+            "particle_nhits": (np.int64, 1, n_o),
+            "particle_vertex": (np.float32, 2, n_o),
         }
         for name, (dtype, ndim, rows) in specs.items():
             value = getattr(self, name)
@@ -111,9 +121,11 @@ class PartData:
                 raise DomainparError(f"{source}: {name} must be a {ndim}-dimensional {np.dtype(dtype).name} array (got {found})")
             if rows is not None and value.shape[0] != rows:
                 raise DomainparError(f"{source}: {name} must have {rows} rows, one per {'owned node' if rows == n_o else 'local edge'} (got {value.shape[0]})")
-        for name in ("x", "edge_attr"):
+        if self.particle_vertex is not None and self.particle_vertex.shape[1:] != (3,):
+            raise DomainparError(f"{source}: particle_vertex must have 3 columns (got shape {self.particle_vertex.shape})")
+        for name in ("x", "edge_attr", "particle_pt", "particle_vertex"):
             value = getattr(self, name)
-            if value.size and not np.isfinite(value).all():
+            if value is not None and value.size and not np.isfinite(value).all():
                 raise DomainparError(f"{source}: {name} must be finite (got {int(np.count_nonzero(~np.isfinite(value)))} NaN/inf values)")
         for name in ("y", "dropped_y"):
             value = getattr(self, name)
@@ -137,6 +149,16 @@ def _dropped_labels(graph: EventGraph, plan: PartitionPlan, part: int) -> np.nda
     owner = plan.owner
     dropped = (owner[dst] == part) & (owner[src] != part)
     return np.ascontiguousarray(graph.y[dropped])
+
+
+#: Per-node truth of the owned nodes a part carries for the loss (target-particle selection).
+PARTICLE_ARRAYS = ("particle_pt", "particle_nhits", "particle_vertex")
+
+
+def _owned_rows(array: np.ndarray | None, owned_ids: np.ndarray, whole: bool) -> np.ndarray | None:
+    if array is None:
+        return None
+    return array if whole else array[owned_ids]
 
 
 def cut_part(graph: EventGraph, plan: PartitionPlan, part: int, *, graph_hash: str | None = None) -> PartData:
@@ -178,6 +200,7 @@ def cut_part(graph: EventGraph, plan: PartitionPlan, part: int, *, graph_hash: s
         hit_id=graph.hit_id if whole else graph.hit_id[p.owned_ids],
         dropped_y=_dropped_labels(graph, plan, part),
         source=f"event {graph.event_id} part {part}",
+        **{name: _owned_rows(getattr(graph, name), p.owned_ids, whole) for name in PARTICLE_ARRAYS},
     )
 
 

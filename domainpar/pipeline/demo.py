@@ -14,6 +14,7 @@ corresponding command would, under ``DemoConfig.out``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -96,7 +97,6 @@ class DemoConfig:
                 raise DomainparError(f"{name} must be at most {high} (got {value})")
         if self.method not in ("metis", "geometric"):
             raise DomainparError(f"--method must be metis or geometric (got {self.method!r})")
-        from domainpar.model.interaction_network import ModelConfig
         from domainpar.train.config import check_model_size
 
         from domainpar.pipeline.recipe import load_recipe, packaged_recipe_path
@@ -104,7 +104,8 @@ class DemoConfig:
         recipe = load_recipe(self.recipe if self.recipe is not None else packaged_recipe_path("physics"))
         hidden = self.hidden if self.hidden is not None else recipe.train.model.hidden
         iterations = self.iterations if self.iterations is not None else recipe.train.model.num_iterations
-        check_model_size(ModelConfig(hidden=hidden, num_iterations=iterations), options="--hidden/--iterations")
+        model = dataclasses.replace(recipe.train.model, hidden=hidden, num_iterations=iterations)
+        check_model_size(model, options="--hidden/--iterations")
         real = Path(self.real)
         if real.is_dir() and any(real.glob("event*-truth.csv*")):
             from domainpar.data.trackml import event_prefixes, load_event

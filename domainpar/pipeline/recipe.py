@@ -11,7 +11,7 @@ these sections:
 ``filter``
     the edge filter run on every graph before the GNN
     (:class:`~domainpar.filter.FilterConfig`), or ``null`` for none;
-``model``, ``optim``, ``parallel``, ``run``
+``model``, ``optim``, ``loss``, ``parallel``, ``run``
     the GNN training, exactly as in a ``domainpar train`` config
     (:class:`~domainpar.train.config.TrainConfig`; ``data`` is filled in by the
     pipeline);
@@ -38,7 +38,7 @@ from domainpar.train.config import TrainConfig, config_from_dict
 #: Sections of a recipe file besides the training ones.
 RECIPE_SECTIONS = ("name", "simulation", "graph", "filter", "tracks")
 #: Sections handed to :func:`~domainpar.train.config.config_from_dict`.
-TRAIN_SECTIONS = ("model", "optim", "parallel", "run")
+TRAIN_SECTIONS = ("model", "optim", "loss", "parallel", "run")
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ import torch
 
 from domainpar.atomic import atomic_path, fsync_directory, remove_stale_temporaries
 from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
 from domainpar.parsing import check_depth
 from domainpar.train.config import config_from_dict
 

@@ -1,9 +1,11 @@
 """Training configuration: frozen dataclasses, YAML loading, CLI overrides, validation.
 
-A :class:`TrainConfig` has five sections (``data``, ``model``, ``optim``,
-``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
+A :class:`TrainConfig` has six sections (``data``, ``model``, ``optim``,
+``loss``, ``parallel``, ``run``) that map one-to-one onto the sections of a YAML file
 (see ``examples/train_default.yaml``); ``model`` is the model's own
-:class:`~domainpar.model.interaction_network.ModelConfig`. Every field is one
+:class:`~domainpar.model.config.ModelConfig` (a name from the registry, shared
+settings, the model's options) and ``loss`` the loss's
+:class:`~domainpar.model.loss.LossConfig`. Every field is one
 YAML key (``optim.lr``) and one command-line flag (:func:`flag_name`, generated
 by ``domainpar/cli/options.py`` from these dataclasses and their field
 docstrings), so a new field needs one edit here. Everything that can be checked
@@ -29,7 +31,9 @@ import yaml
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
 from domainpar.kernels import compile as compiler
-from domainpar.model.interaction_network import ACTIVATIONS, InteractionNetwork, ModelConfig
+from domainpar.model.config import ACTIVATIONS, ModelConfig
+from domainpar.model.loss import LossConfig
+from domainpar.model.registry import build_model, check_config
 from domainpar.parsing import MAX_BYTES, parse_yaml
 
 MODES = ("domain", "sectors", "single")
@@ -161,9 +165,11 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     """Event sources."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """Model hyper-parameters (the model's own :class:`ModelConfig`; feature widths are taken from the graphs)."""
+    """The model: its name, shared settings and options (:class:`ModelConfig`; feature widths are taken from the graphs)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Loss and optimiser."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Target particles and edge weights of the loss (default: optim.pos_weight, today's loss)."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """Process layout."""
     run: RunConfig = field(default_factory=RunConfig)
@@ -187,6 +193,7 @@ SECTION_TYPES = {
     "data": DataConfig,
     "model": ModelConfig,
     "optim": OptimConfig,
+    "loss": LossConfig,
     "parallel": ParallelConfig,
     "run": RunConfig,
 }
@@ -207,6 +214,8 @@ FIELD_CHOICES = {
 #: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
 FLAG_NAMES = {
     "data.train": "--data",
+    "model.name": "--model",
+    "model.options": "--model-option",
     "model.num_iterations": "--iterations",
     "parallel.timeout_s": "--timeout",
     "parallel.heartbeat_s": "--heartbeat",
@@ -225,6 +234,8 @@ def flag_name(dotted: str) -> str:
 
 def _display_name(dotted: str, source: str) -> str:
     """How an error names a field: its flag on the command line, its dotted key in a file."""
+    if dotted.startswith("model.options.") and source == "command line":
+        return f"--model-option {dotted[len('model.options.'):]}"
     return flag_name(dotted) if source == "command line" else dotted
 
 
@@ -308,7 +319,32 @@ def _coerce(value: Any, annotation: Any, name: str, source: str) -> Any:
         if isinstance(value, (str, os.PathLike)):
             return str(value)
         raise DomainparError(f"{source}: {name} must be a string (got {shorten(value)})")
+    if annotation is dict:
+        return _mapping(value, name, source)
     raise TypeError(f"unsupported config field type {annotation!r} for {name}")
+
+
+def _mapping(value: Any, name: str, source: str) -> dict[str, Any]:
+    """A mapping field (``model.options``): a YAML mapping, or KEY=VALUE texts from the command line (each VALUE
+    read as YAML, so ``3``, ``true`` and ``[sum, max]`` keep their types)."""
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise DomainparError(f"{source}: {name} must map option names to values (got {shorten(dict(value))})")
+        return dict(value)
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        parsed = {}
+        for item in value:
+            key, sep, text = item.partition("=")
+            if not sep or not key.strip():
+                raise DomainparError(f"{source}: {name} must be KEY=VALUE (got {shorten(item)})")
+            try:
+                parsed[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+            except yaml.YAMLError:
+                parsed[key.strip()] = text
+        return parsed
+    raise DomainparError(f"{source}: {name} must be a mapping of option names to values (got {shorten(value)})")
 
 
 def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: str = "override") -> TrainConfig:
@@ -335,10 +371,15 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any], source: s
         if dotted in DERIVED_FIELDS:
             raise DomainparError(f"{source}: {dotted} cannot be set (it is taken from {DERIVED_FIELDS[dotted]})")
         changes[section][name] = _coerce(value, types_[name], _display_name(dotted, source), source)
+    if "options" in changes["model"]:
+        # Options given later add to (or change) the ones given before, like every other override.
+        changes["model"]["options"] = {**sections["model"].options, **changes["model"]["options"]}
     replaced = {}
     for name in SECTION_TYPES:
         try:
             replaced[name] = dataclasses.replace(sections[name], **changes[name])
+            if name == "model" and changes["model"]:
+                check_config(replaced[name])  # the name resolves, its settings and options are its own
         except FieldError as exc:
             raise DomainparError(f"{source}: {_display_name(f'{name}.{exc.field}', source)} {exc.message}") from None
     return TrainConfig(**replaced)
@@ -411,9 +452,9 @@ def _require(ok: bool, message: str) -> None:
 
 
 def model_parameters(model: ModelConfig) -> int:
-    """Number of parameters of the Interaction Network of ``model``, counted without allocating it (meta device)."""
+    """Number of parameters of the model of ``model``, counted without allocating it (meta device)."""
     with torch.device("meta"):
-        network = InteractionNetwork(model)
+        network = build_model(model)
     return sum(p.numel() for p in network.parameters())
 
 

@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -192,6 +193,24 @@ def count_training_events(config: TrainConfig) -> int | None:
     return None
 
 
+def check_loss_inputs(graph: Path, needs: list[tuple[str, str]]) -> None:
+    """The graph file records the per-node truth the loss's target selection reads (from the archive's index only).
+
+    Raises:
+        DomainparError: naming the setting (``loss.target_min_hits`` ...) and the file.
+    """
+    if not needs:
+        return
+    with zipfile.ZipFile(graph) as archive:
+        names = set(archive.namelist())
+    for setting, array in needs:
+        if f"{array}.npy" not in names:
+            raise DomainparError(
+                f"{graph}: loss.{setting} needs the graphs' {array}, which this file does not record (built before "
+                "domainpar recorded it, or converted from a PyG file without it); rebuild it with `domainpar build`"
+            )
+
+
 def precheck_resume(config: TrainConfig) -> None:
     """Before anything is prepared or written: a resume must continue the run of its checkpoint (settings, schedule).
 
@@ -273,6 +292,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
     header = inspect_graph(graph)  # the file's structure from its headers: a damaged file is named precisely
     if not header.has_labels:
         require_labels(graph)
+    check_loss_inputs(graph, params.get("loss_needs", []))
     widths = params.get("widths")
     if widths is not None:
         for name, width, found in zip(("x", "edge_attr"), widths, (header.node_features, header.edge_features)):
@@ -328,6 +348,7 @@ def _params(config: TrainConfig, world_size: int, items: list[PrepItem]) -> dict
         "num_parts": domain_size_of(config, world_size),
         "method": "sectors" if config.parallel.mode == "sectors" else config.data.method,
         "seed": config.run.seed,
+        "loss_needs": config.loss.needs,
     }
 
 

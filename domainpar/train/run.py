@@ -33,10 +33,14 @@ from domainpar.output_paths import check_output_dir
 from domainpar.train.config import TrainConfig
 from domainpar.train.preflight import check_run
 from domainpar.train.prepare import precheck_resume, prepare, prepare_distributed
-from domainpar.train.trainer import run_rank
+from domainpar.train.trainer import check_run_model, run_rank
 
 #: Wall-clock limit of a spawned job: training may run for days; hangs are bounded by the process-group timeout.
 _SPAWN_JOB_LIMIT_S = 30 * 24 * 3600.0
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _device_kind(config: TrainConfig) -> str:
@@ -108,6 +112,7 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
             inputs = prepare_distributed(
                 config, env.rank, env.world_size, before=own_out if env.rank == 0 else None, progress=config.run.progress
             )
+        check_run_model(config, inputs.train_files, echo=_stderr if env.rank == 0 else None)
         payload = _payload(config, inputs)
         payload["device"] = env.device.type
         return run_rank(env.rank, env.world_size, payload)
@@ -155,6 +160,7 @@ def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str,
     precheck_resume(config)
     with runlock.run_lock(config.run.out):
         inputs = prepare(config, world_size, progress=config.run.progress)
+        check_run_model(config, inputs.train_files, echo=_stderr)
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
         payload = _payload(config, inputs)
         if world_size == 1:

@@ -150,6 +150,7 @@ def checkpoint_state(
     data_description: dict,
     layout: Layout,
     inputs: dict[str, Any] | None = None,
+    graph: dict | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs (the layout is :mod:`domainpar.train.checkpoint`'s table)."""
     return {
@@ -174,6 +175,8 @@ def checkpoint_state(
         "inputs": inputs,
         "world_size": layout.world_size,
         "domain_size": layout.domain_size,
+        # How the training graphs were built (features, cuts, edge filter): inference and export rebuild the same graph.
+        **({"graph": dict(graph)} if graph is not None else {}),
     }
 
 

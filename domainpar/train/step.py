@@ -24,7 +24,7 @@ import torch
 from domainpar.comm.collectives import max_value, sum_in_place, sum_values
 from domainpar.comm.groups import Layout
 from domainpar.comm.reduce import all_reduce_gradients
-from domainpar.model.loss import edge_loss
+from domainpar.model.loss import edge_loss, part_weights
 from domainpar.train.config import TrainConfig
 from domainpar.train.metrics import EdgeCounter, EdgeMetrics
 
@@ -97,16 +97,22 @@ class StepRunner:
         """
         with self._forward_context():
             logits = self.model(part.graph, part.exchange)
-        loss = edge_loss(logits.float() if logits.dtype == torch.bfloat16 else logits, part.graph, self.config.optim.pos_weight)
-        return loss, logits
+        logits_for_loss = logits.float() if logits.dtype == torch.bfloat16 else logits
+        if self.config.loss.weighting == "pos_weight":
+            loss = edge_loss(logits_for_loss, part.graph, self.config.optim.pos_weight)
+            return loss, logits
+        # Target weighting: normalised by the event's weight sum, reduced over the domain group (every rank of the
+        # group runs the same events in the same order, so this collective is matched).
+        weights = part_weights(self.config.loss, part.data)
+        weight_sum = sum_values([float(weights.sum())], self.layout.domain_group, self.device)[0]
+        weights_t = torch.as_tensor(weights, dtype=logits_for_loss.dtype, device=logits_for_loss.device)
+        return edge_loss(logits_for_loss, part.graph, weights=weights_t, weight_sum=weight_sum), logits
 
     def halo_bytes(self, exchange, backward: bool) -> float:
         """Bytes this rank sends through ``exchange`` for one event (twice with the backward pass)."""
-        if not hasattr(exchange, "bytes_per_exchange"):
-            return 0.0
-        dtype = torch.bfloat16 if self.config.run.precision == "bf16" else self.dtype
-        per = exchange.bytes_per_exchange(self.config.model.hidden, dtype) * exchange.num_exchanges
-        return float(per * (2 if backward else 1))
+        # What the exchange really sent (any model: rows of any width and dtype), not a hidden-width estimate.
+        sent = getattr(exchange, "bytes_sent", 0)
+        return float(sent * (2 if backward else 1))
 
     def train(self, parts: Iterable[tuple[object, float]], lr: float) -> StepResult:
         """One optimiser step over this rank's parts of the step's events.

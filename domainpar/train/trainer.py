@@ -33,7 +33,8 @@ from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.data.graph_files import read_graph_description, read_graph_metadata
 from domainpar.errors import MEMORY_ADVICE, MachineFault, fault_line
 from domainpar.launch.ranks import device_for_local_rank
-from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model, check_config
 from domainpar.parallel.part import attach
 from domainpar.progress import progress
 from domainpar.train.checkpoint import (
@@ -79,9 +80,35 @@ METRIC_KEYS = (
 )
 
 
-def model_config_for(config: TrainConfig, node_features: int, edge_features: int):
-    """The run's :class:`~domainpar.model.interaction_network.ModelConfig` with the graphs' feature widths."""
-    return dataclasses.replace(config.model, node_features=node_features, edge_features=edge_features)
+def model_config_for(config: TrainConfig, node_features: int, edge_features: int) -> ModelConfig:
+    """The run's :class:`~domainpar.model.config.ModelConfig` with the graphs' feature widths and every option of its
+    model written out (what checkpoints record and loaders rebuild the model from)."""
+    return check_config(dataclasses.replace(config.model, node_features=node_features, edge_features=edge_features))
+
+
+def graph_widths(path: Path) -> tuple[int, int]:
+    """(node, edge) feature columns of a training graph file, from its headers."""
+    return array_shape(path, "x")[1], array_shape(path, "edge_attr")[1]
+
+
+def check_run_model(config: TrainConfig, train_files: list[str], echo=None) -> ModelConfig:
+    """Build the run's model once on the meta device, before any rank starts: a model that cannot be built for the
+    graphs (a bad option, an import that fails, widths it cannot take) is one line now, not an error of every rank.
+
+    Graphs without edge features (the Exa.TrkX layout) need no flag: the model is built for x and edge_index
+    alone, and ``echo`` (e.g. ``print`` to stderr) says so in one line.
+
+    Raises:
+        DomainparError: the model cannot be built (the message names ``model.<key>`` or the file).
+    """
+    node_features, edge_features = graph_widths(Path(train_files[0]))
+    model_config = model_config_for(config, node_features, edge_features)
+    if edge_features == 0 and config.model.use_edge_features and echo is not None:
+        echo(f"domainpar: {train_files[0]} and the run's other graphs have no edge features: "
+             f"the {model_config.name} model reads x and edge_index only")  # fmt: skip
+    with torch.device("meta"):
+        build_model(model_config)
+    return model_config
 
 
 def _seed_everything(seed: int) -> None:
@@ -137,16 +164,14 @@ class Trainer:
 
         _seed_everything(config.run.seed)
 
-        node_features = array_shape(train_files[0], "x")[1]
-        edge_features = array_shape(train_files[0], "edge_attr")[1]
-        self.model_config = model_config_for(config, node_features, edge_features)
+        self.model_config = model_config_for(config, *graph_widths(train_files[0]))
         # What the input columns are and how the graphs were built: exported with the model.
         self.data_description = read_graph_description(train_files[0])
         # How the training graphs were built (features, cuts, edge filter): inference rebuilds the same graph.
         self.graph_metadata = read_graph_metadata(train_files[0])
         # What the run trains on, recorded in checkpoints: a resume on other events or features is refused.
         self.inputs = training_inputs(self.train_parts.files, self.graph_metadata)
-        self.model = InteractionNetwork(self.model_config).to(device=device, dtype=self.dtype)
+        self.model = build_model(self.model_config).to(device=device, dtype=self.dtype)
         # Seeded init is already identical; the broadcast makes that a guarantee (e.g. across CUDA/CPU init paths).
         broadcast_tensors(self.model.state_dict().values(), self.layout.world_group)
         o = config.optim
@@ -296,7 +321,7 @@ class Trainer:
         state = checkpoint_state(
             self.progress, self.model, self.model_config, self.optimizer,
             total_steps=self.total_steps, lr_replicas=self.lr_replicas, config=self.config,
-            data_description=self.data_description, layout=self.layout, inputs=self.inputs,
+            data_description=self.data_description, layout=self.layout, inputs=self.inputs, graph=self.graph_metadata,
         )  # fmt: skip
         return save_checkpoint(state, checkpoint_dir(self.out), self.config.run.keep)
 
@@ -573,4 +598,4 @@ def run_rank_sequence(rank: int, world_size: int, payloads: list[dict[str, Any]]
     return [run_rank(rank, world_size, payload) for payload in payloads]
 
 
-__all__ = ["METRIC_KEYS", "Trainer", "model_config_for", "run_rank", "run_rank_sequence", "torch_dtype"]
+__all__ = ["METRIC_KEYS", "Trainer", "check_run_model", "graph_widths", "model_config_for", "run_rank", "run_rank_sequence", "torch_dtype"]

@@ -6,6 +6,6 @@
 * :mod:`~domainpar.verification.run`: the ``domainpar verify`` entry points (spawned ranks or torchrun/srun).
 """
 
-from domainpar.verification.cases import FAULTS, TOLERANCES, PygCase, VerifyCase, VerifyJob, VerifyResult
+from domainpar.verification.cases import FAULTS, TOLERANCES, VerifyCase, VerifyJob, VerifyResult
 
-__all__ = ["FAULTS", "TOLERANCES", "PygCase", "VerifyCase", "VerifyJob", "VerifyResult"]
+__all__ = ["FAULTS", "TOLERANCES", "VerifyCase", "VerifyJob", "VerifyResult"]

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.loss import LossConfig
 
 #: Pass threshold of every error measure, by dtype name.
 TOLERANCES = {"float64": 1e-10, "float32": 1e-5}
@@ -30,7 +31,7 @@ class VerifyCase:
     owner: np.ndarray
     """(num_nodes,) owning part of every node; the number of parts must equal the group size."""
     config: ModelConfig
-    """Model configuration (checkpointing/overlap apply to the partitioned run only)."""
+    """The model (any registered or user model, built by the factory; checkpointing/overlap apply to the partitioned run only)."""
     dtype: str = "float64"
     """"float64" or "float32"."""
     seed: int = 0
@@ -39,28 +40,8 @@ class VerifyCase:
     """Loss weight of true edges."""
     fault: str | None = None
     """None, or one of :data:`FAULTS` to break the exchange on purpose."""
-
-
-@dataclass(frozen=True, eq=False)
-class PygCase:
-    """One comparison of a two-layer PyG stack (:class:`~domainpar.model.pyg.PygStack`) partitioned vs whole."""
-
-    name: str
-    """Label shown in tables and results."""
-    graph: EventGraph
-    """The event graph."""
-    owner: np.ndarray
-    """(num_nodes,) owning part of every node."""
-    layer: str
-    """One of :data:`domainpar.model.pyg.EXAMPLE_LAYERS`."""
-    hidden: int = 8
-    """Output channels of both layers."""
-    dtype: str = "float64"
-    """"float64" or "float32"."""
-    seed: int = 0
-    """Seed of the weights and of the fixed random read-out of the loss."""
-    global_degrees: bool = True
-    """For gcn: normalise with exchanged global degrees (exact); False uses local degrees (not exact)."""
+    loss: LossConfig | None = None
+    """The loss's target weighting (normalised by the event's weight sum, reduced over the group); None: pos_weight."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +55,7 @@ class VerifyResult:
     dtype: str
     """Floating-point type of the comparison."""
     max_abs_err_logits: float
-    """Max |logit_part − logit_full| over every local copy of every edge (PyG cases: over owned node outputs)."""
+    """Max |logit_part − logit_full| over every local copy of every edge."""
     rel_err_loss: float
     """|Σ loss_r − loss_full| / |loss_full|."""
     max_rel_err_grad: float
@@ -116,6 +97,4 @@ class VerifyJob:
     ranks: tuple[int, ...]
     """Global ranks of the group; part p runs on ranks[p]."""
     cases: tuple[VerifyCase, ...] = ()
-    """Interaction Network cases (their owners must have len(ranks) parts)."""
-    pyg_cases: tuple[PygCase, ...] = ()
-    """PyG layer cases."""
+    """Cases of any model (their owners must have len(ranks) parts)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -10,10 +11,11 @@ import torch.distributed as dist
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, FieldError
 from domainpar.launch.env import LauncherEnv, detect
 from domainpar.launch.ranks import SpawnError, init_from_env, spawn, spawn_failure
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model, check_config
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.owners import check_num_parts
 from domainpar.partition.partitioners import partition_graph
@@ -67,6 +69,23 @@ def empty_halo_warning(result: VerifyResult) -> str | None:
     )
 
 
+def case_model(config: ModelConfig, graph: EventGraph) -> ModelConfig:
+    """``config`` with the graph's feature widths and its model's options written out, refused before any rank starts
+    when the model cannot be built for this graph.
+
+    Raises:
+        DomainparError: one line naming ``model.<key>``.
+    """
+    config = dataclasses.replace(config, node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]))
+    try:
+        config = check_config(config)
+    except FieldError as exc:
+        raise DomainparError(f"model.{exc.field} {exc.message}") from None
+    with torch.device("meta"):
+        build_model(config)
+    return config
+
+
 def verify_graph_local(
     graph_path: str,
     num_parts: int,
@@ -78,9 +97,14 @@ def verify_graph_local(
     timeout_s: float = 600.0,
     num_threads: int | None = None,
     fault: str | None = None,
-) -> VerifyResult:
-    """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes."""
+) -> tuple[VerifyResult, ModelConfig]:
+    """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes.
+
+    Returns:
+        (the verdict, the model configuration checked: the graph's widths, every option written out).
+    """
     graph = check_before_start(graph_path, num_parts, method, dtype)
+    config = case_model(config, graph)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
     if num_threads is None:
@@ -92,7 +116,7 @@ def verify_graph_local(
         if failure is exc:
             raise
         raise failure from None
-    return per_rank[0][0]
+    return per_rank[0][0], config
 
 
 def verify_graph_distributed(
@@ -106,14 +130,14 @@ def verify_graph_distributed(
     timeout_s: float = 600.0,
     fault: str | None = None,
     launcher: LauncherEnv | None = None,
-) -> tuple[VerifyResult, int, str]:
+) -> tuple[VerifyResult, int, str, ModelConfig]:
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
     Every rank checks the arguments and reads the graph before it joins the job, so a mistake ends
     the job at once; then rank 0 partitions and broadcasts the owners, so every rank uses one plan.
 
     Returns:
-        (result, this rank, backend).
+        (result, this rank, backend, the model configuration checked).
     """
     launcher = detect() if launcher is None else launcher
     if launcher.world_size != num_parts:
@@ -121,6 +145,7 @@ def verify_graph_distributed(
             f"--parts {num_parts} must equal the number of launched ranks: this process is {launcher.describe()}"
         )
     graph = check_before_start(graph_path, num_parts, method, dtype)
+    config = case_model(config, graph)
     env = init_from_env(timeout_s)
     # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
     owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
@@ -131,7 +156,7 @@ def verify_graph_distributed(
     result = verify_worker(env.rank, env.world_size, [case], env.device)[0]
     dist.barrier()
     dist.destroy_process_group()
-    return result, env.rank, env.backend
+    return result, env.rank, env.backend, config
 
 
 def format_result_table(result: VerifyResult) -> str:

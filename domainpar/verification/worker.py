@@ -5,8 +5,8 @@
 :class:`VerifyCase` it gets its part through the seam
 (:func:`domainpar.parallel.part.rank_part`: local graph and
 :class:`~domainpar.comm.halo.HaloExchange`, the group checked to hold one
-plan), runs forward + backward of the
-:class:`~domainpar.model.interaction_network.InteractionNetwork`, sums the
+plan), runs forward + backward of the case's model (any registered or user
+model, built by :func:`domainpar.model.registry.build_model`), sums the
 gradients over the group, gathers every rank's logits (every copy of a
 replicated cut edge) to rank 0, and compares them with the single-process
 full-graph run of the same weights on rank 0 (no exchange, no
@@ -36,13 +36,13 @@ import torch.distributed as dist
 from domainpar.comm.reduce import all_reduce_gradients, all_reduce_sum
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import Exchange
-from domainpar.model.interaction_network import InteractionNetwork
-from domainpar.model.loss import edge_loss
+from domainpar.model.loss import edge_loss, part_weights
+from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import build_plan
 from domainpar.verification.cases import DTYPES as _DTYPES
-from domainpar.verification.cases import TOLERANCES, PygCase, VerifyCase, VerifyJob, VerifyResult
+from domainpar.verification.cases import TOLERANCES, VerifyCase, VerifyJob, VerifyResult
 from domainpar.verification.faults import FaultyExchange
 
 
@@ -52,9 +52,9 @@ def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, fl
     whole = rank_part(case.graph, device=device, dtype=dtype)  # the one-part plan: identity exchange
     config = replace(case.config, checkpointing=False, overlap=False)
     torch.manual_seed(case.seed)
-    model = InteractionNetwork(config).to(device=device, dtype=dtype)
+    model = build_model(config).to(device=device, dtype=dtype)
     logits = model(whole.graph, whole.exchange)
-    loss = edge_loss(logits, whole.graph, case.pos_weight)
+    loss = _loss(case, logits, whole, None, reduce=False)
     loss.backward()
     full_logits = whole.scatter_edges(logits.detach())
     grads = {
@@ -64,9 +64,22 @@ def _reference(case: VerifyCase, device: torch.device) -> tuple[torch.Tensor, fl
     return full_logits, float(loss.detach()), grads
 
 
+def _loss(case: VerifyCase, logits: torch.Tensor, part, group, reduce: bool = True) -> torch.Tensor:
+    """This rank's loss share: pos_weight, or the case's target weighting normalised by the event's weight sum
+    (summed over ``group`` when ``reduce``, as training does; the one-process reference sums its own)."""
+    if case.loss is None or case.loss.weighting == "pos_weight":
+        return edge_loss(logits, part.graph, case.pos_weight)
+    weights = part_weights(case.loss, part.data)
+    total = torch.tensor([float(weights.sum())], dtype=torch.float64, device=logits.device)
+    if reduce:
+        dist.all_reduce(total, group=group)
+    weights_t = torch.as_tensor(weights, dtype=logits.dtype, device=logits.device)
+    return edge_loss(logits, part.graph, weights=weights_t, weight_sum=float(total))
+
+
 def _reference_key(case: VerifyCase) -> tuple:
     config = replace(case.config, checkpointing=False, overlap=False)
-    return (id(case.graph), config, case.dtype, case.seed, case.pos_weight)
+    return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight, repr(case.loss))
 
 
 def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
@@ -78,7 +91,7 @@ def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
 
 def partitioned_step(
     case: VerifyCase, rank: int, world_size: int, device: torch.device, group=None
-) -> tuple[LocalGraph, InteractionNetwork, torch.Tensor, torch.Tensor, Exchange]:
+) -> tuple[LocalGraph, torch.nn.Module, torch.Tensor, torch.Tensor, Exchange]:
     """Forward + backward of this rank's part; gradients summed over ``group``.
 
     Returns:
@@ -91,42 +104,12 @@ def partitioned_step(
     if case.fault is not None:
         exchange = FaultyExchange(exchange, case.fault)
     torch.manual_seed(case.seed)
-    model = InteractionNetwork(case.config).to(device=device, dtype=dtype)
+    model = build_model(case.config).to(device=device, dtype=dtype)
     logits = model(graph, exchange)
-    loss = edge_loss(logits, graph, case.pos_weight)
+    loss = _loss(case, logits, rp, group)
     loss.backward()
     all_reduce_gradients(model, group)
     return graph, model, logits.detach(), loss.detach(), exchange
-
-
-def _pyg_loss(out: torch.Tensor, global_ids: torch.Tensor, case: PygCase, num_nodes: int) -> torch.Tensor:
-    """A fixed random linear read-out of the owned node outputs, so every output row gets a gradient."""
-    generator = torch.Generator().manual_seed(case.seed + 1)
-    readout = torch.randn(num_nodes, case.hidden, generator=generator, dtype=out.dtype).to(out.device)
-    return (out * readout[global_ids]).sum() / num_nodes
-
-
-def _pyg_run(case: PygCase, graph: LocalGraph, global_ids: torch.Tensor, exchange: Exchange, device: torch.device):
-    # Imported on use: model.pyg imports torch_geometric (~11 s); only the PyG cases need it.
-    from domainpar.model.pyg import PygStack
-
-    torch.manual_seed(case.seed)
-    model = PygStack(case.layer, graph.x.shape[1], case.hidden, edge_dim=graph.edge_attr.shape[1])
-    model = model.to(device=device, dtype=_DTYPES[case.dtype])
-    out = model(graph, exchange, global_degrees=case.global_degrees)
-    loss = _pyg_loss(out, global_ids, case, case.graph.num_nodes)
-    loss.backward()
-    return model, out.detach(), loss.detach()
-
-
-def _pyg_reference(case: PygCase, device: torch.device):
-    whole = rank_part(case.graph, device=device, dtype=_DTYPES[case.dtype])  # the one-part plan: identity exchange
-    global_ids = torch.tensor(whole.data.plan.owned_ids, device=device)
-    model, out, loss = _pyg_run(replace(case, global_degrees=True), whole.graph, global_ids, whole.exchange, device)
-    full = torch.empty_like(out)
-    full[global_ids] = out
-    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone() for n, p in model.named_parameters()}
-    return full, float(loss), grads
 
 
 def _compare(
@@ -181,42 +164,30 @@ def verify_worker(
     cases: list[VerifyCase],
     device: torch.device | str | None = None,
     group=None,
-    pyg_cases: list[PygCase] = (),
 ) -> list[VerifyResult]:
     """Run every case on this rank and return the verdicts (identical on every rank).
 
     Must be called by every rank of ``group`` (default: the world) with the same
     cases. ``rank`` is the rank within ``group``, ``world_size`` its size.
-    Results are in order: ``cases`` then ``pyg_cases``.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     references: dict[tuple, tuple] = {}
     results: list[VerifyResult] = []
-    for case in list(cases) + list(pyg_cases):
+    for case in cases:
         if case.dtype not in _DTYPES:
             raise DomainparError(f"dtype must be one of {', '.join(_DTYPES)} (got {case.dtype!r})")
-        if isinstance(case, PygCase):
-            plan = build_plan(case.graph.edge_index, case.owner, world_size)
-            rp = rank_part(case.graph, rank, group, device, _DTYPES[case.dtype], plan=plan)
-            graph = rp.graph
-            owned_ids = torch.tensor(rp.data.plan.owned_ids, device=device)
-            model, values, loss = _pyg_run(case, graph, owned_ids, rp.exchange, device)
-            all_reduce_gradients(model, group)
-            payload = (owned_ids.cpu(), values.cpu(), graph.num_halo)
-            key = ("pyg", id(case.graph), case.layer, case.hidden, case.dtype, case.seed)
-        else:
-            if case.graph.y is None:
-                raise DomainparError(f"case {case.name}: the graph needs truth labels to compute a loss (got y = None)")
-            graph, model, logits, loss, _ = partitioned_step(case, rank, world_size, device, group)
-            payload = (graph.edge_ids.cpu(), logits.cpu(), graph.num_halo)
-            key = _reference_key(case)
+        if case.graph.y is None:
+            raise DomainparError(f"case {case.name}: the graph needs truth labels to compute a loss (got y = None)")
+        graph, model, logits, loss, _ = partitioned_step(case, rank, world_size, device, group)
+        payload = (graph.edge_ids.cpu(), logits.cpu(), graph.num_halo)
+        key = _reference_key(case)
         loss_parts = float(all_reduce_sum(loss, group))
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(payload, gathered, dst=_root(group), group=group)
         verdict = [None]
         if rank == 0:
             if key not in references:
-                references[key] = _pyg_reference(case, device) if isinstance(case, PygCase) else _reference(case, device)
+                references[key] = _reference(case, device)
             verdict = [_compare(case.name, case.dtype, world_size, gathered, references[key], model, loss_parts, device)]
         dist.broadcast_object_list(verdict, src=_root(group), group=group)
         results.append(verdict[0])
@@ -243,7 +214,7 @@ def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dic
     for index, (job, group) in enumerate(zip(jobs, groups)):
         if rank not in job.ranks:
             continue
-        results = verify_worker(job.ranks.index(rank), len(job.ranks), list(job.cases), None, group, list(job.pyg_cases))
+        results = verify_worker(job.ranks.index(rank), len(job.ranks), list(job.cases), None, group)
         if rank == job.ranks[0]:
             led[index] = results
     return led

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from bench.common.memory import traced_peak
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
 from domainpar.partition import build_plan
 from domainpar.partition.local_graph import local_graph
 from fixtures import random_graph

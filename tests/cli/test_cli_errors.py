@@ -241,12 +241,13 @@ def tiny_checkpoint(path: Path) -> Path:
     """A ``model.pt``-style checkpoint of an untrained 4-wide network (no training needed)."""
     import torch
 
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
 
     model_config = ModelConfig(hidden=4, num_iterations=1)
     torch.manual_seed(0)
-    model = InteractionNetwork(model_config)
+    model = build_model(model_config)
     state = {"format_version": CHECKPOINT_FORMAT_VERSION, "model": model.state_dict(), "model_config": model_config.to_dict()}
     write_checkpoint(state, path)
     return path

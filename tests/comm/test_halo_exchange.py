@@ -26,7 +26,7 @@ def test_halo_exchange_forward_backward_and_buffers():
     for result in _results():
         checks = result["exchange"]
         assert all(checks[f"{m}-{d}"] for m in ("sync", "async", "sync-again") for d in ("forward", "backward")), checks
-        assert checks["float32"] and checks["bytes"]
+        assert checks["float32"] and checks["bytes"] and checks["bytes_sent"]
         assert checks["buffers"] == 3  # reused across steps, one per (kind, width, dtype)
 
 

@@ -63,6 +63,15 @@ def test_description_rebuilds_the_inputs_of_a_real_graph(cell_features, tmp_path
     assert description["cuts"]["cell_features"] is cell_features
 
 
-def test_a_graph_without_description_reads_none(tmp_path):
-    graph, _ = build_event_graph(EVENT, GraphConfig())
-    assert read_graph_description(save_graph(graph, tmp_path / "g.npz")) is None
+def test_a_graph_saved_without_description_is_described_by_its_names_and_build(tmp_path):
+    """Graphs saved without a description (e.g. pruned by an edge filter) describe themselves from what they record;
+    only a graph that names none of its columns (format 1) has no description."""
+    import dataclasses
+
+    graph, _ = build_event_graph(EVENT, GraphConfig(z0_max=150.0))
+    described = read_graph_description(save_graph(graph, tmp_path / "g.npz"))
+    assert [f["name"] for f in described["node_features"]] == ["r", "phi", "z"]
+    assert described["edge_features"][3]["raw"].startswith("sqrt(deta^2 + dphi^2)")
+    assert described["cuts"]["z0_max"] == 150.0 and described["builder"] == "domainpar build"
+    unnamed = dataclasses.replace(graph, node_features=None, edge_features=None, build_config=None)
+    assert read_graph_description(save_graph(unnamed, tmp_path / "unnamed.npz")) is None

@@ -76,17 +76,16 @@ def test_custom_layer_is_exact_on_two_spawned_ranks(custom_layer, real_graph):
 
 def test_custom_layer_detects_a_wrong_halo(custom_layer, real_graph):
     """The comparison can fail: stale halo rows (zeros) give different gradients than the full graph."""
+    from domainpar.model.registry import build_model
     from domainpar.partition import partition_graph
     from domainpar.partition.local_graph import local_graph
 
-    torch.manual_seed(0)
-    model = custom_layer.AttentionEdgeClassifier(hidden=16).double()
     _, reference = custom_layer.single_process_gradients(real_graph, seed=0, hidden=16)
     plan = partition_graph(real_graph, 2, method="geometric", seed=0)
     summed = None
     for part_plan in plan.parts:
         torch.manual_seed(0)
-        model = custom_layer.AttentionEdgeClassifier(hidden=16).double()
+        model = build_model(custom_layer.model_config(real_graph, hidden=16)).double()
         part = local_graph(real_graph, part_plan).to("cpu", torch.float64)
 
         class ZeroHalo:

@@ -35,10 +35,10 @@ def _random_graph(num_nodes: int, num_edges: int, node_features: int = 3, edge_f
 
 def _perturbed_model(config, seed: int = 0):
     """A model with non-trivial weights everywhere (zero-initialised vectors too)."""
-    from domainpar.model.interaction_network import InteractionNetwork
+    from domainpar.model.registry import build_model
 
     torch.manual_seed(seed)
-    model = InteractionNetwork(config).eval()
+    model = build_model(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.2 * torch.randn_like(parameter))
@@ -63,7 +63,7 @@ def _perturbed_model(config, seed: int = 0):
 def test_deploy_model_equals_the_training_model(overrides):
     from domainpar.export.deploy import EdgeClassifier, NodeOnlyEdgeClassifier, deploy_model
     from domainpar.export.source import training_logits
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
 
     config = ModelConfig(hidden=12, num_iterations=3, **overrides)
     model = _perturbed_model(config)
@@ -83,7 +83,7 @@ def test_deploy_model_equals_the_training_model(overrides):
 
 def test_deploy_model_refuses_weights_that_do_not_fit():
     from domainpar.export.deploy import deploy_model
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
 
     config = ModelConfig(hidden=8, num_iterations=2)
     state = _perturbed_model(config).state_dict()
@@ -100,7 +100,8 @@ def _train_checkpoint(directory: Path, edge_features: bool, description: dict | 
     """A small model trained briefly on the real event, saved with the trainer's checkpoint writer."""
     from domainpar.data.graph import build_graph
     from domainpar.data.trackml import load_event
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.model.loss import edge_loss
     from domainpar.partition.local_graph import local_graph
     from domainpar.partition.plan import build_plan
@@ -112,7 +113,7 @@ def _train_checkpoint(directory: Path, edge_features: bool, description: dict | 
     local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
     torch.manual_seed(0)
     config = ModelConfig(hidden=16, num_iterations=2, use_edge_features=edge_features)
-    model = InteractionNetwork(config)
+    model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(15):
         optimizer.zero_grad()
@@ -372,9 +373,10 @@ def test_export_refusals(checkpoint, tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "tampered.pt: checkpoint content does not match its checksum" in err
 
     no_description = tmp_path / "old.pt"
-    write_checkpoint({**state, "data": None}, no_description)
+    write_checkpoint({k: v for k, v in state.items() if k not in ("data", "graph")}, no_description)
     code, err = _run_cli(base[:1] + ["--checkpoint", str(no_description)] + base[1:], capsys)
-    assert code == 2 and err.count("\n") == 1 and "pass --graphs with the training graphs" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "old.pt: the checkpoint records neither the features of its training graphs nor how they were built" in err
 
     code, err = _run_cli(["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--out", str(tmp_path / "m.pt")], capsys)
     assert code == 2 and "an ONNX model file must end in .onnx (got .pt)" in err

@@ -36,7 +36,8 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     """A small Interaction Network trained briefly on the real event, saved with the trainer's checkpoint writer."""
     from domainpar.data.graph import build_graph
     from domainpar.data.trackml import load_event
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model
     from domainpar.model.loss import edge_loss
     from domainpar.partition.local_graph import local_graph
     from domainpar.partition.plan import build_plan
@@ -48,7 +49,7 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
     torch.manual_seed(0)
     config = ModelConfig(hidden=16, num_iterations=2)
-    model = InteractionNetwork(config)
+    model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(20):
         optimizer.zero_grad()

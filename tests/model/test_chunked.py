@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.interaction_network import InteractionNetwork
+from domainpar.model.config import ModelConfig
 from domainpar.partition import build_plan
 from domainpar.partition.local_graph import local_graph
 from fixtures import random_graph

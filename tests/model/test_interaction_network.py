@@ -8,7 +8,8 @@ import torch
 
 from domainpar.errors import DomainparError
 from domainpar.model.exchange import Exchange, IdentityExchange
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig, PairMLP
+from domainpar.model.interaction_network import InteractionNetwork, PairMLP
+from domainpar.model.config import ModelConfig
 from domainpar.model.loss import edge_loss
 from domainpar.partition import build_plan
 from domainpar.partition.local_graph import local_graph

@@ -18,7 +18,8 @@ from fixtures import random_graph
 from domainpar.errors import DomainparError
 from domainpar.launch.ranks import spawn
 from domainpar.model.exchange import IdentityExchange
-from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model
 from domainpar.parallel.part import RankPart, load_host_part, rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.io import part_file_name, save_plan
@@ -30,10 +31,10 @@ def _graph():
     return random_graph(240, 1100, seed=31)
 
 
-def _model(graph) -> InteractionNetwork:
+def _model(graph) -> torch.nn.Module:
     torch.manual_seed(3)
     config = ModelConfig(node_features=graph.x.shape[1], edge_features=graph.edge_attr.shape[1], hidden=8, num_iterations=2)
-    return InteractionNetwork(config).to(torch.float64)
+    return build_model(config).to(torch.float64)
 
 
 def test_the_whole_graph_runs_as_one_part_with_the_identity_exchange():

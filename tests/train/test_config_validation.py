@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from domainpar.errors import DomainparError
-from domainpar.model.interaction_network import ModelConfig
+from domainpar.model.config import ModelConfig
 from domainpar.train.config import check_model_size, load_config, validate_config
 from domainpar.train.run import train
 from fixtures import write_graphs

@@ -62,7 +62,7 @@ def dataset(tmp_path_factory) -> Path:
 def test_partitioned_gradients_equal_one_process_on_pyg_graphs(dataset):
     from domainpar.data.graph_files import graph_files, load_graph
     from domainpar.launch.ranks import spawn
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
     from domainpar.partition import partition_graph
     from domainpar.verification import VerifyCase
     from domainpar.verification.worker import verify_worker

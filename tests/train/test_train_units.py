@@ -69,7 +69,7 @@ def test_every_config_field_is_a_flag_with_its_docstring():
 
 
 def test_model_section_is_the_model_config_and_derived_widths_are_refused(tmp_path):
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
 
     config = load_config(None, {"model.num_iterations": 3, "model.checkpointing": "true"})
     assert isinstance(config.model, ModelConfig) and config.model.num_iterations == 3 and config.model.checkpointing
@@ -270,7 +270,7 @@ def test_a_resume_refuses_every_setting_but_the_elastic_ones():
     refused when it differs — so a setting added later (a model option, a loss option) is compared by default."""
     import dataclasses
 
-    from domainpar.model.interaction_network import ModelConfig
+    from domainpar.model.config import ModelConfig
     from domainpar.train.config import SECTION_TYPES, TrainConfig
     from domainpar.train.state import RESUME_ELASTIC, _differences
 

@@ -8,7 +8,10 @@ a simulated event built with the physics recipe's graph features run by the reci
 with and without activation checkpointing and with and without overlap, in
 float64 (tolerance 1e-10) and float32 (1e-5), plus synthetic graphs with
 many cut edges, a part without neighbours, a node whose halo comes from three
-parts, PyG layers, and deliberately broken exchanges that must fail.
+parts, every other built-in model (the field's InteractionGNN in three set-ups,
+PyG layer stacks: GATv2, EdgeConv, GCN with exchanged degrees) and the example
+user model of examples/custom_layer.py, and deliberately broken exchanges (and
+GCN's local degree count) that must fail.
 
 Error measures (see :mod:`domainpar.verification`): max |logit_part −
 logit_full| over every local copy of every edge; relative loss error; per
@@ -22,7 +25,17 @@ import pytest
 
 from domainpar.partition import build_plan
 from domainpar.verification.cases import TOLERANCES
-from engine_jobs import STAR_OWNER, WORLD_SIZES, results_for, star_graph, two_components_graph, two_components_owner
+from engine_jobs import (
+    MODELS,
+    STAR_OWNER,
+    USER_MODEL,
+    WORLD_SIZES,
+    comm_results,
+    results_for,
+    star_graph,
+    two_components_graph,
+    two_components_owner,
+)
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -38,7 +51,7 @@ def _describe(result) -> str:
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_partitioned_equals_single_process(world_size):
     results = results_for(world_size)
-    exact = [r for r in results.values() if "fault=" not in r.name and "local-degrees" not in r.name]
+    exact = [r for r in results.values() if "fault=" not in r.name]
     failures = [_describe(r) for r in exact if not r.passed]
     assert not failures, "\n".join(failures)
     expected = {f"{g}/{m}/ckpt={c}/overlap={o}/float64" for g in ("simulated", "real") for m in ("metis", "geometric")
@@ -91,13 +104,38 @@ def test_broken_exchange_is_caught(fault):
 
 
 @pytest.mark.timeout(660)
-@pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_pyg_layers_domain_parallel(world_size):
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_every_model_is_exact(world_size):
+    """Every built-in model and the example user model: the real event (METIS and geometric parts) and a dense
+    random graph, float64, 1-4 ranks."""
     results = results_for(world_size)
-    pyg = [r for r in results.values() if r.name.startswith("pyg-") and "local-degrees" not in r.name]
-    assert {r.name.split("/")[0] for r in pyg} == {"pyg-gat", "pyg-edgeconv", "pyg-gcn"}
-    failures = [_describe(r) for r in pyg if not r.passed]
+    expected = {f"{label}/{graph}/float64" for label in MODELS for graph in ("real/metis", "real/geometric", "dense")}
+    assert expected <= set(results)
+    failures = [_describe(results[name]) for name in sorted(expected) if not results[name].passed]
     assert not failures, "\n".join(failures)
-    # GCN with degrees counted on the local graph only is NOT exact: global statistics are needed.
-    local = results["pyg-gcn/local-degrees/float64"]
-    assert not local.passed and local.max_abs_err_logits > 1e-6, _describe(local)
+    if world_size > 1:
+        for label in MODELS:
+            assert sum(results[f"{label}/dense/float64"].num_halo) > 0
+            assert sum(results[f"{label}/real/geometric/float64"].num_halo) > 0
+    assert {name for name, *_ in MODELS.values()} >= {"interaction_gnn", "pyg_gnn", USER_MODEL}
+
+
+@pytest.mark.timeout(660)
+def test_gcn_needs_global_degrees():
+    """GCN's normalisation with degrees counted on the local graph only is NOT exact; exchanged degrees are."""
+    for rank_result in comm_results():
+        assert rank_result["gcn_degrees"]["global"] <= 1e-10, rank_result["gcn_degrees"]
+    assert max(r["gcn_degrees"]["local"] for r in comm_results()) > 1e-6
+
+
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_target_weighted_loss_is_exact(world_size):
+    """acorn's weighting (target particles by pT, hits and vertex; three weights), normalised by the event's weight
+    sum reduced over the domain group: the partitioned loss and gradients equal one process's."""
+    results = results_for(world_size)
+    names = [f"loss-targets/{m}/real/{p}/float64" for m in ("in", "ign") for p in ("metis", "geometric")]
+    failures = [_describe(results[name]) for name in names if not results[name].passed]
+    assert not failures, "\n".join(failures)
+    # The weighting changes the loss: it is not the pos_weight loss of the same case.
+    assert results["loss-targets/in/real/metis/float64"].loss_full != results["real/metis/ckpt=0/overlap=0/float64"].loss_full
