@@ -62,11 +62,11 @@ from bench.common.timing import load_average
 from bench.common.workloads import missing_full_event
 from bench.sections.scaling_inputs import add_traced_step, plan_traffic
 from domainpar.comm.reduce import all_reduce_gradients
-from domainpar.model.interaction_network import InteractionNetwork
-from domainpar.model.config import ModelConfig
-from domainpar.parallel.part import rank_part
-from domainpar.launch.ranks import init_from_env, spawn
 from domainpar.launch.env import detect
+from domainpar.launch.ranks import init_from_env, spawn
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model
+from domainpar.parallel.part import rank_part
 from domainpar.train.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 #: ``--device`` values this section runs for.
@@ -224,7 +224,7 @@ def _measure(rank: int, num_parts: int, group: Any, device: torch.device, settin
     models, optimizers = {}, {}
     for overlap in settings_of_p:
         torch.manual_seed(0)
-        models[overlap] = InteractionNetwork(dataclasses.replace(base, overlap=overlap)).to(device)
+        models[overlap] = build_model(dataclasses.replace(base, overlap=overlap)).to(device)
         optimizers[overlap] = torch.optim.AdamW(models[overlap].parameters(), lr=1e-4)
 
     cpu_seconds: list[float] = []
