@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
-from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, one_line
+from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, message_line, one_line
 from domainpar.progress import progress as progress_display
 
 T = TypeVar("T")
@@ -128,7 +128,8 @@ def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResu
         # The parent stopped this worker: the item's writers have removed their temporaries on the way here.
         os._exit(exc.exit_code)
     except DomainparError as exc:
-        return ItemResult(name, error=one_line(exc), seconds=time.perf_counter() - start)
+        # Our own message, written to be read whole (paths included): the CLI's line limit, not a parser's.
+        return ItemResult(name, error=message_line(str(exc)), seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the type says it was a bug
         fault = fault_parts(exc)
         if fault is not None:

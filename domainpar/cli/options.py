@@ -174,7 +174,8 @@ def dataclass_options(
                 function = click.option(decl, dest, default=default, help=help_text, show_default=shown, cls=FieldOption)(function)
             elif kind is dict:
                 # A mapping field: one KEY=VALUE per use of the flag (the config layer reads each VALUE as YAML).
-                function = click.option(flag, dest, multiple=True, metavar="KEY=VALUE", help=help_text)(function)
+                function = click.option(flag, dest, multiple=True, metavar="KEY=VALUE", help=help_text, show_default="none",
+                                        cls=FieldOption)(function)
             else:
                 function = click.option(flag, dest, type=kind, default=default, help=help_text, show_default=shown,
                                         cls=FieldOption)(function)

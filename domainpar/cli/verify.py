@@ -10,6 +10,7 @@ import click
 
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import METIS_SEED, finite, max_local_ranks
+from domainpar.cli.options import FieldOption
 from domainpar.errors import DomainparError
 from domainpar.launch.env import detect as detect_launcher
 from domainpar.output_paths import check_output_file
@@ -29,7 +30,7 @@ from domainpar.output_paths import check_output_file
 @click.option("--model", "model_name", default="interaction_network", show_default=True,
               help="Model to check: interaction_network, interaction_gnn, pyg_gnn, or your class as package.module:Class "
                    "(or path/to/file.py:Class); see docs/models.md.")
-@click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE",
+@click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE", show_default="none", cls=FieldOption,
               help="An option of the model (repeatable), e.g. --model-option aggregation=[sum,max].")
 @click.option("--hidden", type=int, default=64, show_default=True, help="Model hidden size.")
 @click.option("--iterations", type=int, default=8, show_default=True, help="Message-passing iterations.")

@@ -22,6 +22,10 @@ from domainpar.errors import DomainparError
 GRAPH_FORMATS = ("npz", "pyg")
 
 
+#: What a directory of training or evaluation inputs must hold (the end of the message that refuses one without).
+GRAPHS_OR_EVENTS = "expected graph files (*.npz, or PyG *.pyg / *.pt) or raw TrackML events (event*-hits.csv[.gz])"
+
+
 def _is_pyg(path: Path) -> bool:
     return is_pyg_file(path) and path.is_file()
 

@@ -33,7 +33,7 @@ import torch
 import yaml
 
 from domainpar.data.dataset import event_inputs
-from domainpar.data.graph_files import graph_files, has_graph_files, inspect_graph, load_graph
+from domainpar.data.graph_files import GRAPHS_OR_EVENTS, graph_files, has_graph_files, inspect_graph, load_graph
 from domainpar.data.pyg_files import is_pyg_file
 from domainpar.errors import DomainparError
 from domainpar.partition.geometric import require_positions
@@ -230,6 +230,8 @@ def _training_events(config: TrainConfig) -> tuple[int, Path | None]:
     if has_graph_files(path):
         files = graph_files(path)
         return len(files), files[0]
+    if path.is_dir() and not any(path.glob("event*-hits.csv*")):
+        raise DomainparError(f"--data {path}: {GRAPHS_OR_EVENTS}, found neither")
     return len(event_inputs(path)), None
 
 

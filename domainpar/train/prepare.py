@@ -53,7 +53,7 @@ from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
 from domainpar.data.dataset import event_inputs, graph_target, build_graph_file
 from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
 from domainpar.data.graph import CELL_FEATURES, GraphConfig
-from domainpar.data.graph_files import graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs, is_pyg_dataset, inspect_graph
+from domainpar.data.graph_files import GRAPHS_OR_EVENTS, graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs, is_pyg_dataset, inspect_graph
 from domainpar.data.pyg_files import convert_pyg_files
 from domainpar.errors import DomainparError
 from domainpar.npzfile import archive_digest
@@ -166,8 +166,7 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
                 seen[event_id] = graph
         else:
             raise DomainparError(
-                f"{option} {path}: expected graph files (*.npz, or PyG *.pyg / *.pt) or raw TrackML events "
-                "(event*-hits.csv[.gz]), found neither"
+                f"{option} {path}: {GRAPHS_OR_EVENTS}, found neither"
             )
         raw = _is_raw(path)
         if raw:

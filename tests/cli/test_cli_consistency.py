@@ -139,8 +139,9 @@ def test_a_resumed_run_reports_the_steps_it_trained(tmp_path, capsys):
     data = tmp_path / "g"
     write_graphs(data, 4)
     out = tmp_path / "run"
-    main(_train_args(data, out, "--max-steps", "2"))
-    assert "trained 2 steps (" in capsys.readouterr().out
+    # --stop-after-steps pauses the 4-step run (--max-steps would make it a 2-step run, whose schedule a resume keeps).
+    main(_train_args(data, out, "--max-steps", "4", "--stop-after-steps", "2"))
+    assert capsys.readouterr().out.startswith("paused after step 2 of 4 (--stop-after-steps)")
     main(_train_args(data, out, "--max-steps", "4", "--resume"))
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("trained 2 steps (steps 3-4, resumed at step 2; 1 epochs in all)"), first

@@ -1959,12 +1959,12 @@ def _edge_filter(ws) -> Path:
     return edge_filter.save(ws.path("filter.pt"))
 
 
-@case("evaluate-filter-with-unpruned-graph-files", "--filter WS/filter.pt: graph files are evaluated as they are, and BASE/graphs/event000000001.npz was not pruned by an edge filter")
+@case("evaluate-filter-with-unpruned-graph-files", "--filter WS/filter.pt: expected the edge filter the model was trained with; the model was trained on graphs that were not pruned")
 def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--filter", _edge_filter(ws), "--quiet"]
 
 
-@case("evaluate-pruned-graphs-with-a-model-of-unpruned-ones", "WS/g/event000000001.npz: the model was trained on graphs that were not pruned, and this graph was pruned by edge filter 0123abcd")
+@case("evaluate-pruned-graphs-with-a-model-of-unpruned-ones", "WS/g/event000000001.npz: the graph was pruned by edge filter 0123abcd, but the checkpoint's model was trained on graphs that were not pruned")
 def _(ws):
     import json
 

@@ -149,7 +149,7 @@ def _torch_out_of_memory(*args, **kwargs):
     [
         ("train", "domainpar.train.step.StepRunner.train", "training step 1: out of memory (can't allocate memory: you tried to allocate 68719476736 bytes"),
         ("evaluate", "domainpar.inference.evaluation.infer_single", "try more --parts"),
-        ("partition", "domainpar.partition.partitioners.partition_graph", "try fewer --workers"),
+        ("partition", "domainpar.partition.dataset.partition_graph", "try fewer --workers"),
         ("build", "domainpar.data.dataset.build_event_graph", "try fewer --workers"),
         ("export", "domainpar.export.writer.deploy_model", "out of memory"),
     ],
