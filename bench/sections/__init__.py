@@ -41,6 +41,8 @@ ORDER = (
     "scaling_inputs",
     "gpu",
     "physics",
+    "full_event",
+    "full_event_sectors",
 )
 
 T = TypeVar("T")
