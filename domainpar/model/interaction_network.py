@@ -129,6 +129,10 @@ class PairMLP(nn.Module):
         return self.mlp.tail(pre)
 
 
+#: Graphs whose grouping the model keeps at once (a graph is grouped once; a step uses a few).
+MAX_CACHED_GRAPHS = 8
+
+
 @dataclass(frozen=True, eq=False)
 class _Structure:
     """A local graph's edges grouped by node, for the segment kernels (built once per graph)."""
@@ -206,7 +210,9 @@ class InteractionNetwork(nn.Module):
         found = self._structures.get(id(key))
         if found is not None and found[0]() is key:
             return found[1]
-        src, dst = graph.edge_index[0], graph.edge_index[1]
+        # Copies, not views of edge_index: a view keeps its base alive, so a grouping holding one would keep its own
+        # cache key alive and every graph ever seen would stay cached (a leak of ~2 E int64 per training step).
+        src, dst = graph.edge_index[0].clone(), graph.edge_index[1].clone()
         n_owned, n_local, n_int = graph.num_owned, graph.num_local_nodes, graph.num_interior_edges
         overlap = self.config.overlap
         # Local ids are < n_local and interior edges join owned rows, so those groupings are complete;
@@ -224,6 +230,8 @@ class InteractionNetwork(nn.Module):
         )
         self._structures[id(key)] = (weakref.ref(key), structure)
         weakref.finalize(key, self._structures.pop, id(key), None)
+        while len(self._structures) > MAX_CACHED_GRAPHS:  # a bound too, whatever else keeps a graph alive
+            self._structures.pop(next(iter(self._structures)))
         return structure
 
     # ---- the pieces (pure functions of tensors; none of them communicates) ----
