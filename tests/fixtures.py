@@ -43,8 +43,9 @@ def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int
 
     from domainpar.data.graph import build_graph
     from domainpar.data.trackml import load_event
-    from domainpar.model.interaction_network import InteractionNetwork, ModelConfig
+    from domainpar.model.config import ModelConfig
     from domainpar.model.loss import edge_loss
+    from domainpar.model.registry import build_model
     from domainpar.partition.local_graph import local_graph
     from domainpar.partition.plan import build_plan
     from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint
@@ -55,7 +56,7 @@ def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int
     local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
     torch.manual_seed(0)
     config = ModelConfig(hidden=hidden, num_iterations=iterations)
-    model = InteractionNetwork(config)
+    model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(20):
         optimizer.zero_grad()

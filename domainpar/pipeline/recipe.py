@@ -40,9 +40,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from domainpar.data.graph import GraphConfig
+from domainpar.data.subset import check_volumes
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import FilterConfig
+from domainpar.inference.config import PARTITION_METHODS
 from domainpar.parsing import load_yaml
+from domainpar.sim.config import SimulationConfig
+from domainpar.tracks.build import METHODS
 from domainpar.train.config import TrainConfig, config_from_dict
 
 #: Sections of a recipe file besides the training ones.
@@ -96,8 +100,6 @@ class TracksSection:
     """Edge score cut: the working point of edge efficiency and purity, and of track building."""
 
     def __post_init__(self) -> None:
-        from domainpar.tracks.build import METHODS
-
         if self.method not in METHODS:
             raise DomainparError(f"tracks.method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not 0 < self.threshold < 1:
@@ -117,9 +119,6 @@ class EvaluationSection:
     hits: name → volume ids (``pixel: [7, 8, 9]``, the pixel-only events of the Exa.TrkX studies)."""
 
     def __post_init__(self) -> None:
-        from domainpar.data.subset import check_volumes
-        from domainpar.inference.config import PARTITION_METHODS
-
         if not isinstance(self.parts, int) or isinstance(self.parts, bool) or not 1 <= self.parts <= 64:
             raise DomainparError(f"evaluation.parts must be an integer in [1, 64] (got {self.parts!r})")
         if self.method not in PARTITION_METHODS:
@@ -169,14 +168,10 @@ class Recipe:
 
     def training_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the training events."""
-        from domainpar.sim.config import SimulationConfig
-
         return SimulationConfig(num_particles=self.simulation.particles, cluster_variation=float(self.simulation.cluster_variation))
 
     def validation_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the validation (held-out) events."""
-        from domainpar.sim.config import SimulationConfig
-
         return SimulationConfig(num_particles=self.simulation.particles)
 
     def scaled(
