@@ -73,10 +73,11 @@ def real_graph() -> EventGraph:
 
 
 @lru_cache(maxsize=None)
-def recipe_case() -> tuple[EventGraph, ModelConfig]:
-    """A simulated event built with the physics recipe's graph (cuts, cell and cluster features) and the recipe's
-    model (width, iterations, activation, normalisation), so the exactness matrix covers what the recipe trains.
-    (The recipe's edge filter only removes edges: a pruned graph is a graph like this one.)"""
+def recipe_case(name: str = "physics", device: str = "cpu") -> tuple[EventGraph, ModelConfig]:
+    """A simulated event built with a recipe's graph (cuts, cell and cluster features, the full-event recipe's
+    triplet features) and the recipe's model (width, iterations, activation, normalisation, checkpointing) as run on
+    ``device`` (its profile), so the exactness matrix covers what the shipped recipes train. (A recipe's edge
+    filter only removes edges: a pruned graph is a graph like this one.)"""
     from pathlib import Path
 
     from domainpar.data.graph import build_graph
@@ -84,7 +85,7 @@ def recipe_case() -> tuple[EventGraph, ModelConfig]:
     from domainpar.sim.config import SimulationConfig
     from domainpar.sim.event import simulate_event
 
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "examples" / "physics.yaml")
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "examples" / f"{name}.yaml", device=device)
     event = simulate_event(SimulationConfig(num_particles=400), 3, 7)
     graph, _ = build_graph(event["hits"], event["truth"], event["particles"], event["cells"], config=recipe.graph, event_id=3)
     model = recipe.train.model
@@ -151,6 +152,14 @@ def cases_for(world_size: int) -> list[VerifyCase]:
     owner = partition_graph(recipe_graph, world_size, "metis", seed=0).owner
     cases.append(VerifyCase("recipe/metis/float64", recipe_graph, owner, recipe_config, dtype="float64"))
     cases.append(VerifyCase("recipe/metis/float32", recipe_graph, owner, recipe_config, dtype="float32"))
+    # The full-event recipe: trained on METIS parts, evaluated on geometric ones; its GPU profile's model too.
+    for device in ("cpu", "cuda"):
+        full_graph, full_config = recipe_case("full_event", device)
+        label = "full_event" if device == "cpu" else "full_event-cuda"
+        for method in ("metis", "geometric") if device == "cpu" else ("metis",):
+            owner = partition_graph(full_graph, world_size, method, seed=0).owner
+            cases.append(VerifyCase(f"{label}/{method}/float64", full_graph, owner, full_config, dtype="float64"))
+        cases.append(VerifyCase(f"{label}/metis/float32", full_graph, owner, full_config, dtype="float32"))
     dense = dense_graph()
     dense_owner = np.random.default_rng(world_size).integers(0, world_size, dense.num_nodes)
     dense_owner[:world_size] = np.arange(world_size)

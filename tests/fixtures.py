@@ -36,6 +36,45 @@ SHARED_TRACKML = Path(os.environ.get("DOMAINPAR_TRACKML_DIR", REPO.parent / "sha
 FULL_EVENT = SHARED_TRACKML / "event000021000"
 
 
+def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int = 2) -> Path:
+    """A small Interaction Network trained for 20 steps on real event 1, saved with the trainer's checkpoint writer
+    under ``directory/checkpoints`` (one process, whole graph); its path."""
+    import torch
+
+    from domainpar.data.graph import build_graph
+    from domainpar.data.trackml import load_event
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.loss import edge_loss
+    from domainpar.model.registry import build_model
+    from domainpar.partition.local_graph import local_graph
+    from domainpar.partition.plan import build_plan
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint
+    from domainpar.train.config import TrainConfig
+
+    hits, particles, truth = load_event(EVENT1, parts=("hits", "particles", "truth"))
+    graph, _ = build_graph(hits, truth, particles, event_id=1)
+    local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
+    torch.manual_seed(0)
+    config = ModelConfig(hidden=hidden, num_iterations=iterations)
+    model = build_model(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        edge_loss(model(local), local, pos_weight=2.0).backward()
+        optimizer.step()
+    state = {
+        "format_version": CHECKPOINT_FORMAT_VERSION,
+        "step": 20,
+        "epoch": 1,
+        "step_in_epoch": 0,
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "model_config": config.to_dict(),
+        "optimizer": optimizer.state_dict(),
+        "config": TrainConfig().to_dict(),
+    }
+    return save_checkpoint(state, directory / "checkpoints", keep=1)
+
+
 def copy_event1(directory: Path) -> Path:
     """The real labelled event 000000001 alone in ``directory`` (raw TrackML layout: hits, cells, particles, truth)."""
     import shutil

@@ -42,6 +42,8 @@ ORDER = (
     "scaling",
     "gpu",
     "physics",
+    "full_event",
+    "full_event_sectors",
 )
 
 T = TypeVar("T")

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from domainpar.errors import DomainparError
+from domainpar.kernels.triplets import best_triplets
 
 #: Bumped when the layout of a description changes.
 DESCRIPTION_VERSION = 1
@@ -96,8 +97,35 @@ EDGE_FEATURE_SPECS: dict[str, FeatureSpec] = {
             "curvature", "2 (x_src y_dst - y_src x_dst) / (r_src r_dst |chord|): signed curvature of the transverse "
             "circle through the origin and both hits", "1/mm", 1.0 / 300.0,
         ),
+        *(
+            FeatureSpec(f"{side}_{name}", raw.format(side=text), unit, scale)
+            for side, text in (("out", "outer continuation (edges dst -> c)"), ("in", "inner continuation (edges w -> src)"))
+            for name, raw, unit, scale in (
+                ("dalpha", "dalpha of the edge's best triplet with an {side}, see TRIPLETS", "rad", 0.01),
+                ("rho", "rho of the edge's best triplet with an {side}, see TRIPLETS", "rad", 0.01),
+                ("distance", "log(1 + m) of the edge's best triplet with an {side} (log(1 + 1e6) without one), "
+                 "see TRIPLETS", "1", 1.0),
+                ("count", "number of triplets with an {side} whose m < 9, see TRIPLETS", "triplets", 10.0),
+            )
+        ),
     )
 }
+
+#: How the triplet features (``out_*``, ``in_*``) are defined: what a user outside Python needs to rebuild them.
+TRIPLETS = (
+    "Per edge e = (a -> b): alpha_e = atan2(r_b - r_a, z_b - z_a), beta_e = atan2(y_b - y_a, x_b - x_a), "
+    "ell_e = transverse distance |ab|, kappa_e = 2 wrap(beta_e - phi_a) / (r_a + ell_e) (curvature of the arc from the "
+    "beam line through a and b). A triplet is two edges e = (a -> b), f = (b -> c) of the graph sharing b; its "
+    "residuals are dalpha = wrap(alpha_f - alpha_e) and rho = wrap(beta_f - beta_e) - kappa_e (ell_e + ell_f) / 2, "
+    "its distance m = (dalpha / 0.01)^2 + (rho / 0.01)^2. An edge's best outer triplet is the one of smallest m among "
+    "the triplets where it is e (first in edge order on ties), its best inner triplet the one where it is f; "
+    "the triplets are those of every edge of the graph as built (before any edge filter)."
+)
+#: Residual scale (rad) of the triplet distance m and the m below which a triplet is counted.
+TRIPLET_SCALE = 0.01
+TRIPLET_LOOSE = 9.0
+#: The triplet feature names.
+TRIPLET_FEATURES = tuple(f"{side}_{name}" for side in ("out", "in") for name in ("dalpha", "rho", "distance", "count"))
 
 #: Node features: name → what the column holds.
 NODE_FEATURES: dict[str, str] = {name: f"{s.raw} / {s.scale:g} {s.unit}" for name, s in NODE_FEATURE_SPECS.items()}
@@ -293,6 +321,16 @@ def compute_features(
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     x = node_feature_matrix(tuple(node_features), r, phi, pos[:, 2], clusters)
     return x, edge_feature_matrix(tuple(edge_features), pos, np.asarray(edge_index))
+def _triplet_columns(x, y, z, r, phi, src, dst, num_nodes: int) -> np.ndarray:
+    """(E, 8) raw triplet columns in :data:`TRIPLET_FEATURES` order (distance as m, not yet log(1 + m))."""
+    dr = r[dst] - r[src]
+    dx, dy = x[dst] - x[src], y[dst] - y[src]
+    ell = np.hypot(dx, dy)
+    alpha = np.arctan2(dr, z[dst] - z[src])
+    beta = np.arctan2(dy, dx)
+    turn = np.mod(beta - phi[src] + np.pi, 2 * np.pi) - np.pi
+    kappa = 2.0 * turn / np.maximum(r[src] + ell, 1e-9)
+    return best_triplets(src, dst, alpha, beta, ell, kappa, num_nodes, TRIPLET_SCALE, TRIPLET_LOOSE)
 
 
 def edge_feature_matrix(
@@ -315,9 +353,15 @@ def edge_feature_matrix(
     dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
     eta = np.arcsinh(z / np.maximum(r, 1e-9))
     deta = eta[dst] - eta[src]
+    triplets = _triplet_columns(x, y, z, r, phi, src, dst, pos.shape[0]) if set(names) & set(TRIPLET_FEATURES) else None
     columns = []
     for name in names:
-        if name == "dr":
+        if name in TRIPLET_FEATURES:
+            column = triplets[:, TRIPLET_FEATURES.index(name)]
+            if name.endswith("_distance"):
+                column = np.log1p(column)
+            columns.append(column / EDGE_FEATURE_SPECS[name].scale)
+        elif name == "dr":
             columns.append(dr / 1000.0)
         elif name == "dphi":
             columns.append(dphi / np.pi)

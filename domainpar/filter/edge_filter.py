@@ -79,6 +79,9 @@ class FilterConfig:
     """Node features the filter reads, by name, for both ends of an edge (None: every node feature of the graph)."""
     edge_features: tuple[str, ...] | None = None
     """Edge features the filter reads, by name (None: every edge feature of the graph)."""
+    negative_fraction: float = 1.0
+    """Share of each training graph's false edges kept for training (a seeded draw; the classes are balanced in the
+    loss either way): a full event has ~3M candidate edges, 97 % of them false."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features"):
@@ -98,6 +101,7 @@ class FilterConfig:
             "efficiency": 0 < self.efficiency <= 1,
             "efficiency_pt1": 0 < self.efficiency_pt1 <= 1,
             "holdout_every": isinstance(self.holdout_every, int) and self.holdout_every >= 2,
+            "negative_fraction": isinstance(self.negative_fraction, (int, float)) and 0 < self.negative_fraction <= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -311,6 +315,15 @@ def _threshold_for(logits: np.ndarray, labels: np.ndarray, high_pt: np.ndarray, 
     return min(candidates) if candidates else float("-inf")
 
 
+def _check_training_graph(graph: EventGraph, first: EventGraph, path) -> None:
+    if graph.y is None or graph.particle_pt is None:
+        raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
+    if (graph.node_features, graph.edge_features) != (first.node_features, first.edge_features) or (
+        graph.x.shape[1], graph.edge_attr.shape[1]
+    ) != (first.x.shape[1], first.edge_attr.shape[1]):
+        raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
+
+
 def train_filter(
     files: list[str | os.PathLike], config: FilterConfig = FilterConfig(), progress: bool = False
 ) -> EdgeFilter:
@@ -329,24 +342,28 @@ def train_filter(
         raise DomainparError(f"the edge filter needs at least 2 training graphs (got {len(files)})")
     started = time.perf_counter()
     cpu_started = time.process_time()
-    graphs = [load_graph(f) for f in files]
-    for path, graph in zip(files, graphs):
-        if graph.y is None or graph.particle_pt is None:
-            raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
-    names = {(g.node_features, g.edge_features) for g in graphs}
-    if len(names) > 1 or len({(g.x.shape[1], g.edge_attr.shape[1]) for g in graphs}) > 1:
-        raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
-    held = [i % config.holdout_every == config.holdout_every - 1 for i in range(len(graphs))]
+    held = [i % config.holdout_every == config.holdout_every - 1 for i in range(len(files))]
     if not any(held):
         held[-1] = True  # fewer graphs than holdout_every: the last one chooses the threshold
-    holdout = [g for g, h in zip(graphs, held) if h]
-    train = [g for g, h in zip(graphs, held) if not h]
+    # Graphs are read one at a time and only the training rows are kept: a full event's graph is ~0.3 GB.
+    first = load_graph(files[0])
     columns = (
-        feature_columns(config.node_features, graphs[0].node_features, "node", str(files[0])),
-        feature_columns(config.edge_features, graphs[0].edge_features, "edge", str(files[0])),
+        feature_columns(config.node_features, first.node_features, "node", str(files[0])),
+        feature_columns(config.edge_features, first.edge_features, "edge", str(files[0])),
     )
-    inputs = torch.from_numpy(np.concatenate([edge_inputs(g, *columns) for g in train]))
-    labels = torch.from_numpy(np.concatenate([g.y for g in train]).astype(np.float32))
+    rng = np.random.default_rng(config.seed)
+    rows, targets = [], []
+    for path, is_held in zip(files, held):
+        graph = first if path == files[0] else load_graph(path)
+        _check_training_graph(graph, first, path)
+        if is_held:
+            continue
+        keep = (graph.y > 0.5) | (rng.random(graph.num_edges) < config.negative_fraction)
+        rows.append(edge_inputs(graph, *columns)[keep])
+        targets.append(graph.y[keep])
+    inputs = torch.from_numpy(np.concatenate(rows))
+    labels = torch.from_numpy(np.concatenate(targets).astype(np.float32))
+    del rows, targets
     if inputs.shape[0] == 0:
         raise DomainparError("the edge filter's training graphs have no edges")
     generator = torch.Generator().manual_seed(config.seed)
@@ -356,7 +373,8 @@ def train_filter(
     net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
     optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=config.lr, total_steps=config.steps)
-    # Balance the classes: true edges weigh the fakes' share of the batch.
+    # Balance the classes: true edges weigh the fakes' share of the batch. With a share of the false edges kept,
+    # the balanced loss is the full data's balanced loss up to a constant factor, which AdamW's steps ignore.
     positive = float(labels.mean())
     pos_weight = torch.tensor((1.0 - positive) / max(positive, 1e-6))
     net.train()
@@ -370,17 +388,20 @@ def train_filter(
         if progress and (step + 1) % 500 == 0:
             print(f"  filter step {step + 1}/{config.steps}: loss {float(loss):.4f}", flush=True)
     net.eval()
-    first = graphs[0]
     edge_filter = EdgeFilter(net, 0.0, first.node_features, first.edge_features, config, {})
-    held_logits = [edge_filter.logits(g) for g in holdout]
-    held_labels = [g.y > 0.5 for g in holdout]
-    held_high = [g.particle_pt[g.edge_index[0]] > 1.0 for g in holdout]
+    held_logits, held_labels, held_high = [], [], []
+    for path in (f for f, h in zip(files, held) if h):
+        graph = load_graph(path)
+        held_logits.append(edge_filter.logits(graph))
+        held_labels.append(graph.y > 0.5)
+        held_high.append(graph.particle_pt[graph.edge_index[0]] > 1.0)
     all_logits, all_labels, all_high = (np.concatenate(v) for v in (held_logits, held_labels, held_high))
     edge_filter.threshold = _threshold_for(all_logits, all_labels, all_high, config)
     kept = all_logits >= edge_filter.threshold
     edge_filter.record = {
-        "train_graphs": len(train),
-        "holdout_graphs": len(holdout),
+        "train_graphs": len(files) - sum(held),
+        "holdout_graphs": sum(held),
+        "train_edges": int(inputs.shape[0]),
         "holdout_edges": int(all_labels.size),
         "holdout_kept_fraction": float(kept.mean()),
         "holdout_efficiency": float(kept[all_labels].mean()),

@@ -28,8 +28,20 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from domainpar.atomic import atomic_path
+from domainpar.data.dataset import build_dataset
+from domainpar.data.event_graph import save_graph
+from domainpar.data.graph_files import load_graph
+from domainpar.data.subset import volume_subset_dir
 from domainpar.errors import DomainparError
+from domainpar.filter.edge_filter import train_filter
+from domainpar.inference.config import EvaluateConfig
+from domainpar.inference.evaluation import evaluate, write_outputs
 from domainpar.pipeline.recipe import Recipe
+from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
+from domainpar.sim.dataset import simulate_dataset, simulator_digest
+from domainpar.train.run import train
+from domainpar.workers import available_cores
 
 #: Figures of the closing table, per evaluated dataset.
 TABLE_KEYS = (
@@ -72,8 +84,9 @@ def run_recipe(
     real: str | Path | None = None,
     echo: Callable[[str], None] = print,
     progress: bool = False,
-    num_parts: int = 1,
+    num_parts: int | None = None,
     events_cache: str | Path | None = None,
+    unlabelled: list[str | Path] | None = None,
 ) -> dict:
     """Run ``recipe`` under ``out`` and return (and write) ``eval.json``'s content.
 
@@ -84,35 +97,93 @@ def run_recipe(
             training (None or missing: simulated events only).
         echo: where progress lines and the closing table go.
         progress: show progress bars.
-        num_parts: evaluate with this many parts per event (halo exchange).
+        num_parts: evaluate with this many parts per event (halo exchange); None: the recipe's ``evaluation.parts``.
         events_cache: keep the simulated events here, keyed by the simulation settings and the simulator's
             source, and reuse them in later runs (None: simulate under ``out``).
+        unlabelled: prefixes of real events without truth (the full event 21000): after training they are built,
+            filtered and scored like the held-out events, and their truth-free figures (edges per hit, filter
+            pass fraction, score distribution, tracks, track-building time) are set beside the simulated ones'
+            (:mod:`domainpar.pipeline.unlabelled`). None: none.
 
     Returns:
-        ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "real": ...}, "seconds", ...}``.
+        ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "simulated_<subset>": ...,
+        "real": ...}, "unlabelled", "timings", "seconds", ...}``.
     """
-    from domainpar.atomic import atomic_path
-    from domainpar.data.dataset import build_dataset
-    from domainpar.data.event_graph import save_graph
-    from domainpar.data.graph_files import load_graph
-    from domainpar.inference.config import EvaluateConfig
-    from domainpar.inference.evaluation import evaluate, write_outputs
-    from domainpar.sim.dataset import simulate_dataset
-    from domainpar.train.run import train
-
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DomainparError(f"{out}: output must be a directory (found a file)")
     out.mkdir(parents=True, exist_ok=True)
+    num_parts = recipe.evaluation.parts if num_parts is None else num_parts
     started, cpu_started = time.perf_counter(), _cpu_seconds()
-    sim = recipe.simulation
     result: dict = {"recipe": recipe.to_dict(), "timings": {}}
 
     def stage(name: str, begin: float, cpu_begin: float) -> None:
         result["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
 
-    # 1. Simulated events (reused from events_cache when the same simulation was run before).
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    sources = _simulate(recipe, out, events_cache, echo, progress)
+    real_dir = None if real is None else Path(real)
+    if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
+        sources["real"] = real_dir
+    stage("simulate", begin, cpu_begin)
+
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    graphs, result["graphs"] = _build(recipe, sources, out, echo, progress)
+    stage("build", begin, cpu_begin)
+
+    gnn_graphs = graphs
+    result["filter"] = None
+    if recipe.filter is not None:
+        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+        gnn_graphs, result["filter"] = _filter(recipe, graphs, out, echo, progress)
+        stage("filter", begin, cpu_begin)
+
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    model_path, result["train"] = _train(recipe, gnn_graphs, out, echo, progress)
+    stage("train", begin, cpu_begin)
+    result["train"].update(result["timings"]["train"])
+    final = result["train"]["final"]
+    echo(f"   {result['train']['steps']} steps in {result['train']['seconds']:.0f} s "
+         f"({result['train']['cpu_seconds']:.0f} CPU s); validation AUC {_fmt(final.get('auc'))}")  # fmt: skip
+
+    # Evaluation: held-out simulated events (and their detector regions), then the real ones.
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    evaluations = {}
+    for kind in gnn_graphs:
+        if kind == "train":
+            continue
+        label = "real" if kind == "real" else "simulated" + kind[len("val"):]
+        filtered = None if result["filter"] is None else result["filter"]["graphs"][kind]
+        evaluations[label] = _evaluate(
+            recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, out / "plots" / label, progress, filtered
+        )
+        echo(f"   {label}: AUC {_fmt(evaluations[label]['auc'])}, tracking efficiency {_fmt(evaluations[label]['tracking_efficiency'])}, "
+             f"TrackML score {_fmt(evaluations[label]['trackml_score'])}")  # fmt: skip
+    stage("evaluate", begin, cpu_begin)
+    result["evaluate"] = evaluations
+    result["unlabelled"] = None
+    if unlabelled:
+        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+        echo(f"== truth-free comparison with {len(unlabelled)} real event(s) without truth")
+        result["unlabelled"] = compare_unlabelled(recipe, model_path, out, [Path(p) for p in unlabelled], num_parts, echo)
+        stage("unlabelled", begin, cpu_begin)
+    result["seconds"] = time.perf_counter() - started
+    result["cpu_seconds"] = _cpu_seconds() - cpu_started
+    result["model"] = str(model_path)
+    result["events"] = {kind: str(path) for kind, path in sources.items()}
+    with atomic_path(out / "eval.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
+    echo("")
+    for line in format_table(evaluations):
+        echo(line)
+    echo(f"done in {result['seconds']:.0f} s ({result['cpu_seconds']:.0f} CPU s); model {model_path}, figures {out / 'eval.json'}")
+    return result
+
+
+def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[str, Path]:
+    """The simulated events (reused from ``events_cache`` when the same simulation was run before), and their
+    detector-region copies: ``{"train", "val", "val_<subset>"...}`` → event directories."""
+    sim = recipe.simulation
     echo(f"== simulate {sim.train_events} + {sim.val_events} events of {sim.particles} particles")
     root = out / "events" if events_cache is None else Path(events_cache) / _simulation_key(recipe)
     events = {"train": root / "train", "val": root / "val"}
@@ -128,63 +199,65 @@ def run_recipe(
         )  # fmt: skip
         if events_cache is not None:
             (root / "complete").write_text("")
-    stage("simulate", begin, cpu_begin)
+    for name, volumes in recipe.evaluation.subsets.items():
+        events[f"val_{name}"] = volume_subset_dir(events["val"], out / "events" / f"val_{name}", volumes)
+        echo(f"   held-out events restricted to {name} (volumes {list(volumes)}): {events[f'val_{name}']}")
+    return events
 
-    # 2. Graphs (the real events too: built now with the same settings, scored only at the end).
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    sources = dict(events)
-    real_dir = None if real is None else Path(real)
-    if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
-        sources["real"] = real_dir
+
+def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) -> tuple[dict[str, Path], dict]:
+    """Graphs of every event set (the real events too: built now with the same settings, scored only at the end)."""
     graphs = {kind: out / "graphs" / kind for kind in sources}
-    result["graphs"] = {}
+    records = {}
     for kind, source in sources.items():
         shutil.rmtree(graphs[kind], ignore_errors=True)
-        stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress)
-        result["graphs"][kind] = [_graph_record(s) for s in stats]
-        mean = lambda key: sum(r[key] or 0.0 for r in result["graphs"][kind]) / len(stats)  # noqa: E731
+        stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress, workers=_workers(recipe, available_cores()))
+        records[kind] = [_graph_record(s) for s in stats]
+        mean = lambda key: sum(r[key] or 0.0 for r in records[kind]) / len(stats)  # noqa: E731
         echo(
             f"   {kind:>5}: {len(stats)} events, {mean('num_edges'):,.0f} edges/event, efficiency {mean('efficiency'):.4f}, "
             f"pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
         )
-    stage("build", begin, cpu_begin)
+    return graphs, records
 
-    # 3. Edge filter: trained on the training graphs, applied to every graph.
-    gnn_graphs = graphs
-    result["filter"] = None
-    if recipe.filter is not None:
-        from domainpar.filter.edge_filter import train_filter
 
-        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        if recipe.train.parallel.threads is not None:
-            import torch
+def _workers(recipe: Recipe, cores: int) -> int:
+    """Processes that build graphs: the cores the recipe's ranks use (never more than this machine has)."""
+    threads = recipe.train.parallel.threads or 1
+    return max(1, min(cores, recipe.train.parallel.ranks * threads))
 
-            torch.set_num_threads(recipe.train.parallel.threads)  # the recipe's CPU share, for the filter too
-        echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges)")
-        train_files = sorted(graphs["train"].glob("*.npz"))
-        edge_filter = train_filter(train_files, recipe.filter, progress=progress)
-        edge_filter.save(out / "filter.pt")
-        gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
-        filtered_records = {}
-        for kind in graphs:
-            shutil.rmtree(gnn_graphs[kind], ignore_errors=True)
-            records = []
-            for path in sorted(graphs[kind].glob("*.npz")):
-                graph = load_graph(path)
-                kept = edge_filter.apply(graph)
-                save_graph(kept, gnn_graphs[kind] / path.name)
-                records.append(_filtered_record(graph, kept))
-            filtered_records[kind] = records
-            mean = lambda key: sum(r[key] or 0.0 for r in records) / len(records)  # noqa: E731
-            echo(
-                f"   {kind:>5}: {mean('num_edges'):,.0f} edges/event kept of {mean('num_edges_before'):,.0f}, "
-                f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
-            )
-        result["filter"] = {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
-        stage("filter", begin, cpu_begin)
 
-    # 4. The GNN.
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+def _filter(recipe: Recipe, graphs: dict[str, Path], out: Path, echo, progress) -> tuple[dict[str, Path], dict]:
+    """Train the edge filter on the training graphs and prune every graph with it."""
+    if recipe.train.parallel.threads is not None:
+        import torch
+
+        torch.set_num_threads(recipe.train.parallel.threads)  # the recipe's CPU share, for the filter too
+    echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
+         f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
+    edge_filter = train_filter(sorted(graphs["train"].glob("*.npz")), recipe.filter, progress=progress)
+    edge_filter.save(out / "filter.pt")
+    gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
+    filtered_records = {}
+    for kind in graphs:
+        shutil.rmtree(gnn_graphs[kind], ignore_errors=True)
+        records = []
+        for path in sorted(graphs[kind].glob("*.npz")):
+            graph = load_graph(path)
+            kept = edge_filter.apply(graph)
+            save_graph(kept, gnn_graphs[kind] / path.name)
+            records.append(_filtered_record(graph, kept))
+        filtered_records[kind] = records
+        mean = lambda key: sum(r[key] or 0.0 for r in records) / len(records)  # noqa: E731
+        echo(
+            f"   {kind:>5}: {mean('num_edges'):,.0f} edges/event kept of {mean('num_edges_before'):,.0f}, "
+            f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
+        )
+    return gnn_graphs, {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
+
+
+def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progress) -> tuple[Path, dict]:
+    """Train the GNN on the (filtered) training graphs; ``model.pt`` and the training record."""
     run_dir = out / "train"
     shutil.rmtree(run_dir, ignore_errors=True)
     config = recipe.train.replace(
@@ -199,60 +272,49 @@ def run_recipe(
     echo(f"== train: {p.mode} mode, {p.ranks} rank(s), {config.run.epochs} epochs, hidden {config.model.hidden}, "
          f"{config.model.num_iterations} iterations")  # fmt: skip
     summary = train(config)
-    stage("train", begin, cpu_begin)
     model_path = out / "model.pt"
     shutil.copyfile(summary["model"], model_path)
-    final = summary.get("final") or {}
-    result["train"] = {
-        "steps": summary.get("steps"),
-        "epochs": summary.get("epochs"),
-        "final": final,
-        "seconds": result["timings"]["train"]["seconds"],
-        "cpu_seconds": result["timings"]["train"]["cpu_seconds"],
-    }
-    echo(f"   {summary.get('steps')} steps in {result['train']['seconds']:.0f} s "
-         f"({result['train']['cpu_seconds']:.0f} CPU s); validation AUC {_fmt(final.get('auc'))}")  # fmt: skip
+    return model_path, {"steps": summary.get("steps"), "epochs": summary.get("epochs"), "final": summary.get("final") or {}}
 
-    # 5. Evaluation: held-out simulated events, then the real ones.
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    evaluations = {}
-    for label, kind in (("simulated", "val"), ("real", "real")):
-        if kind not in gnn_graphs:
-            continue
-        eval_config = EvaluateConfig(
-            checkpoint=model_path,
-            data=gnn_graphs[kind],
-            events_dir=sources[kind],
-            num_parts=num_parts,
-            method="geometric",
-            threshold=recipe.tracks.threshold,
-            track_method=recipe.tracks.method,
-            progress=progress,
-        )
-        report = evaluate(eval_config)
-        write_outputs(report, plots_dir=out / "plots" / label)
-        evaluations[label] = {k: v for k, v in report.summary.items() if k != "events"}
-        evaluations[label]["events"] = report.summary["events"]
-    stage("evaluate", begin, cpu_begin)
-    result["evaluate"] = evaluations
-    result["seconds"] = time.perf_counter() - started
-    result["cpu_seconds"] = _cpu_seconds() - cpu_started
-    result["model"] = str(model_path)
-    with atomic_path(out / "eval.json") as tmp:
-        tmp.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
-    echo("")
-    for line in format_table(evaluations):
-        echo(line)
-    echo(f"done in {result['seconds']:.0f} s ({result['cpu_seconds']:.0f} CPU s); model {model_path}, figures {out / 'eval.json'}")
-    return result
+
+def _evaluate(
+    recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, plots: Path, progress, filtered: list[dict] | None
+) -> dict:
+    """Judge the model on one set of graphs (their raw events give the truth weights); write its plots.
+
+    ``filtered``: the edge filter's records of these graphs (edges before the filter), for the truth-free figures.
+    """
+    eval_config = EvaluateConfig(
+        checkpoint=model_path,
+        data=graphs,
+        events_dir=events,
+        num_parts=num_parts,
+        method=recipe.evaluation.method,
+        threshold=recipe.tracks.threshold,
+        track_method=recipe.tracks.method,
+        progress=progress,
+    )
+    report = evaluate(eval_config)
+    write_outputs(report, plots_dir=plots)
+    figures = {k: v for k, v in report.summary.items() if k != "events"}
+    figures["events"] = report.summary["events"]
+    built = {r["event_id"]: r["num_edges_before"] for r in filtered} if filtered else {}
+    figures["truth_free"] = mean_figures(
+        [
+            truth_free_figures(
+                e.graph.num_nodes, built.get(e.event_id, e.graph.num_edges), e.scores, report.summary["threshold"], e.track_id,
+                e.record["seconds_tracks"],
+            )
+            for e in report.evaluations
+        ]
+    )
+    return figures
 
 
 def _simulation_key(recipe: Recipe) -> str:
     """Name of a cached event set: the simulation settings and every file of the simulator's package, hashed."""
     import hashlib
     from dataclasses import asdict
-
-    from domainpar.sim.dataset import simulator_digest
 
     digest = hashlib.sha256(json.dumps(asdict(recipe.simulation), sort_keys=True).encode())
     digest.update(simulator_digest().encode())

@@ -16,7 +16,17 @@ these sections:
     (:class:`~domainpar.train.config.TrainConfig`; ``data`` is filled in by the
     pipeline);
 ``tracks``
-    track building and the working point (:class:`TracksSection`).
+    track building and the working point (:class:`TracksSection`);
+``evaluation``
+    how the trained model is judged: parts per event, detector regions of the
+    held-out events judged on their own (:class:`EvaluationSection`);
+``profiles``
+    optional per-device overrides: ``profiles: {cuda: {model: {hidden: 128}, parallel: {ranks: 4}}}``
+    replaces those keys of those sections when the recipe is loaded for that
+    device (``load_recipe(path, device="cuda")``, ``python -m bench --device
+    cuda``). The file itself is the CPU recipe. Every profile is validated
+    whenever the file is loaded, so a recipe whose GPU size is wrong fails on
+    a CPU machine too.
 
 :func:`load_recipe` validates everything before anything runs and stops at the
 first mistake with one line naming the file and the key.
@@ -30,13 +40,21 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from domainpar.data.graph import GraphConfig
+from domainpar.data.subset import check_volumes
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import FilterConfig
+from domainpar.inference.config import PARTITION_METHODS
 from domainpar.parsing import load_yaml
+from domainpar.sim.config import SimulationConfig
+from domainpar.tracks.build import METHODS
 from domainpar.train.config import TrainConfig, config_from_dict
 
 #: Sections of a recipe file besides the training ones.
-RECIPE_SECTIONS = ("name", "simulation", "graph", "filter", "tracks")
+RECIPE_SECTIONS = ("name", "simulation", "graph", "filter", "tracks", "evaluation")
+#: Devices a recipe may hold a profile for (the file itself is the CPU recipe).
+PROFILE_DEVICES = ("cuda",)
+#: Sections a profile may override (name and graph are the recipe's identity: a profile changes sizes, not the graph).
+PROFILE_SECTIONS = ("simulation", "filter", "tracks", "evaluation", "model", "optim", "parallel", "run")
 #: Sections handed to :func:`~domainpar.train.config.config_from_dict`.
 TRAIN_SECTIONS = ("model", "optim", "loss", "parallel", "run")
 
@@ -82,12 +100,37 @@ class TracksSection:
     """Edge score cut: the working point of edge efficiency and purity, and of track building."""
 
     def __post_init__(self) -> None:
-        from domainpar.tracks.build import METHODS
-
         if self.method not in METHODS:
             raise DomainparError(f"tracks.method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not 0 < self.threshold < 1:
             raise DomainparError(f"tracks.threshold must be a number in (0, 1) (got {self.threshold!r})")
+
+
+@dataclass(frozen=True)
+class EvaluationSection:
+    """How the trained model is judged after training."""
+
+    parts: int = 1
+    """Parts per event: inference with halo exchange over that many local processes (1: one process)."""
+    method: str = "geometric"
+    """Partitioner of those parts: metis or geometric."""
+    subsets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Detector regions of the held-out events also judged on their own, as events holding only those volumes'
+    hits: name → volume ids (``pixel: [7, 8, 9]``, the pixel-only events of the Exa.TrkX studies)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.parts, int) or isinstance(self.parts, bool) or not 1 <= self.parts <= 64:
+            raise DomainparError(f"evaluation.parts must be an integer in [1, 64] (got {self.parts!r})")
+        if self.method not in PARTITION_METHODS:
+            raise DomainparError(f"evaluation.method must be one of {', '.join(PARTITION_METHODS)} (got {self.method!r})")
+        if not isinstance(self.subsets, Mapping):
+            raise DomainparError(f"evaluation.subsets must be a mapping of names to volume ids (got {self.subsets!r})")
+        subsets = {}
+        for name, volumes in self.subsets.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise DomainparError(f"evaluation.subsets: names must be words of letters, digits and _ (got {name!r})")
+            subsets[name] = check_volumes(volumes, f"evaluation.subsets.{name}")
+        object.__setattr__(self, "subsets", subsets)
 
 
 @dataclass(frozen=True)
@@ -106,6 +149,10 @@ class Recipe:
     """GNN training (``data`` paths are set by the pipeline)."""
     tracks: TracksSection = field(default_factory=TracksSection)
     """Track building and working point."""
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    """How the trained model is judged."""
+    profiles: dict[str, "Recipe"] = field(default_factory=dict, compare=False)
+    """The recipe as run on other devices (``profiles`` of the file applied), by device name."""
 
     def __post_init__(self) -> None:
         if self.filter is None:
@@ -121,14 +168,10 @@ class Recipe:
 
     def training_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the training events."""
-        from domainpar.sim.config import SimulationConfig
-
         return SimulationConfig(num_particles=self.simulation.particles, cluster_variation=float(self.simulation.cluster_variation))
 
     def validation_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the validation (held-out) events."""
-        from domainpar.sim.config import SimulationConfig
-
         return SimulationConfig(num_particles=self.simulation.particles)
 
     def scaled(
@@ -164,6 +207,7 @@ class Recipe:
             "filter": None if self.filter is None else asdict(self.filter),
             **{section: train[section] for section in TRAIN_SECTIONS},
             "tracks": asdict(self.tracks),
+            "evaluation": {**asdict(self.evaluation), "subsets": {k: list(v) for k, v in self.evaluation.subsets.items()}},
         }
 
 
@@ -199,6 +243,13 @@ def recipe_from_dict(nested: Mapping[str, Any], source: str = "recipe") -> Recip
     """
     if not isinstance(nested, Mapping):
         raise DomainparError(f"{source}: expected a YAML mapping of sections (got {type(nested).__name__})")
+    if "profiles" in nested:
+        # Every profile is built (and so validated) whichever device loads the file.
+        profiles = _profiles(nested, source)
+        base = {k: v for k, v in nested.items() if k != "profiles"}
+        built = {name: recipe_from_dict(with_profile(base, values), source=f"{source}: profiles.{name}") for name, values in profiles.items()}
+        recipe = recipe_from_dict(base, source=source)
+        return replace(recipe, profiles=built)
     unknown = sorted(set(nested) - set(RECIPE_SECTIONS) - set(TRAIN_SECTIONS))
     if unknown:
         raise DomainparError(
@@ -214,22 +265,60 @@ def recipe_from_dict(nested: Mapping[str, Any], source: str = "recipe") -> Recip
     filter_values = _section(nested, "filter", source)
     edge_filter = None if filter_values is None else _dataclass_from(FilterConfig, filter_values, "filter", source)
     tracks = _dataclass_from(TracksSection, _section(nested, "tracks", source), "tracks", source)
+    evaluation = _dataclass_from(EvaluationSection, _section(nested, "evaluation", source), "evaluation", source)
     train_nested = {section: _section(nested, section, source) for section in TRAIN_SECTIONS}
     train = config_from_dict({k: v for k, v in train_nested.items() if v is not None}, source=source)
     if train.run.threshold != tracks.threshold:
         # One working point: the training metrics and the evaluation use the same cut.
         train = train.replace(**{"run.threshold": tracks.threshold})
     try:
-        return Recipe(name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks)
+        return Recipe(
+            name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks, evaluation=evaluation
+        )
     except DomainparError as exc:
         raise DomainparError(f"{source}: {exc}") from None
 
 
-def load_recipe(path: str | os.PathLike) -> Recipe:
-    """Read and validate a recipe YAML file.
+def _profiles(nested: Mapping[str, Any], source: str) -> dict[str, dict]:
+    """The ``profiles`` section checked for its shape: device name → {section: {key: value}}."""
+    profiles = nested["profiles"]
+    if not isinstance(profiles, Mapping):
+        raise DomainparError(f"{source}: section 'profiles' must be a mapping of device names (got {type(profiles).__name__})")
+    unknown = sorted(set(profiles) - set(PROFILE_DEVICES))
+    if unknown:
+        raise DomainparError(f"{source}: unknown profiles {unknown} (expected a subset of {list(PROFILE_DEVICES)}; the file is the cpu recipe)")
+    for name, values in profiles.items():
+        if not isinstance(values, Mapping):
+            raise DomainparError(f"{source}: profiles.{name} must be a mapping of sections (got {type(values).__name__})")
+        wrong = sorted(set(values) - set(PROFILE_SECTIONS))
+        if wrong:
+            raise DomainparError(f"{source}: profiles.{name} may override {list(PROFILE_SECTIONS)} (got {wrong})")
+        for section, keys in values.items():
+            if not isinstance(keys, Mapping):
+                raise DomainparError(f"{source}: profiles.{name}.{section} must be a mapping of settings (got {type(keys).__name__})")
+            if section == "filter" and nested.get("filter") is None:
+                raise DomainparError(f"{source}: profiles.{name}.filter overrides a recipe without a filter")
+    return {name: dict(values) for name, values in profiles.items()}
+
+
+def with_profile(base: Mapping[str, Any], profile: Mapping[str, Any]) -> dict:
+    """``base`` (a recipe mapping) with every key a profile names replaced, section by section."""
+    merged = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
+    for section, keys in profile.items():
+        merged[section] = {**(merged.get(section) or {}), **keys}
+    return merged
+
+
+def load_recipe(path: str | os.PathLike, device: str = "cpu") -> Recipe:
+    """Read and validate a recipe YAML file, as run on ``device``.
+
+    Args:
+        path: the recipe file.
+        device: ``cpu`` (the file as written) or a device of its ``profiles`` (that profile applied).
 
     Raises:
-        DomainparError: missing or malformed file, or any invalid setting (one line).
+        DomainparError: missing or malformed file, any invalid setting in the recipe or in any profile,
+            or a device the recipe has no profile for (one line).
     """
     import yaml
 
@@ -241,7 +330,12 @@ def load_recipe(path: str | os.PathLike) -> Recipe:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DomainparError(f"{path}: expected a YAML recipe, could not parse it ({first})") from None
-    return recipe_from_dict(nested if nested is not None else {}, source=str(path))
+    recipe = recipe_from_dict(nested if nested is not None else {}, source=str(path))
+    if device == "cpu":
+        return recipe
+    if device not in recipe.profiles:
+        raise DomainparError(f"{path}: the recipe has no profile for device {device!r} (it has {sorted(recipe.profiles) or 'none'})")
+    return recipe.profiles[device]
 
 
 def packaged_recipe_path(name: str = "physics") -> Path:

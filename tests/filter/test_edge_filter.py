@@ -103,3 +103,18 @@ def test_the_threshold_keeps_the_asked_share_of_held_out_true_edges(graph_files)
     truth = np.concatenate([g.y > 0.5 for g in held])
     assert (logits[truth] >= edge_filter.threshold).mean() >= 0.9
     assert edge_filter.record["holdout_efficiency"] == pytest.approx((logits[truth] >= edge_filter.threshold).mean())
+
+
+def test_a_share_of_the_false_edges_trains_the_filter(graph_files):
+    everything = train_filter(graph_files, FilterConfig(node_features=GEOMETRY, holdout_every=2, **FAST))
+    quarter = train_filter(graph_files, FilterConfig(node_features=GEOMETRY, holdout_every=2, negative_fraction=0.25, **FAST))
+    graphs = [load_graph(f) for f in graph_files[0::2]]  # every second graph is held out
+    true_edges = sum(int((g.y > 0.5).sum()) for g in graphs)
+    false_edges = sum(int((g.y <= 0.5).sum()) for g in graphs)
+    assert everything.record["train_edges"] == true_edges + false_edges
+    # Every true edge is kept and about a quarter of the false ones (a seeded draw).
+    kept_false = quarter.record["train_edges"] - true_edges
+    assert abs(kept_false - 0.25 * false_edges) < 5 * (0.25 * 0.75 * false_edges) ** 0.5
+    # The threshold is still chosen on the whole held-out graphs.
+    assert quarter.record["holdout_edges"] == everything.record["holdout_edges"]
+    assert quarter.record["holdout_efficiency"] >= 0.995 - 1e-9

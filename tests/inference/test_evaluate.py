@@ -11,7 +11,7 @@ import torch
 
 from domainpar.errors import DomainparError
 
-from fixtures import TRACKML_DIR, copy_event1
+from fixtures import TRACKML_DIR, copy_event1, trained_event1_checkpoint
 EVENT = TRACKML_DIR / "event000000001"
 HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
 
@@ -34,38 +34,7 @@ def event_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def trained_checkpoint(tmp_path_factory) -> Path:
     """A small Interaction Network trained briefly on the real event, saved with the trainer's checkpoint writer."""
-    from domainpar.data.graph import build_graph
-    from domainpar.data.trackml import load_event
-    from domainpar.model.config import ModelConfig
-    from domainpar.model.registry import build_model
-    from domainpar.model.loss import edge_loss
-    from domainpar.partition.local_graph import local_graph
-    from domainpar.partition.plan import build_plan
-    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint
-    from domainpar.train.config import TrainConfig
-
-    hits, particles, truth = load_event(EVENT, parts=("hits", "particles", "truth"))
-    graph, _ = build_graph(hits, truth, particles, event_id=1)
-    local = local_graph(graph, build_plan(graph.edge_index, np.zeros(graph.num_nodes, np.int64), 1, y=graph.y).parts[0])
-    torch.manual_seed(0)
-    config = ModelConfig(hidden=16, num_iterations=2)
-    model = build_model(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(20):
-        optimizer.zero_grad()
-        edge_loss(model(local), local, pos_weight=2.0).backward()
-        optimizer.step()
-    state = {
-        "format_version": CHECKPOINT_FORMAT_VERSION,
-        "step": 20,
-        "epoch": 1,
-        "step_in_epoch": 0,
-        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
-        "model_config": config.to_dict(),
-        "optimizer": optimizer.state_dict(),
-        "config": TrainConfig().to_dict(),
-    }
-    return save_checkpoint(state, tmp_path_factory.mktemp("run") / "checkpoints", keep=1)
+    return trained_event1_checkpoint(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")

@@ -93,3 +93,57 @@ def test_missing_or_malformed_file(tmp_path):
     scalar.write_text("3\n")
     with pytest.raises(DomainparError, match="expected a YAML mapping of sections"):
         load_recipe(scalar)
+
+
+FULL_EVENT = REPO / "examples" / "full_event.yaml"
+
+
+def test_full_event_recipe_and_its_gpu_profile_load():
+    cpu = load_recipe(FULL_EVENT)
+    assert cpu.name == "full_event" and cpu.simulation.particles == 10_000
+    assert cpu.train.parallel.mode == "domain" and cpu.train.parallel.ranks == 2 and cpu.evaluation.parts >= 2
+    assert cpu.evaluation.subsets == {"pixel": (7, 8, 9)}
+    assert set(cpu.profiles) == {"cuda"}
+    gpu = load_recipe(FULL_EVENT, device="cuda")
+    assert gpu == cpu.profiles["cuda"] and gpu.train.parallel.device == "cuda"
+    # The GPU size scales the events, the model and P; the graph, the filter's inputs and the working point stay.
+    assert gpu.graph == cpu.graph and gpu.filter.node_features == cpu.filter.node_features
+    assert gpu.train.model.hidden > cpu.train.model.hidden and gpu.train.parallel.ranks > cpu.train.parallel.ranks
+    assert gpu.simulation.train_events > cpu.simulation.train_events and gpu.tracks == cpu.tracks
+    assert recipe_from_dict(cpu.to_dict(), source="round trip") == cpu
+
+
+def _write_full(tmp_path: Path, change) -> Path:
+    nested = yaml.safe_load(FULL_EVENT.read_text())
+    change(nested)
+    path = tmp_path / "full.yaml"
+    path.write_text(yaml.safe_dump(nested))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["profiles"].update(tpu={}), "unknown profiles ['tpu']"),
+        (lambda d: d["profiles"]["cuda"].update(graph={"z0_max": 100.0}), "profiles.cuda may override"),
+        (lambda d: d["profiles"]["cuda"]["model"].update(hidden=-4), "profiles.cuda"),
+        (lambda d: d["profiles"]["cuda"].update(model=3), "profiles.cuda.model must be a mapping"),
+        (lambda d: d.update(profiles=[1]), "section 'profiles' must be a mapping"),
+        (lambda d: d["evaluation"].update(parts=0), "evaluation.parts must be an integer in [1, 64]"),
+        (lambda d: d["evaluation"].update(method="sectors"), "evaluation.method must be one of"),
+        (lambda d: d["evaluation"]["subsets"].update(pixel=[7, 99]), "evaluation.subsets.pixel"),
+        (lambda d: d["evaluation"]["subsets"].update({"two words": [8]}), "names must be words"),
+        (lambda d: d["filter"].update(negative_fraction=0.0), "filter.negative_fraction is out of range"),
+    ],
+)
+def test_profile_and_evaluation_mistakes_are_one_line(tmp_path, change, message):
+    path = _write_full(tmp_path, change)
+    with pytest.raises(DomainparError) as caught:
+        load_recipe(path)  # on the CPU: a wrong GPU profile fails here too
+    text = str(caught.value)
+    assert message in text and str(path) in text and "\n" not in text
+
+
+def test_a_device_without_profile_is_refused():
+    with pytest.raises(DomainparError, match="no profile for device 'cuda'"):
+        load_recipe(RECIPE, device="cuda")

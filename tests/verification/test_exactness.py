@@ -4,7 +4,8 @@ ONE spawned gloo job of four processes (``tests/engine_jobs.py``) runs every
 configuration inside the children, to pay process start-up once: world sizes
 1, 2, 3 and 4 are domain groups of the four ranks. Cases: a reduced simulated event
 (1000 particles, ~10k hits) and the real small event (5.5k hits), METIS and geometric plans,
-a simulated event built with the physics recipe's graph features run by the recipe's model,
+simulated events built with the physics and the full-event recipes' graph features run by each recipe's model
+(and the full-event recipe's GPU profile's model),
 with and without activation checkpointing and with and without overlap, in
 float64 (tolerance 1e-10) and float32 (1e-5), plus synthetic graphs with
 many cut edges, a part without neighbours, a node whose halo comes from three
@@ -59,6 +60,10 @@ def test_partitioned_equals_single_process(world_size):
     expected |= {f"{g}/{m}/ckpt={c}/overlap={c}/float32" for g in ("simulated", "real") for m in ("metis", "geometric")
                  for c in (0, 1)}
     expected |= {"recipe/metis/float64", "recipe/metis/float32"}  # the physics recipe's graph features and model
+    # The full-event recipe's graph (triplet features) and model (checkpointing), as trained and as evaluated, and
+    # its GPU profile's model.
+    expected |= {"full_event/metis/float64", "full_event/geometric/float64", "full_event/metis/float32"}
+    expected |= {"full_event-cuda/metis/float64", "full_event-cuda/metis/float32"}
     assert expected <= set(results)
     for result in exact:
         assert result.tolerance == TOLERANCES[result.dtype]
@@ -70,6 +75,7 @@ def test_partitioned_equals_single_process(world_size):
         assert sum(results["simulated/geometric/ckpt=0/overlap=0/float64"].num_halo) > 0
         assert sum(results["dense/random-owner/float64"].num_halo) > 0
         assert sum(results["recipe/metis/float64"].num_halo) > 0
+        assert sum(results["full_event/geometric/float64"].num_halo) > 0
 
 
 @pytest.mark.timeout(660)

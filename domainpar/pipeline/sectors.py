@@ -1,0 +1,240 @@
+"""Halo exchange vs naive sectors, same budget: what partition-and-exchange buys, measured in tracks.
+
+Today's practice for events too large for one device is to cut the detector
+into sectors and train on each alone: every segment that crosses a sector
+boundary is lost, and the network never sees the tracks that cross one. A
+domain-parallel run (halo exchange) trains on the whole event with exactly
+the gradients of one device. This module trains the same recipe the naive
+way — ``sectors`` mode, each of P φ-wedge sectors on its own rank with its cut
+edges dropped (:func:`~domainpar.partition.partition_graph` ``method="sectors"``)
+— on the same filtered graphs, with the same model, seed and number of
+optimiser steps as the recipe's own run, and judges every model the same way:
+
+* **whole events** (the comparison): each model scores the held-out events
+  whole, with the recipe's partitioned inference (halo exchange, exact), so
+  the only difference between the models is how they were trained;
+* **sector inference** (the naive pipeline end to end): each sector of a
+  held-out event is scored alone, its cut edges never scored (a track cannot
+  cross a boundary), as a sector-trained model is run where it is deployed.
+
+Particles are split by whether their hits lie in more than one of the P
+sectors (of that event's own sectors partition, the one sector training
+uses). For each split: tracking efficiency (pT > 1 GeV, at least 3 layers,
+double majority) with its binomial standard error, and the gap between halo
+exchange and naive sectors with the standard error of a paired bootstrap over
+those particles (both models judged on the same particles).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from domainpar.atomic import atomic_path
+from domainpar.data.event_graph import EventGraph
+from domainpar.errors import DomainparError
+from domainpar.inference.config import EvaluateConfig
+from domainpar.inference.evaluation import EvaluationReport, evaluate
+from domainpar.inference.events import load_events
+from domainpar.inference.model_io import load_model
+from domainpar.inference.scoring import score_event_graph, summarise
+from domainpar.parallel.part import rank_part
+from domainpar.partition import partition_graph
+from domainpar.pipeline.recipe import Recipe
+from domainpar.train.run import train
+
+#: Resamples of the paired bootstrap of the efficiency gap.
+BOOTSTRAP_RESAMPLES = 2000
+#: Figures of every evaluation kept in the comparison.
+FIGURES = ("auc", "efficiency", "purity", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
+
+
+def crossing(graph: EventGraph, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which particles leave hits in more than one part.
+
+    Args:
+        graph: the event graph (``particle_id`` per node).
+        owner: (N,) part of every node.
+
+    Returns:
+        ``(particle_id, crosses)``: (P,) ascending ids of the non-noise particles with hits in the graph, and
+        (P,) bool, True where a particle's hits have more than one owner.
+    """
+    if graph.particle_id is None:
+        raise DomainparError(f"event {graph.event_id}: telling particles that cross a sector needs truth (the graph has none)")
+    real = graph.particle_id != 0
+    pid, owners = graph.particle_id[real], np.asarray(owner)[real]
+    pairs = np.unique(np.stack([pid, owners]), axis=1)
+    ids, count = np.unique(pairs[0], return_counts=True)
+    return ids, count > 1
+
+
+def sector_inference_logits(model_path: Path, graph: EventGraph, num_parts: int) -> np.ndarray:
+    """(E,) logits of the naive pipeline: every sector scored alone, cut edges never scored (-inf)."""
+    loaded = load_model(model_path)
+    plan = partition_graph(graph, num_parts, method="sectors")
+    logits = torch.full((graph.num_edges,), float("-inf"), dtype=torch.float64)
+    with torch.no_grad():
+        for part in range(num_parts):
+            # A sectors plan has no halo: each part is an independent graph with the identity exchange.
+            rp = rank_part(graph, part, None, "cpu", loaded.dtype, plan=plan, check=False)
+            ids, values = rp.owned_edges(loaded.model(rp.graph, rp.exchange))
+            logits[ids] = values.double()
+    return logits.numpy()
+
+
+def _tracking_split(report: EvaluationReport, crossers: dict[int, tuple[np.ndarray, np.ndarray]], pt_min: float) -> dict:
+    """Per reconstructable particle of every event: (matched, crosses), concatenated over events."""
+    matched, crosses = [], []
+    for evaluation in report.evaluations:
+        tracking = evaluation.tracking
+        ids, flags = crossers[evaluation.event_id]
+        keep = tracking.reconstructable(pt_min, 3)
+        position = np.searchsorted(ids, tracking.particle_id[keep])
+        found = (position < ids.size) & (ids[np.minimum(position, ids.size - 1)] == tracking.particle_id[keep])
+        flag = np.zeros(int(keep.sum()), dtype=bool)
+        flag[found] = flags[position[found]]
+        matched.append(tracking.particle_matched[keep])
+        crosses.append(flag)
+    return {"matched": np.concatenate(matched), "crosses": np.concatenate(crosses)}
+
+
+def _efficiency(matched: np.ndarray) -> dict:
+    n = int(matched.size)
+    value = float(matched.mean()) if n else None
+    error = float(np.sqrt(value * (1 - value) / n)) if n else None
+    return {"efficiency": value, "error": error, "particles": n}
+
+
+def gap_with_error(halo: np.ndarray, naive: np.ndarray, seed: int = 0) -> dict:
+    """Efficiency gap halo − naive on the same particles, with a paired bootstrap standard error.
+
+    Args:
+        halo, naive: (K,) bool, whether each particle was found by each model (same particles, same order).
+    """
+    if halo.size == 0:
+        return {"gap": None, "error": None}
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, halo.size, size=(BOOTSTRAP_RESAMPLES, halo.size))
+    differences = halo[draws].mean(axis=1) - naive[draws].mean(axis=1)
+    return {"gap": float(halo.mean() - naive.mean()), "error": float(differences.std(ddof=1))}
+
+
+def _evaluate_whole(recipe: Recipe, model_path: Path, graphs: Path, events: Path, progress: bool) -> EvaluationReport:
+    config = EvaluateConfig(
+        checkpoint=model_path, data=graphs, events_dir=events, num_parts=recipe.evaluation.parts,
+        method=recipe.evaluation.method, threshold=recipe.tracks.threshold, track_method=recipe.tracks.method,
+        progress=progress,
+    )  # fmt: skip
+    return evaluate(config)
+
+
+def _evaluate_sectors(recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int) -> EvaluationReport:
+    """The naive pipeline end to end: sector inference, then the same scoring as :func:`evaluate`."""
+    config = EvaluateConfig(
+        checkpoint=model_path, data=graphs, events_dir=events, threshold=recipe.tracks.threshold,
+        track_method=recipe.tracks.method, progress=False,
+    )  # fmt: skip
+    loaded = load_model(model_path)
+    inputs = load_events(config, loaded.model.config.node_features, loaded.graph)
+    evaluations = [
+        score_event_graph(event, sector_inference_logits(model_path, event.graph, num_parts), config, recipe.tracks.threshold)
+        for event in inputs
+    ]
+    summary = summarise(evaluations, [e.graph.y for e in inputs])
+    # Cut edges carry -inf logits (score 0): the edge figures count them as scored false, as the pipeline loses them.
+    summary["trackml_score"] = summary[f"trackml_score_{recipe.tracks.method}"]
+    return EvaluationReport(summary=summary, evaluations=evaluations)
+
+
+def compare_sectors(
+    run_dir: str | Path,
+    recipe: Recipe,
+    counts: tuple[int, ...] = (8, 16),
+    echo: Callable[[str], None] = print,
+    progress: bool = False,
+) -> dict:
+    """Train ``recipe`` in sectors mode for every count of ``counts`` and compare with the run's halo-exchange model.
+
+    Args:
+        run_dir: a finished :func:`~domainpar.pipeline.physics.run_recipe` run of ``recipe`` (its ``model.pt``,
+            ``filtered/`` or ``graphs/``, ``eval.json``); the sector models go to ``<run_dir>/sectors/<P>/``.
+        recipe: the recipe of that run (model, optimiser, steps and seed are reused as they are).
+        counts: sector counts to train.
+        echo: progress lines.
+        progress: progress bars.
+
+    Returns:
+        (and ``<run_dir>/sectors.json``) ``{"halo": {...}, "sectors": {P: {"whole": {...}, "sector_inference": {...},
+        "train": {...}}}, "settings": {...}}``; every evaluation holds the overall figures and the tracking efficiency
+        of particles that cross a boundary of the P sectors and of those that do not, and the gaps to halo exchange.
+    """
+    run_dir = Path(run_dir)
+    record_path = run_dir / "eval.json"
+    if not record_path.is_file():
+        raise DomainparError(f"{run_dir}: expected a finished recipe run (eval.json not found)")
+    record = json.loads(record_path.read_text())
+    if record.get("recipe", {}).get("name") != recipe.name:
+        raise DomainparError(f"{run_dir}: the run is of recipe {record.get('recipe', {}).get('name')!r}, not {recipe.name!r}")
+    graphs = run_dir / ("filtered" if recipe.filter is not None else "graphs")
+    events = Path(record["events"]["val"])
+    model = run_dir / "model.pt"
+    steps = record["train"]["steps"]
+    pt_min = 1.0
+    started = time.perf_counter()
+    echo(f"== halo exchange: {model} on the held-out events ({recipe.evaluation.parts} parts, {recipe.evaluation.method})")
+    halo = _evaluate_whole(recipe, model, graphs / "val", events, progress)
+    result: dict = {
+        "settings": {"counts": list(counts), "steps": steps, "model": recipe.train.model.to_dict(), "pt_min": pt_min},
+        "halo": {k: halo.summary.get(k) for k in FIGURES},
+        "sectors": {},
+    }
+    for count in counts:
+        crossers = {}
+        for evaluation in halo.evaluations:
+            plan = partition_graph(evaluation.graph, count, method="sectors")
+            crossers[evaluation.event_id] = crossing(evaluation.graph, plan.owner)
+        halo_split = _tracking_split(halo, crossers, pt_min)
+        out = run_dir / "sectors" / str(count)
+        shutil.rmtree(out, ignore_errors=True)
+        config = recipe.train.replace(
+            **{
+                "data.train": str(graphs / "train"), "data.val": str(graphs / "val"), "run.out": str(out / "train"),
+                "run.progress": progress, "parallel.mode": "sectors", "parallel.ranks": count, "parallel.domain_size": count,
+                "parallel.threads": 1, "run.max_steps": steps,
+            }
+        )  # fmt: skip
+        echo(f"== naive sectors: {count} sectors on {count} ranks, {steps} steps, the recipe's model and seed")
+        begin = time.perf_counter()
+        summary = train(config)
+        shutil.copyfile(summary["model"], out / "model.pt")
+        entry = {"train": {"steps": summary.get("steps"), "seconds": time.perf_counter() - begin}}
+        for mode, report in (
+            ("whole", _evaluate_whole(recipe, out / "model.pt", graphs / "val", events, progress)),
+            ("sector_inference", _evaluate_sectors(recipe, out / "model.pt", graphs / "val", events, count)),
+        ):
+            split = _tracking_split(report, crossers, pt_min)
+            figures = {k: report.summary.get(k) for k in FIGURES}
+            for name, mask in (("crossing", split["crosses"]), ("not_crossing", ~split["crosses"])):
+                figures[name] = _efficiency(split["matched"][mask])
+                figures[name]["halo"] = _efficiency(halo_split["matched"][mask])
+                figures[name]["gap"] = gap_with_error(halo_split["matched"][mask], split["matched"][mask])
+            entry[mode] = figures
+            crossing_figures = figures["crossing"]
+            echo(
+                f"   {count} sectors, {mode}: tracking efficiency of crossing particles {crossing_figures['efficiency']:.4f} "
+                f"(halo {crossing_figures['halo']['efficiency']:.4f}; gap {crossing_figures['gap']['gap']:+.4f} "
+                f"± {crossing_figures['gap']['error']:.4f}, {crossing_figures['particles']} particles); "
+                f"TrackML score {figures['trackml_score']}"
+            )
+        result["sectors"][str(count)] = entry
+    result["seconds"] = time.perf_counter() - started
+    with atomic_path(run_dir / "sectors.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+    return result

@@ -1,0 +1,131 @@
+"""Truth-free figures of real events without truth, beside the same figures of the held-out simulated events.
+
+A recipe trained on simulation is meant for real events; the real full event
+21000 has no truth, so it cannot be scored, but everything that does not
+need truth can be compared with the simulated events: hits per event, the
+graph's edges per hit, the share of edges the edge filter keeps, the GNN's
+score distribution, the edges and tracks it selects, and the time track
+building takes. A real event whose figures sit far from the simulated ones
+shows where the simulation (or a cut tuned on it) does not carry over. These
+comparisons are calibration, never a tuning target: no setting of a recipe is
+chosen from them.
+
+The real events are run exactly as ``domainpar evaluate`` runs raw events —
+built with the graph configuration the model's checkpoint records, pruned
+by the filter it records, scored with the same partitioned inference — and
+each detector region of the recipe's ``evaluation.subsets`` is run as an
+event of its own, like the simulated held-out events.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from domainpar.data.graph import build_graph
+from domainpar.data.subset import subset_event
+from domainpar.data.trackml import event_id_of, load_event
+from domainpar.filter.edge_filter import load_filter
+from domainpar.inference.infer import infer_partitioned, infer_single
+from domainpar.inference.model_io import load_model
+from domainpar.pipeline.recipe import Recipe
+from domainpar.tracks.build import components_of, selected_edges
+
+#: Quantiles of the edge score reported.
+SCORE_QUANTILES = (0.1, 0.5, 0.9, 0.99)
+
+
+def truth_free_figures(
+    num_nodes: int, num_edges_built: int, scores: np.ndarray, threshold: float, track_id: np.ndarray, seconds_tracks: float
+) -> dict:
+    """What one event's graph, filter, scores and tracks look like, without truth.
+
+    Args:
+        num_nodes: hits in the graph.
+        num_edges_built: edges of the graph as built, before the edge filter.
+        scores: (E,) GNN scores (sigmoid) of the edges the GNN saw.
+        threshold: the working point.
+        track_id: (N,) track of every hit.
+        seconds_tracks: time track building took.
+    """
+    sizes = np.bincount(track_id)
+    candidates = sizes[sizes >= 3]
+    quantiles = np.quantile(scores, SCORE_QUANTILES) if scores.size else [None] * len(SCORE_QUANTILES)
+    return {
+        "num_nodes": int(num_nodes),
+        "edges_per_hit_built": num_edges_built / max(num_nodes, 1),
+        "filter_pass_fraction": scores.size / max(num_edges_built, 1),
+        "edges_per_hit": scores.size / max(num_nodes, 1),
+        "selected_per_hit": float(np.count_nonzero(scores > threshold)) / max(num_nodes, 1),
+        **{f"score_q{int(100 * q)}": None if v is None else float(v) for q, v in zip(SCORE_QUANTILES, quantiles)},
+        "candidates_per_khit": 1000.0 * candidates.size / max(num_nodes, 1),
+        "hits_per_candidate": float(candidates.mean()) if candidates.size else None,
+        "seconds_tracks": seconds_tracks,
+    }
+
+
+def mean_figures(records: list[dict]) -> dict:
+    """Mean of every figure over events (None where an event lacks it)."""
+    keys = records[0].keys() if records else ()
+    return {k: (float(np.mean([r[k] for r in records])) if all(r[k] is not None for r in records) else None) for k in keys}
+
+
+def _sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * logits))
+
+
+def compare_unlabelled(
+    recipe: Recipe, model_path: Path, out: Path, prefixes: list[Path], num_parts: int, echo: Callable[[str], None] = print
+) -> dict:
+    """Run the events at ``prefixes`` (and their detector regions) as ``domainpar evaluate`` would, without truth.
+
+    Args:
+        recipe: the recipe (graph settings, working point, detector regions).
+        model_path: the trained model (its checkpoint records the graph settings; checked against the recipe's).
+        out: the run directory (``filter.pt`` when the recipe has a filter).
+        prefixes: real TrackML events (hits, and cells when the graph needs them; truth not read).
+        num_parts: parts per event of the inference.
+        echo: progress lines.
+
+    Returns:
+        ``{"real": {"events": [figures per event], **mean figures}, "real_<subset>": {...}}``.
+    """
+    edge_filter = load_filter(out / "filter.pt") if recipe.filter is not None else None
+    threshold = recipe.tracks.threshold
+    loaded = load_model(model_path)
+    result = {}
+    with tempfile.TemporaryDirectory(prefix="domainpar-unlabelled-") as tmp:
+        sets = {"real": [Path(p) for p in prefixes]}
+        for name, volumes in recipe.evaluation.subsets.items():
+            sets[f"real_{name}"] = [subset_event(prefix, Path(tmp) / name, volumes) for prefix in prefixes]
+        for label, events in sets.items():
+            records = []
+            for prefix in events:
+                parts = ("hits", "cells") if recipe.graph.needs_cells else ("hits",)
+                frames = load_event(prefix, parts=parts)
+                graph, _ = build_graph(
+                    frames[0], cells=frames[1] if recipe.graph.needs_cells else None, config=recipe.graph, event_id=event_id_of(prefix)
+                )
+                built = graph.num_edges
+                if edge_filter is not None:
+                    graph = edge_filter.apply(graph)
+                if num_parts > 1:
+                    logits = infer_partitioned(model_path, [graph], num_parts, recipe.evaluation.method)[0][0]
+                else:
+                    logits = infer_single(loaded, graph)
+                scores = _sigmoid(logits)
+                started = time.perf_counter()
+                mask = selected_edges(graph.num_nodes, graph.edge_index, scores, threshold, recipe.tracks.method)
+                track_id = components_of(graph.num_nodes, graph.edge_index, mask)
+                seconds = time.perf_counter() - started
+                records.append({"event_id": graph.event_id, **truth_free_figures(graph.num_nodes, built, scores, threshold, track_id, seconds)})
+                echo(
+                    f"   {label} event {graph.event_id}: {graph.num_nodes:,} hits, {built:,} edges built, {graph.num_edges:,} "
+                    f"after the filter, {records[-1]['selected_per_hit']:.3f} selected per hit, tracks in {seconds:.2f} s"
+                )
+            result[label] = {**mean_figures([{k: v for k, v in r.items() if k != "event_id"} for r in records]), "events": records}
+    return result
