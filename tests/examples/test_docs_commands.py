@@ -8,9 +8,9 @@
   acorn page those events as PyG files in ``acorn/gnn_input/{trainset,valset,testset}``.
   Lines that set up the environment (``make install``, ``source``) are skipped:
   the test runs with this environment's ``domainpar``.
-* Every ``domainpar`` call in README.md, ``examples/*.md`` and ``slurm/`` (also
-  under torchrun, srun and ``python -m``) names a command that exists and only
-  options that command has.
+* Every ``domainpar`` call in README.md, ``docs/*.md``, ``examples/*.md`` and
+  ``slurm/`` (also under torchrun, srun and ``python -m``) names a command that
+  exists and only options that command has.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def domainpar_calls(text: str) -> list[tuple[str, list[str]]]:
 
 def _shell_texts() -> dict[str, str]:
     texts = {"README.md": "\n".join(bash_blocks((REPO / "README.md").read_text()))}
-    for doc in sorted(EXAMPLES.glob("*.md")):
-        texts[f"examples/{doc.name}"] = "\n".join(bash_blocks(doc.read_text()))
+    for doc in sorted((REPO / "docs").glob("*.md")) + sorted(EXAMPLES.glob("*.md")):
+        texts[str(doc.relative_to(REPO))] = "\n".join(bash_blocks(doc.read_text()))
     for script in sorted((REPO / "slurm").glob("*.sbatch")) + [EXAMPLES / "quickstart.sh"]:
         texts[str(script.relative_to(REPO))] = script.read_text()
     return texts
