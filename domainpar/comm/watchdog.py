@@ -365,11 +365,11 @@ class Watchdog:
         """Publish the first peer on this machine whose process is gone without having finished."""
         for peer, identity in sorted(peers.items()):
             if same_machine(identity, self.identity) and process_gone(identity) and not channel.store.check([f"done/{peer}"]):
-                return channel.publish(
-                    Failure(peer, f"rank {peer} died (its process {identity['pid']} on {identity['host']} is gone)",
-                            "died", self.rank)
-                )
+                return channel.publish(self._died(peer, identity))
         return None
+
+    def _died(self, peer: int, identity: dict[str, Any]) -> Failure:
+        return Failure(peer, f"rank {peer} died (its process {identity['pid']} on {identity['host']} is gone)", "died", self.rank)
 
     def cause(self, timeout_s: float) -> Failure | None:
         """A peer's failure that explains why this rank is being stopped, looked for now and for up to ``timeout_s``.
@@ -383,10 +383,16 @@ class Watchdog:
                 first = self.channel.first()
                 if first is None:
                     first = self._dead_neighbour(self._peers_via(self.channel.store), self.channel)
-            except Exception:  # noqa: BLE001 - no store: no cause to be learnt from it
-                return self._failure if self._failure is not None and self._failure.rank != self.rank else None
+                if first is not None and first.rank != self.rank:
+                    self._acknowledge(self.channel)
+            except Exception:  # noqa: BLE001 - a store slow on a loaded machine, or gone: keep looking until the deadline
+                # Without the store, the peers already known still say whether one of them is gone.
+                first = self._failure or next(
+                    (self._died(peer, identity) for peer, identity in sorted(self._peers.items())
+                     if same_machine(identity, self.identity) and process_gone(identity)),
+                    None,
+                )  # fmt: skip
             if first is not None and first.rank != self.rank:
-                self._acknowledge(self.channel)
                 return first
             if time.monotonic() >= deadline:
                 return None

@@ -226,7 +226,8 @@ def fail_rank(exc: BaseException) -> None:
         return
     if isinstance(exc, Terminated):
         # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name.
-        failure = watchdog.cause(timeout_s=2.0)
+        # A few seconds: on a loaded machine the peer's exit and the store's answer can lag the launcher's signal.
+        failure = watchdog.cause(timeout_s=5.0)
         if failure is None:
             # Stopped with no failure to name (scancel, a user's kill): said, not published as this rank's failure.
             failure = Failure(watchdog.rank, f"rank {watchdog.rank} {exc}", "raised", watchdog.rank)
