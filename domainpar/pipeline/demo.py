@@ -90,7 +90,8 @@ class DemoConfig:
 
     def validate(self) -> None:
         """Raise one :class:`DomainparError` line for the first option out of range (before anything is written)."""
-        local = 4 * (os.cpu_count() or 1)
+        # Local processes, and the evaluation's parts per event (a recipe's evaluation.parts is at most 64).
+        local = min(4 * (os.cpu_count() or 1), 64)
         for name, value, low, high in (("--events", self.events, 2, 10**6), ("--val-events", self.val_events, 1, 10**6),
                                        ("--ranks", self.ranks, 1, local), ("--epochs", self.epochs, 1, 10**6),
                                        ("--filter-steps", self.filter_steps, 1, 10**6),
