@@ -45,7 +45,7 @@ class DemoConfig:
     """What the demo pipeline runs (the recipe's settings, scaled to a few minutes)."""
 
     out: Path = Path("runs/demo")
-    """Output directory for events, graphs, plans, the training run and the evaluation."""
+    """Output directory: a recipe run (events, graphs, filter, train/, eval.json, plots, submissions) and the summary."""
     recipe: Path | None = None
     """Recipe whose settings the demo scales down (default: the packaged physics recipe, examples/physics.yaml)."""
     events: int = 6
