@@ -1,4 +1,4 @@
-"""``domainpar demo``: the embedded default pipeline (:mod:`domainpar.pipeline.demo`), options from its config."""
+"""``domainpar demo``: the physics recipe scaled down (:mod:`domainpar.pipeline.demo`), options from its config."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from domainpar.pipeline.demo import DemoConfig, run_demo
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
 @dataclass_options(DemoConfig, use_defaults=True)
 def demo(**options) -> None:
-    """Run the whole engine on simulated events: simulate, build, partition,
-    train domain-parallel on --ranks local processes, evaluate (edges, tracks,
-    TrackML score) on held-out simulated events and on the real labelled event."""
+    """Run the physics recipe (or --recipe) scaled down, through the recipe's own
+    runner: simulate, build, edge filter, train domain-parallel on --ranks local
+    processes, evaluate (edges, tracks, TrackML score) on held-out simulated
+    events and on the real labelled event."""
     run_demo(DemoConfig(**options), echo=click.echo)

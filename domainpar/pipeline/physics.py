@@ -13,6 +13,7 @@ output directory:
 ``model.pt``                   the trained model
 ``eval.json``                  every figure: graphs, filter, training, evaluation
 ``plots/{simulated,real}/``    ROC, efficiency and purity vs pT and η, event displays
+``submissions/``               the tracks as TrackML submissions, per set as in ``plots/``
 =============================  ==================================================
 
 The model never sees a real event before its evaluation: the real events are
@@ -155,8 +156,9 @@ def run_recipe(
         label = "real" if kind == "real" else "simulated" + kind[len("val"):]
         filtered = None if result["filter"] is None else result["filter"]["graphs"][kind]
         evaluations[label] = _evaluate(
-            recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, out / "plots" / label, progress, filtered
-        )
+            recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, out / "plots" / label,
+            out / "submissions" / label, progress, filtered,
+        )  # fmt: skip
         echo(f"   {label}: AUC {_fmt(evaluations[label]['auc'])}, tracking efficiency {_fmt(evaluations[label]['tracking_efficiency'])}, "
              f"TrackML score {_fmt(evaluations[label]['trackml_score'])}")  # fmt: skip
     stage("evaluate", begin, cpu_begin)
@@ -278,9 +280,10 @@ def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progres
 
 
 def _evaluate(
-    recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, plots: Path, progress, filtered: list[dict] | None
+    recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, plots: Path, submissions: Path, progress,
+    filtered: list[dict] | None,
 ) -> dict:
-    """Judge the model on one set of graphs (their raw events give the truth weights); write its plots.
+    """Judge the model on one set of graphs (their raw events give the truth weights); write its plots and submissions.
 
     ``filtered``: the edge filter's records of these graphs (edges before the filter), for the truth-free figures.
     """
@@ -295,7 +298,7 @@ def _evaluate(
         progress=progress,
     )
     report = evaluate(eval_config)
-    write_outputs(report, plots_dir=plots)
+    write_outputs(report, plots_dir=plots, submissions_dir=submissions)
     figures = {k: v for k, v in report.summary.items() if k != "events"}
     figures["events"] = report.summary["events"]
     built = {r["event_id"]: r["num_edges_before"] for r in filtered} if filtered else {}
