@@ -12,6 +12,13 @@ partitioned inference, and — the naive pipeline end to end — each sector
 alone. Tracking efficiency of particles whose hits cross a sector boundary
 and of those that do not, with the gap to halo exchange and its paired
 bootstrap standard error.
+
+A machine spawns at most 4 local ranks per core (16 sectors need 4 cores). On
+a smaller one, train the 16-sector model first under torchrun, as the section
+would (``sectors/8/train/config.yaml`` with ``ranks``/``domain_size`` 16 and
+``out`` ``sectors/16/train``: ``torchrun --standalone --nproc-per-node 16 -m
+domainpar train --config FILE``); the section reuses a model trained exactly
+as it would train it (:func:`domainpar.pipeline.sectors.compare_sectors`).
 """
 
 from __future__ import annotations

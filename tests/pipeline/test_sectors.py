@@ -72,3 +72,24 @@ def test_sector_inference_scores_each_sector_alone_and_never_a_cut_edge(tmp_path
     # ... which is not the whole event's inference near the boundaries: the sectors lack their neighbours.
     whole = infer_single(loaded, graph)
     assert np.abs(whole[~cut] - logits[~cut]).max() > 1e-4
+
+
+def test_a_sectors_model_is_reused_only_when_trained_as_asked(tmp_path):
+    """More sectors than a machine may spawn ranks for are trained under torchrun first; the comparison reuses that
+    model only when it is the run it would have made (data, model, optimiser, seed, sectors, steps)."""
+    from domainpar.pipeline.sectors import _trained_as
+    from domainpar.train.config import load_config
+
+    config = load_config(None, {"data.train": "g", "parallel.mode": "sectors", "parallel.ranks": 4,
+                                "parallel.domain_size": 4, "run.max_steps": 10})  # fmt: skip
+    path = tmp_path / "model.pt"
+    assert not _trained_as(path, config)
+    torch.save({"step": 10, "config": config.replace(**{"parallel.threads": 2}).to_dict()}, path)
+    assert _trained_as(path, config)  # the launcher's share of the machine may differ
+    changes = ({"run.seed": 1}, {"model.hidden": 8}, {"parallel.domain_size": 2, "parallel.ranks": 2}, {"data.train": "h"},
+               {"parallel.mode": "domain"})  # fmt: skip
+    for change in changes:
+        torch.save({"step": 10, "config": config.replace(**change).to_dict()}, path)
+        assert not _trained_as(path, config), change
+    torch.save({"step": 9, "config": config.to_dict()}, path)
+    assert not _trained_as(path, config)
