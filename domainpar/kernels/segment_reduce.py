@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from domainpar.kernels import compile as compiler
@@ -36,7 +35,6 @@ from domainpar.kernels.segments import _ensure_writable_numba_cache
 
 _ensure_writable_numba_cache()
 
-import numba  # noqa: E402  (the cache directory must be settled before numba loads)
 from numba import njit, prange  # noqa: E402
 
 from domainpar.kernels.threads import follow_torch_threads  # noqa: E402

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, segment_sum
+from domainpar.kernels.segment_reduce import Segments, build_segments, segment_sum
 from domainpar.model.lean import _layer_params, fusable, fused_tail_backward, fused_tail_forward
 
 #: The automatic chunk count per device type; backward's transient is about E×H / chunks.

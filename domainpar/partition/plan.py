@@ -352,7 +352,7 @@ class PartitionPlan:
                                 f"exactly the rows part {int(q)} sends", "a different list")
             for q in part.send_parts:
                 if part.part not in self.parts[int(q)].recv_parts:
-                    raise _fail(f"{source}: part {part.part}", "send_parts", f"parts that receive from it", f"part {int(q)} receives nothing")
+                    raise _fail(f"{source}: part {part.part}", "send_parts", "parts that receive from it", f"part {int(q)} receives nothing")
         expected = plan_hash(self.graph_hash, owner, self.num_parts, self.drops_cut_edges)
         if self.plan_hash != expected:
             raise _fail(source, "plan_hash", f"{expected} (the hash of its owners)", self.plan_hash)

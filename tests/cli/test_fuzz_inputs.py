@@ -12,7 +12,6 @@ success or exactly that refusal". Everything runs in-process
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path

@@ -19,7 +19,6 @@ command line and plain file formats, so the same file measures any version.
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -2083,7 +2082,7 @@ def _(ws):
     return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--json", _dangling(ws), "--quiet"]
 
 
-@case("export-out-dangling-symlink", f"--out WS/link.pt: WS/link.pt is a symbolic link to WS/nowhere, which does not exist")
+@case("export-out-dangling-symlink", "--out WS/link.pt: WS/link.pt is a symbolic link to WS/nowhere, which does not exist")
 def _(ws):
     return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", _dangling(ws, "link.pt")]
 

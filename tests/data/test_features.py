@@ -8,7 +8,6 @@ not described in :mod:`domainpar.data.features` fails here.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

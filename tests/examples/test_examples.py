@@ -6,9 +6,7 @@ import importlib
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 

@@ -6,7 +6,6 @@ One spawned 3-rank gloo job runs every distributed check (float64, tolerance 1e-
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np

@@ -19,7 +19,6 @@ from domainpar.errors import DomainparError
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.dataset import simulate_dataset, simulator_digest
 from domainpar.sim.event import simulate_event
-from domainpar.sim.geometry import OVERLAP_OFFSET_MM
 from domainpar.sim.measurement import measurement_model
 from domainpar.sim.truth import pt_weight
 
