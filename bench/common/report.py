@@ -114,6 +114,21 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def recipe_extra(result: dict[str, Any], out: Path, load_before: Any, load_after: Any, **more: Any) -> dict[str, Any]:
+    """The JSON ``extra`` of a section that ran a recipe (:func:`domainpar.pipeline.physics.run_recipe`): its
+    timings, training record, final validation, load averages and outputs, plus ``more``."""
+    train = result["train"]
+    return {
+        "timings": result["timings"],
+        "train": {k: v for k, v in train.items() if k != "final"},
+        "final_validation": train.get("final"),
+        **more,
+        "load_average": {"before": load_before, "after": load_after},
+        "model": str(out / "model.pt"),
+        "eval_json": str(out / "eval.json"),
+    }
+
+
 def _cell(value: Any, fmt: str) -> str:
     if value is None:
         return "–"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.common.report import REPO_ROOT, Column, Section
+from bench.common.report import REPO_ROOT, Column, Section, recipe_extra
 from bench.common.timing import load_average
 from bench.common.workloads import full_event_prefix
 
@@ -159,16 +159,10 @@ def run(
         "target; the real full event 21000 has no truth, so it is compared truth-free below.",
     ]
     section.markdown_extra = truth_free_table(result)
-    section.extra = {
-        "timings": result["timings"],
-        "train": {k: v for k, v in train.items() if k != "final"},
-        "final_validation": train.get("final"),
-        "filter": None if not result.get("filter") else result["filter"]["record"],
-        "unlabelled": result.get("unlabelled"),
-        "load_average": {"before": load_before, "after": load_after},
-        "model": str(out / "model.pt"),
-        "eval_json": str(out / "eval.json"),
-    }
+    section.extra = recipe_extra(
+        result, out, load_before, load_after,
+        filter=None if not result.get("filter") else result["filter"]["record"], unlabelled=result.get("unlabelled"),
+    )  # fmt: skip
     section.seconds = time.perf_counter() - start
     return section
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.common.report import REPO_ROOT, Column, Section
+from bench.common.report import REPO_ROOT, Column, Section, recipe_extra
 
 #: The recipe this section runs.
 RECIPE = REPO_ROOT / "examples" / "physics.yaml"
@@ -115,14 +115,7 @@ def run(out: Path, quick: bool = False, recipe_path: Path = RECIPE, real: Path =
             f"{record['holdout_efficiency']:.4f} of their true edges, purity {record['holdout_purity_before']:.3f} → "
             f"{record['holdout_purity_after']:.3f}; trained in {record['cpu_seconds']:.0f} s CPU."
         )
-    section.extra = {
-        "timings": result["timings"],
-        "train": {k: v for k, v in train.items() if k != "final"},
-        "final_validation": train.get("final"),
-        "load_average": {"before": load_before, "after": load_after},
-        "model": str(out / "model.pt"),
-        "eval_json": str(out / "eval.json"),
-    }
+    section.extra = recipe_extra(result, out, load_before, load_after)
     section.seconds = time.perf_counter() - start
     return section
 

@@ -213,6 +213,15 @@ def refused_before_join(exc: DomainparError, launcher: LauncherEnv) -> None:
         sys.exit(2)
 
 
+def _hold_stop_signals() -> None:
+    """SIGTERM and SIGHUP no longer raise in this (main) thread: they are noted and the rank goes on ending itself."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is not None:
+            signal.signal(signum, lambda *_: None)
+
+
 def fail_rank(exc: BaseException) -> None:
     """End this rank of a torchrun/srun job after ``exc``; returns only when there is no watchdog (one process).
 
@@ -224,6 +233,9 @@ def fail_rank(exc: BaseException) -> None:
     watchdog = current()
     if watchdog is None:
         return
+    # This rank is on its way out. A launcher's stop signal (torchrun signals every rank once one died, usually
+    # while this one is still working out which peer vanished) must not interrupt naming the cause.
+    _hold_stop_signals()
     if isinstance(exc, Terminated):
         # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name.
         # A few seconds: on a loaded machine the peer's exit and the store's answer can lag the launcher's signal.
