@@ -2592,3 +2592,13 @@ def test_a_reindented_sidecar_is_the_same_sidecar(base, tmp_path):
     side.write_text(json.dumps(json.loads(side.read_text()), indent=4, sort_keys=True))
     outcome = run_main(["evaluate", "--model", target / base.exported.name, "--data", base.graphs, "--quiet"])
     assert outcome.code == 0, outcome.stderr
+
+
+def test_the_edge_filter_refuses_a_training_event_without_edges(base, tmp_path):
+    from domainpar.errors import DomainparError
+    from domainpar.filter.edge_filter import FilterConfig, train_filter
+
+    ws = Workspace(base, tmp_path)
+    good, empty = ws.graph(name="a"), ws.graph(_no_edges, name="b")
+    with pytest.raises(DomainparError, match=r"/b/event000000001\.npz: expected a graph with edges to train the edge filter on, got one with 0 edges"):
+        train_filter([good, empty, good], FilterConfig(steps=1, hidden=4, layers=1))
