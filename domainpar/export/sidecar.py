@@ -26,6 +26,13 @@ records:
 - ``source``: the checkpoint (path, SHA-256, step) and ``model_config``;
 - ``verification``: the largest difference between the exported file's
   logits and the training model's on a check graph, measured at export.
+
+The model file records the digest of everything its sidecar says
+(:func:`sidecar_digest`; version 3): a TorchScript extra file, an ONNX metadata
+property, :data:`DIGEST_ENTRY`. :func:`read_sidecar` refuses a sidecar whose
+content differs from what its model records, so a sidecar edited after export
+(a feature's scale, a threshold, a stage) is never used as if it described the
+model; the digest is of the content, so re-indenting the JSON changes nothing.
 """
 
 from __future__ import annotations
