@@ -14,7 +14,16 @@ beside the link's target and replaces the target, so the link stays a link.
 Temporary names carry the writer's process id (``.<name>.tmp-<pid>-<random>``),
 so a parent that had to kill a worker can remove exactly what that worker left
 (:func:`remove_temporaries_of`). An ``OSError`` raised while a temporary was
-written names the destination the user asked for, never the temporary.
+written names the destination the user asked for, never the temporary, and a
+temporary name always fits in :data:`NAME_MAX` bytes when the destination's
+does (the destination's name is shortened inside it).
+
+:class:`StagedOutputs` publishes a command's outputs all or nothing: every
+destination that exists is moved aside, every staged output renamed into
+place, and only then the old ones removed; a failure on the way (an immutable
+file, an interrupt) undoes what was done, so the user's files stay byte for
+byte what they were. Nothing is published once a stop signal arrived
+(:func:`domainpar.errors.stop_received`), even where a library swallowed it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ we can create files in. The check creates nothing that outlives it, so a
 command that then fails on its inputs leaves no trace behind. A symbolic link
 is followed (outputs are written through it, see :mod:`domainpar.atomic`); a
 link whose target does not exist, on the path or at its end, is refused with
-the path the user gave.
+the path the user gave. A name longer than the file system allows is refused
+naming it (:func:`check_name_length`), and an output that is, or (a directory)
+holds, one of the command's inputs is refused (:func:`check_apart`): no output
+option ever replaces what the command reads.
 """
 
 from __future__ import annotations
