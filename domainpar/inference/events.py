@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from domainpar.data.detector import layer_index_of
-from domainpar.data.event_graph import EventGraph
+from domainpar.data.event_graph import EventGraph, require_edges
 from domainpar.data.graph import CELL_FEATURES, GraphConfig, build_graph
 from domainpar.data.graph_files import graph_files, has_graph_files, load_graph, refuse_mixed_inputs
 from domainpar.data.pyg_files import is_pyg_file
@@ -50,7 +50,15 @@ def _raw_truth(prefix: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return hits, particles, truth
 
 
-def _attach_truth(event: EventInput, hits: pd.DataFrame, particles: pd.DataFrame, truth: pd.DataFrame) -> None:
+def _attach_truth(event: EventInput, hits: pd.DataFrame, particles: pd.DataFrame, truth: pd.DataFrame, prefix: Path) -> None:
+    weight = truth["weight"].to_numpy(dtype=np.float64)
+    if not weight.sum() > 0:
+        # The TrackML score weighs every hit: with no weight at all it is 0 / 0, for every tracker.
+        name = next((p for p in (Path(f"{prefix}-truth.csv"), Path(f"{prefix}-truth.csv.gz")) if p.is_file()), f"{prefix}-truth.csv")
+        raise DomainparError(
+            f"{name}: expected hits of positive weight to score the event's tracks by, got a total weight of "
+            f"{weight.sum():g} over {weight.size} hits (an event of noise hits only?); leave the event out"
+        )
     order = np.argsort(truth["hit_id"].to_numpy())
     truth = truth.iloc[order].reset_index(drop=True)
     hits = hits.set_index("hit_id").loc[truth["hit_id"].to_numpy()]
@@ -231,8 +239,9 @@ def load_events(
             if prune is not None:
                 graph = prune(graph)
             check_model_inputs(graph, str(prefix), node_features, graph_meta, whose)
+            require_edges(graph.num_edges, prefix, "score")
             event = EventInput(graph=graph, source=str(prefix))
-            _attach_truth(event, hits, particles, truth)
+            _attach_truth(event, hits, particles, truth, Path(prefix))
             events.append(event)
         return events
     if not has_graph_files(data):
@@ -272,12 +281,13 @@ def load_events(
                            pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes))  # fmt: skip
         if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
             raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
+        require_edges(graph.num_edges, path, "score")
         event = EventInput(graph=graph, source=str(path), source_format="pyg" if is_pyg_file(path) else "npz", kept=kept)
         if config.events_dir is not None:
             prefix = Path(config.events_dir) / f"event{graph.event_id:09d}"
             hits, particles, truth = _raw_truth(prefix)
             check_same_event(graph, hits, str(path), str(prefix))
-            _attach_truth(event, hits, particles, truth)
+            _attach_truth(event, hits, particles, truth, prefix)
         else:
             event.particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)
         events.append(event)
