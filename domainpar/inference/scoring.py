@@ -20,7 +20,8 @@ from domainpar.data.event_graph import EventGraph
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import EventInput
 from domainpar.tracks.build import METHODS as TRACK_METHODS
-from domainpar.tracks.build import build_tracks, complete_tracks, components_of, selected_edges, submission
+from domainpar.tracks.build import complete_tracks, submission
+from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
 from domainpar.tracks.efficiency import TrackingMetrics, edge_metrics, roc_auc, tracking_metrics
 from domainpar.tracks.score import score_arrays
 
@@ -47,6 +48,8 @@ class EventEvaluation:
     """Track-level figures and per-particle match flags."""
     submission: pd.DataFrame
     """TrackML submission of the event (every hit of the event when its raw truth is known)."""
+    candidates: TrackCandidates | None = None
+    """The chosen method's track candidates (hits in order, helix fits)."""
     event: EventInput | None = None
     """What was scored (its source, the file's format, the edges a filter kept), for writing the scores back."""
 
@@ -68,15 +71,15 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
     edges = edge_metrics(scores, graph.y, threshold)
     track_scores: dict[str, float | None] = {}
     tracks_by_method: dict[str, np.ndarray] = {}
-    # The chosen method is timed alone: edge scores → edges kept → a track id per hit, what a reconstruction pays.
-    started = time.perf_counter()
-    mask = selected_edges(graph.num_nodes, graph.edge_index, scores, threshold, config.track_method)
-    track_id = components_of(graph.num_nodes, graph.edge_index, mask)
-    seconds_tracks = time.perf_counter() - started
+    # Every method builds through build_candidates; the chosen one's own wall time is what a reconstruction pays.
+    track_config = TrackConfig(method=config.track_method, threshold=threshold)
+    candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, track_config)
+    track_id, mask, seconds_tracks = candidates.track_id, candidates.edge_mask, candidates.seconds
     tracks_by_method[config.track_method] = track_id
     for method in TRACK_METHODS:
         if method != config.track_method:
-            tracks_by_method[method] = build_tracks(graph.num_nodes, graph.edge_index, scores, threshold, method=method)
+            other = TrackConfig(method=method, threshold=threshold)
+            tracks_by_method[method] = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, other).track_id
     if event.truth is not None:
         hit_id = event.truth["hit_id"].to_numpy()
         particle_id = event.truth["particle_id"].to_numpy()
@@ -120,6 +123,7 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
         edge_mask=mask,
         tracking=tracking,
         submission=submission(graph.event_id, hit_id, full_tracks),
+        candidates=candidates,
         event=event,
     )
 
