@@ -117,9 +117,9 @@ def load_events(
                              graph_meta, whose)  # fmt: skip
             prune = exported.prune
         else:
-            graph_config, filter_hash = _recorded_build(config.checkpoint, config.edge_filter, node_features, graph_meta)
-            stage = RawStage(graph_config, config.edge_filter if filter_hash else None, None, filter_hash, node_features,
-                             graph_meta, whose)  # fmt: skip
+            graph_config, edge_filter = _recorded_build(config.checkpoint, config.edge_filter, node_features, graph_meta)
+            stage = RawStage(graph_config, edge_filter, None, None if edge_filter is None else edge_filter.content_hash,
+                             node_features, graph_meta, whose)  # fmt: skip
             prune = stage.prune()
         for prefix in progress(event_prefixes(data), desc="building graphs", unit="event", enabled=config.progress):
             if not has_truth(prefix):

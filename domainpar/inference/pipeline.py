@@ -26,6 +26,7 @@ evaluate's TrackML score).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -85,13 +86,20 @@ class Pipeline:
         return f"model {Path(self.model_path).name}" if self.model_path is not None else "the checkpoint's model"
 
     def raw_stage(self) -> "RawStage":
-        """How raw events become the model's graphs (picklable: a preparing process rebuilds the filter from it)."""
+        """How raw events become the model's graphs (picklable: a preparing process gets the loaded filter with it).
+
+        Restored once per pipeline: the edge filter file is read once.
+        """
+        return self._raw_stage
+
+    @functools.cached_property
+    def _raw_stage(self) -> "RawStage":
         if self.exported is not None:
             return RawStage(self.exported.graph_config(), None, self.model_path, self.exported.filter_hash,
                             self.node_features, self.graph_meta, self.whose)  # fmt: skip
-        graph_config, filter_hash = _recorded_build(self.checkpoint, self.edge_filter, self.node_features, self.graph_meta)
-        return RawStage(graph_config, self.edge_filter if filter_hash else None, None, filter_hash, self.node_features,
-                        self.graph_meta, self.whose)  # fmt: skip
+        graph_config, edge_filter = _recorded_build(self.checkpoint, self.edge_filter, self.node_features, self.graph_meta)
+        return RawStage(graph_config, edge_filter, None, None if edge_filter is None else edge_filter.content_hash,
+                        self.node_features, self.graph_meta, self.whose)  # fmt: skip
 
     def record(self) -> dict:
         """What makes this pipeline's outputs what they are (the model's digest, the build, the filter, the tracks),
@@ -164,8 +172,9 @@ class RawStage:
 
     graph_config: GraphConfig
     """The cuts and features of the training graphs."""
-    filter_file: Path | None
-    """The edge filter file to prune with (``filter.pt``), None when the training graphs were not pruned by one."""
+    edge_filter: Any
+    """The loaded edge filter to prune with (:class:`~domainpar.filter.edge_filter.EdgeFilter`), None when the
+    training graphs were not pruned by one (or the exported model's own filter file prunes)."""
     exported_model: Path | None
     """An exported model whose sidecar's edge filter file prunes (None: a checkpoint's pipeline)."""
     filter_hash: str | None
@@ -184,15 +193,11 @@ class RawStage:
 
             exported = load_exported(self.exported_model)
             return exported.prune if exported.filter_stage is not None else None
-        if self.filter_file is None:
-            return None
-        from domainpar.filter.edge_filter import load_filter
-
-        return load_filter(self.filter_file).apply
+        return None if self.edge_filter is None else self.edge_filter.apply
 
 
-def _recorded_build(source: Path, edge_filter: Path | None, node_features: int, graph_meta: dict | None) -> tuple[GraphConfig, str | None]:
-    """The GraphConfig that rebuilds a checkpoint's training graphs from raw events, and its edge filter's hash.
+def _recorded_build(source: Path, edge_filter: Path | None, node_features: int, graph_meta: dict | None) -> tuple[GraphConfig, Any]:
+    """The GraphConfig that rebuilds a checkpoint's training graphs from raw events, and its edge filter (loaded).
 
     The checkpoint records how its training graphs were built; without that record (older checkpoints) the
     default cuts are used, with the legacy cell features when the model's input width asks for them.
@@ -232,13 +237,13 @@ def _recorded_build(source: Path, edge_filter: Path | None, node_features: int, 
             f"{source}: the model was trained on graphs pruned by an edge filter (hash {recorded_filter.get('hash')}); "
             "pass its filter file with --filter (filter.pt of the recipe run) or evaluate graph files built with it"
         )
-    found = load_filter(edge_filter).content_hash
-    if found != recorded_filter.get("hash"):
+    loaded = load_filter(edge_filter)
+    if loaded.content_hash != recorded_filter.get("hash"):
         raise DomainparError(
             f"--filter {edge_filter}: expected the edge filter the model was trained with (hash {recorded_filter.get('hash')}), "
-            f"got hash {found}"
+            f"got hash {loaded.content_hash}"
         )
-    return graph_config, found
+    return graph_config, loaded
 
 
 def filter_hash_of(build_config: str | None) -> str | None:

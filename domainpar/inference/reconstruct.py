@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -366,7 +366,8 @@ def run_host(
         report: called with every event's outcome as it is known (progress, failure lines).
     """
     outcomes: list[Outcome] = []
-    preparer = Preparer(pipeline.raw_stage(), config.prefetch, threads)
+    # A lone event has nothing to overlap with: preparing it in another process would only add that process.
+    preparer = Preparer(pipeline.raw_stage(), config.prefetch if len(sources) > 1 else 0, threads)
     finished = False
     try:
         for index, source in enumerate(sources):
@@ -569,6 +570,9 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
     pipeline = load_pipeline(config.checkpoint, config.model, config.edge_filter, config.threshold, config.track_method)
     with run_lock(config.out, "--out", LOCK, "reconstruction"):
         plan = plan_run(config, pipeline, sources)
+        if len(plan.todo) <= config.workers:
+            # One event per replica at most: nothing to overlap, every core to the one process per replica.
+            config = replace(config, prefetch=0)
         world = config.workers * config.num_parts
         scoring_threads, prepare_threads = _threads(config, world)
         if world == 1:
@@ -581,13 +585,13 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
             finally:
                 bar.close()
         else:
-            outcomes = _spawn_ranks(config, plan, world, scoring_threads, prepare_threads)
+            outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
         summary = _summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
         products.write_json(Path(config.out) / SUMMARY, summary)
     return RunResult(outcomes, plan.skipped, summary)
 
 
-def _spawn_ranks(config: ReconstructConfig, plan: Plan, world: int, threads: int, prepare_threads: int) -> list[Outcome]:
+def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, world: int, threads: int, prepare_threads: int) -> list[Outcome]:
     """Run the job on ``world`` spawned local ranks; progress and failure lines come back through a queue."""
     from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 
@@ -607,7 +611,10 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, world: int, threads: int
     relay_thread = threading.Thread(target=relay, name="domainpar-reconstruct-progress", daemon=True)
     relay_thread.start()
     try:
-        per_rank = spawn(_rank_main, world, (config, plan, threads, prepare_threads, messages),
+        # A checkpoint's pipeline travels to the ranks as loaded (its files are not read again); an exported one
+        # holds runtime sessions, which every rank opens itself.
+        shared = pipeline if pipeline.exported is None else None
+        per_rank = spawn(_rank_main, world, (config, plan, shared, threads, prepare_threads, messages),
                          timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads)  # fmt: skip
     except SpawnError as exc:
         failure = spawn_failure(exc, "reconstruction")
@@ -622,9 +629,11 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, world: int, threads: int
     return [outcome for outcomes in per_rank for outcome in outcomes]
 
 
-def _rank_work(config: ReconstructConfig, plan: Plan, layout: Any, threads: int, report: Callable[[Outcome], None]) -> list[Outcome]:
+def _rank_work(config: ReconstructConfig, plan: Plan, pipeline: Pipeline | None, layout: Any, threads: int,
+               report: Callable[[Outcome], None]) -> list[Outcome]:  # fmt: skip
     """One rank's part of the job: a host runs its replica's share, a member serves the host's inference."""
-    pipeline = load_pipeline(config.checkpoint, config.model, config.edge_filter, config.threshold, config.track_method)
+    if pipeline is None:
+        pipeline = load_pipeline(config.checkpoint, config.model, config.edge_filter, config.threshold, config.track_method)
     if layout.part != 0:
         from domainpar.inference.domain import serve
 
@@ -634,15 +643,15 @@ def _rank_work(config: ReconstructConfig, plan: Plan, layout: Any, threads: int,
     return run_host(pipeline, plan.digest, share, config, layout if config.num_parts > 1 else None, threads, report)
 
 
-def _rank_main(rank: int, world_size: int, config: ReconstructConfig, plan: Plan, threads: int, prepare_threads: int,
-               messages: Any) -> list[Outcome]:  # fmt: skip
+def _rank_main(rank: int, world_size: int, config: ReconstructConfig, plan: Plan, pipeline: Pipeline | None, threads: int,
+               prepare_threads: int, messages: Any) -> list[Outcome]:  # fmt: skip
     """A spawned rank (the default process group is up)."""
     from domainpar.comm.groups import make_layout
     from domainpar.launch.lifeline import terminate_on_signals
 
     terminate_on_signals()  # SIGTERM from the parent unwinds: temporaries are removed on the way out
     layout = make_layout(rank, world_size, config.num_parts, config.timeout_s)
-    return _rank_work(config, plan, layout, prepare_threads, messages.put)
+    return _rank_work(config, plan, pipeline, layout, prepare_threads, messages.put)
 
 
 def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
@@ -659,7 +668,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
     env = init_from_env(timeout_s=config.timeout_s, device="cpu")
     if env.world_size % config.num_parts:
         raise DomainparError(f"--parts {config.num_parts}: expected a divisor of the job's {env.world_size} ranks")
-    lock = None
+    lock = pipeline = None
     decided: list[Any] = [None]
     if env.rank == 0:
         try:
@@ -683,7 +692,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
         report, bar = _reporter(config, len(plan.todo[layout.replica :: layout.num_replicas]) if layout.part == 0 else 0,
                                 layout.num_replicas, f" (replica {layout.replica + 1} of {layout.num_replicas})")  # fmt: skip
         try:
-            mine = _rank_work(config, plan, layout, prepare_threads, report)
+            mine = _rank_work(config, plan, pipeline if env.rank == 0 else None, layout, prepare_threads, report)
         finally:
             bar.close()
         everyone: list[Any] = [None] * env.world_size
