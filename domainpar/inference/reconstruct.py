@@ -29,7 +29,6 @@ holds the run's figures: events done, skipped and failed, and every stage's time
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import json
 import multiprocessing as mp
@@ -172,11 +171,11 @@ class Prepared:
     """read, build, filter."""
 
 
-#: In a preparing process: the raw stage and its pruning function, loaded once.
-_PREPARER: dict[str, Any] = {}
+def _preparer_main(stage: RawStage, threads: int, jobs: Any, results: Any) -> None:
+    """A preparing process: prepare every event the host sends, in order, until it sends None.
 
-
-def _init_preparer(stage: RawStage, threads: int) -> None:
+    Each result goes back as ``(name, "ok", Prepared)`` or ``(name, "error", (line, is a machine fault))``.
+    """
     import signal
 
     import torch
@@ -184,25 +183,27 @@ def _init_preparer(stage: RawStage, threads: int) -> None:
     from domainpar.launch.lifeline import die_with_parent
 
     die_with_parent()
-    torch.set_num_threads(threads)
     # Ctrl-C reaches the whole process group: the host decides. A preparer writes no file, so the host's SIGTERM
     # (it stops while events are still being prepared) ends it at once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
-    _PREPARER["stage"] = stage
-    _PREPARER["prune"] = stage.prune()
+    torch.set_num_threads(threads)
+    prune = stage.prune()
+    while (source := jobs.get()) is not None:
+        try:
+            results.put((source.name, "ok", prepare(source, stage, prune)))
+        except Exception as exc:  # noqa: BLE001 - reported to the host, which names the event and goes on
+            results.put((source.name, "error", _failure_line(exc)))
 
 
-def prepare(source: EventSource, stage: RawStage | None = None, prune: Any = None) -> Prepared:
-    """Read, build and prune one event (in a preparing process, or in the host with ``stage`` and ``prune``).
+def prepare(source: EventSource, stage: RawStage, prune: Any) -> Prepared:
+    """Read, build and prune one event (in a preparing process, or in the host).
 
     Raises:
         DomainparError: a missing or malformed input, named.
     """
     from domainpar.data.graph_files import load_graph
 
-    if stage is None:
-        stage, prune = _PREPARER["stage"], _PREPARER["prune"]
     if source.kind == "raw":
         raw = read_raw_event(source, stage.graph_config.needs_cells)
         built = build_event_graph(stage, prune, raw.hits, raw.cells, raw.event_id, str(source.path))
@@ -252,57 +253,81 @@ def _failure_line(exc: BaseException) -> tuple[str, bool]:
 # ------------------------------------------------------------------ a replica's host
 
 
+class PreparingFailed(Exception):
+    """Preparing an event failed in the preparing process (its one line, and whether the machine failed)."""
+
+    def __init__(self, line: str, fault: bool) -> None:
+        super().__init__(line)
+        self.line, self.fault = line, fault
+
+
 class Preparer:
-    """Reads and builds events ahead of the host: a process of its own (``prefetch`` > 0) or the host itself."""
+    """Reads and builds events ahead of the host: a process of its own (``prefetch`` > 0) or the host itself.
+
+    A plain process with two queues rather than a pool: the host stops it at once when interrupted, and nothing of
+    it waits at the interpreter's exit.
+    """
 
     def __init__(self, stage: RawStage, prefetch: int, threads: int) -> None:
         self.stage, self.prefetch = stage, prefetch
-        self.pool: cf.ProcessPoolExecutor | None = None
+        self.process = None
         self.prune = None
+        self.sent: list[str] = []
         if prefetch > 0:
             context = mp.get_context("spawn")
-            self.pool = cf.ProcessPoolExecutor(1, mp_context=context, initializer=_init_preparer, initargs=(stage, threads))
+            self.jobs, self.results = context.Queue(), context.Queue()
+            self.process = context.Process(target=_preparer_main, args=(stage, threads, self.jobs, self.results),
+                                           name="domainpar-preparer", daemon=True)  # fmt: skip
+            self.process.start()
         else:
             self.prune = stage.prune()
-        self.pending: dict[str, cf.Future] = {}
 
     def ahead(self, sources: list[EventSource], index: int) -> None:
         """Make sure events index .. index+prefetch are being prepared."""
-        if self.pool is None:
+        if self.process is None:
             return
         for source in sources[index : index + self.prefetch + 1]:
-            if source.name not in self.pending:
-                self.pending[source.name] = self.pool.submit(prepare, source)
+            if source.name not in self.sent:
+                self.sent.append(source.name)
+                self.jobs.put(source)
 
     def get(self, source: EventSource) -> Prepared:
-        """The prepared event (raises what preparing it raised)."""
-        if self.pool is None:
+        """The prepared event (raises what preparing it raised; the events come back in the order sent)."""
+        if self.process is None:
             return prepare(source, self.stage, self.prune)
-        future = self.pending.pop(source.name)
-        try:
-            return future.result()
-        except cf.process.BrokenProcessPool:
-            raise MachineFault(f"{source.path}: the process preparing events was killed (by the system's out-of-memory "
-                               "killer?)", kind="memory") from None  # fmt: skip
+        while True:
+            try:
+                name, status, value = self.results.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise MachineFault(f"{source.path}: the process preparing events died (exit code "
+                                       f"{self.process.exitcode}; killed by the system's out-of-memory killer?)",
+                                       kind="memory") from None  # fmt: skip
+        self.sent.remove(name)
+        if name != source.name:  # pragma: no cover - the queue keeps the order
+            raise RuntimeError(f"preparer returned {name} for {source.name}")
+        if status == "error":
+            raise PreparingFailed(*value)
+        return value
 
     def close(self, finished: bool) -> None:
         """End the preparing process: let it exit when the work is done, stop it when the run is interrupted."""
-        if self.pool is None:
+        if self.process is None:
             return
-        pool, self.pool = self.pool, None
-        if finished and not self.pending:
-            pool.shutdown(wait=True)
-            return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        for process in processes:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                process.terminate()
-        for process in processes:
+        process, self.process = self.process, None
+        if finished:
+            self.jobs.put(None)
+            process.join(10.0)
+        if process.exitcode is None:
+            process.terminate()
             process.join(3.0)
             if process.exitcode is None:
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+                process.kill()
+                process.join()
+        for channel in (self.jobs, self.results):
+            channel.cancel_join_thread()  # whatever is left in a pipe is dropped, not waited for at exit
+            channel.close()
 
 
 def _score(pipeline: Pipeline, prepared: Prepared, layout: Any, config: ReconstructConfig) -> tuple[np.ndarray, dict]:
@@ -378,7 +403,7 @@ def run_host(
             except (KeyboardInterrupt, Terminated, MachineFault):
                 raise
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
-                line, fault = _failure_line(exc)
+                line, fault = (exc.line, exc.fault) if isinstance(exc, PreparingFailed) else _failure_line(exc)
                 if fault:
                     raise MachineFault(f"{source.path}: {line}") from None
                 products.remove_event(config.out, source.name)  # nothing stale is left beside a failed event

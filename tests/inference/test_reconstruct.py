@@ -284,3 +284,38 @@ def test_user_mistakes_are_one_line(checkpoint, truth_free_dir, tmp_path, capsys
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and named in err[0], (extra, err)
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.distributed
+def test_ranks_of_a_torchrun_job_share_the_events(checkpoint, simulated_dir, tmp_path):
+    """Every rank of a torchrun job joins; with --parts 1 each is a replica taking every second event."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this interpreter")
+    data = tmp_path / "data"
+    data.mkdir()
+    for path in sorted(simulated_dir.glob("event00000000[1-3]-*")):
+        shutil.copy(path, data)
+    args = ["reconstruct", "--data", str(data), "--checkpoint", str(checkpoint), "--prefetch", "0", "--quiet"]
+    assert _cli([*args, "--out", str(tmp_path / "one")]) == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_"))}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "domainpar", *args, "--out",
+                           str(tmp_path / "job")], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _files(tmp_path / "job") == _files(tmp_path / "one")
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["events"]["done"] == 3 and summary["settings"]["processes"] == 2
+
+
+def test_graph_files_give_the_tracks_of_their_raw_events(checkpoint, truth_free_dir, tmp_path):
+    """Graphs built by `domainpar build` (as the model's training graphs were) reconstruct as their raw events do."""
+    graphs = tmp_path / "graphs"
+    assert _cli(["build", "--input", str(truth_free_dir), "--out", str(graphs), "--workers", "1", "--quiet"]) == 0
+    for data, out in ((truth_free_dir, tmp_path / "raw"), (graphs, tmp_path / "graph")):
+        assert _cli(["reconstruct", "--data", str(data), "--out", str(out), "--checkpoint", str(checkpoint),
+                     "--prefetch", "0", "--quiet"]) == 0  # fmt: skip
+    name = "submissions/event000000001-submission.csv"
+    assert (tmp_path / "graph" / name).read_bytes() == (tmp_path / "raw" / name).read_bytes()
+    record = json.loads((tmp_path / "graph" / "events" / "event000000001.json").read_text())
+    assert record["inputs"][0]["file"] == "event000000001.npz"
