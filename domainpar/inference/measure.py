@@ -13,6 +13,10 @@
 3. *Throughput*: ``domainpar reconstruct`` over ``--copies`` copies of the event (linked under other event
    numbers): events per hour, start-up included, and in steady state (from the run's own per-event times).
 
+``python -m domainpar.inference.measure --startup --event tests/data/trackml/event000000001`` measures instead a
+process's start-up to its first event (imports, graph, one model step forward and backward, tracks; wall and CPU
+seconds, and the numba kernels it compiled), in a first and then in a second process sharing a fresh numba cache.
+
 The load average is recorded before and after: on a shared machine compare runs made together.
 """
 
@@ -150,6 +154,52 @@ def chain(args: list[str], data: Path, out: Path) -> tuple[float, dict]:
     return wall, json.loads((out / "summary.json").read_text())
 
 
+#: A fresh process's way to its first event (run by :func:`startup`).
+STARTUP_PROBE = r"""
+import time
+t0, c0 = time.perf_counter(), time.process_time()
+import json, sys
+import torch
+from numba.core import event
+torch.set_num_threads(1)
+from domainpar.data.graph import build_graph
+from domainpar.data.trackml import load_event
+from domainpar.model.config import ModelConfig
+from domainpar.model.registry import build_model
+from domainpar.parallel.part import rank_part
+from domainpar.tracks.candidates import TrackConfig, build_candidates
+t1 = time.perf_counter()
+with event.install_recorder("numba:compile") as recorder:
+    (hits,) = load_event(sys.argv[1], parts=("hits",))
+    graph, _ = build_graph(hits, event_id=1)
+    t2 = time.perf_counter()
+    model = build_model(ModelConfig(hidden=32, num_iterations=4, activation=sys.argv[2], layer_norm=True, checkpointing=True))
+    rp = rank_part(graph)
+    logits = model(rp.graph, rp.exchange)
+    logits.sum().backward()
+    t3 = time.perf_counter()
+    build_candidates(graph.pos, graph.layer, graph.edge_index, torch.sigmoid(logits.detach()).double().numpy(), TrackConfig())
+    t4 = time.perf_counter()
+names = sorted({f"{d.data['dispatcher'].py_func.__module__}.{d.data['dispatcher'].py_func.__qualname__}" for _, d in recorder.buffer})
+print(json.dumps({"imports": t1 - t0, "build": t2 - t1, "model_step": t3 - t2, "tracks": t4 - t3, "total": t4 - t0,
+                  "cpu": time.process_time() - c0, "compiled": [n for n in names if n.startswith("domainpar.")]}))
+"""
+
+
+def startup(prefix: Path, activation: str, processes: int = 3) -> list[dict]:
+    """Start-up figures of ``processes`` fresh processes in a row sharing a fresh numba cache (the first fills it)."""
+    cache = Path(tempfile.mkdtemp(prefix="domainpar-numba-"))
+    try:
+        runs = []
+        for _ in range(processes):
+            done = subprocess.run([sys.executable, "-c", STARTUP_PROBE, str(prefix), activation], capture_output=True, text=True,
+                                  env={**os.environ, "NUMBA_CACHE_DIR": str(cache)}, check=True)  # fmt: skip
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        return runs
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path)
@@ -160,8 +210,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--method", default="geometric")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--copies", type=int, default=4, help="Events of the throughput run (0: none).")
-    parser.add_argument("--out", type=Path, required=True, help="Where the measurement's JSON and work files go.")
+    parser.add_argument("--out", type=Path, help="Where the measurement's JSON and work files go.")
+    parser.add_argument("--startup", action="store_true", help="Measure a process's start-up to its first event instead.")
+    parser.add_argument("--activation", default="relu", help="The model's activation for --startup (relu uses the row kernels).")
     options = parser.parse_args(argv)
+    if options.startup:
+        for index, run in enumerate(startup(options.event, options.activation)):
+            figures = ", ".join(f"{k} {v:.2f} s" for k, v in run.items() if k != "compiled")
+            print(f"process {index + 1}: {figures}; compiled: {', '.join(run['compiled']) or 'nothing'}")
+        print(f"load average {list(os.getloadavg())}")
+        return
+    if options.out is None:
+        parser.error("--out is required")
     options.out.mkdir(parents=True, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
     load_before = os.getloadavg()

@@ -319,3 +319,18 @@ def test_graph_files_give_the_tracks_of_their_raw_events(checkpoint, truth_free_
     assert (tmp_path / "graph" / name).read_bytes() == (tmp_path / "raw" / name).read_bytes()
     record = json.loads((tmp_path / "graph" / "events" / "event000000001.json").read_text())
     assert record["inputs"][0]["file"] == "event000000001.npz"
+
+
+def test_the_exported_pipeline_reconstructs_as_its_checkpoint(checkpoint, truth_free_dir, tmp_path):
+    """`--model` runs `domainpar export`'s TorchScript file with the graph stage its sidecar records."""
+    graphs = tmp_path / "graphs"
+    assert _cli(["build", "--input", str(truth_free_dir), "--out", str(graphs), "--workers", "1", "--quiet"]) == 0
+    exported = tmp_path / "export" / "model.pt"
+    assert _cli(["export", "--checkpoint", str(checkpoint), "--format", "torchscript", "--out", str(exported),
+                 "--graphs", str(graphs)]) == 0  # fmt: skip
+    for pipeline, out in ((["--checkpoint", str(checkpoint)], tmp_path / "checkpoint"), (["--model", str(exported)], tmp_path / "model")):
+        assert _cli(["reconstruct", "--data", str(truth_free_dir), "--out", str(out), *pipeline, "--prefetch", "0", "--quiet"]) == 0
+    name = "submissions/event000000001-submission.csv"
+    assert (tmp_path / "model" / name).read_bytes() == (tmp_path / "checkpoint" / name).read_bytes()
+    manifest = json.loads((tmp_path / "model" / "reconstruct.json").read_text())["pipeline"]
+    assert manifest["model_format"] == "torchscript" and manifest["checkpoint_sha256"]
