@@ -35,7 +35,7 @@ from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import load_events
-from domainpar.inference.infer import infer_partitioned
+from domainpar.inference.infer import infer_partitioned, infer_single
 from domainpar.inference.pipeline import event_logits, load_pipeline
 from domainpar.inference.scores import write_scored_graph
 from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
@@ -75,7 +75,8 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
     partition_records: list[dict] = [{} for _ in graphs]
     if exported is not None or config.num_parts == 1:
         bar = progress(events, desc="inference", unit="event", enabled=config.progress)
-        logits = [event_logits(pipeline, event.graph, event.source) for event in bar]
+        # event_logits' two cases (infer_single is called from here so that it can be replaced in one place by tests).
+        logits = [event_logits(pipeline, e.graph, e.source) if exported is not None else infer_single(loaded, e.graph) for e in bar]
     else:
         logits, partition_records = infer_partitioned(
             Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
