@@ -57,13 +57,15 @@ def _chi2(x, y, z, var_t, var_z, var_r, buf, start, count, field, ms):
 
 
 @numba.njit(cache=True, nogil=True)
-def _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, i, c, window, field, ms):
+def _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, i, c, window, field, ms, old=np.nan):
     """chi2 increment of putting hit c at index i of the track buf[start:end] (start <= i <= end), judged on the
-    ``window`` consecutive hits around it (the last ones at an end); buf is left as it was."""
+    ``window`` consecutive hits around it (the last ones at an end); buf is left as it was. ``old``: the chi2 of
+    those hits without c when known (the same for every candidate at one end)."""
     lo = max(start, i - (window - 1) // 2)
     hi = min(end + 1, lo + window)
     lo = max(start, hi - window)
-    old = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, hi - 1 - lo, field, ms)
+    if np.isnan(old):
+        old = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, hi - 1 - lo, field, ms)
     for k in range(end, i, -1):
         buf[k] = buf[k - 1]
     buf[i] = c
@@ -98,8 +100,11 @@ def _add_candidate(c, score, stamp, stamp_id, cand, cand_score, num_cand):
 
 
 @numba.njit(cache=True, nogil=True)
-def _tangent(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms):
-    """Unit-free direction of travel at the growing end: the fitted helix's tangent there (x, y, z)."""
+def _end_state(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms):
+    """The helix at the growing end, fitted to the last ``window`` hits.
+
+    Returns ``(tx, ty, tz, xc, yc, radius)``: the direction of travel at the tip ((tx, ty) a unit vector, tz =
+    dz/ds) and the fitted circle (radius inf: a straight line through the tip along (tx, ty))."""
     if direction > 0:
         lo = max(start, end - window)
         hi = end
@@ -118,32 +123,58 @@ def _tangent(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, wi
     cx = x[tip] - x[back]
     cy = y[tip] - y[back]
     cz = z[tip] - z[back]
+    norm = math.sqrt(cx * cx + cy * cy)
+    chord_slope = cz / norm if norm > 0.0 else 0.0
+    chord_x = cx / norm if norm > 0.0 else 1.0
+    chord_y = cy / norm if norm > 0.0 else 0.0
     if hi - lo < 3:
-        return cx, cy, cz
+        return chord_x, chord_y, chord_slope, np.nan, np.nan, np.inf
     _, _, _, _, xc, yc, _, slope = helix_fit(x, y, z, var_t, var_z, var_r, buf[lo:], hi - lo, field, ms)
+    # |dz/ds| from the fit, signed like the chord (s runs along the buffer; the chord points along travel).
+    tz = abs(slope) if cz >= 0.0 else -abs(slope)
     if not np.isfinite(xc):
-        return cx, cy, cz
+        return chord_x, chord_y, tz, np.nan, np.nan, np.inf
     # Perpendicular to the radius at the tip, oriented like the chord.
     tx = -(y[tip] - yc)
     ty = x[tip] - xc
     if tx * cx + ty * cy < 0.0:
         tx = -tx
         ty = -ty
-    norm = math.sqrt(tx * tx + ty * ty)
-    if norm == 0.0:
-        return cx, cy, cz
-    tx /= norm
-    ty /= norm
-    # |dz/ds| from the fit, signed like the chord (s runs along the buffer; the chord points along travel).
-    tz = abs(slope) if cz >= 0.0 else -abs(slope)
-    return tx, ty, tz
+    radius = math.sqrt(tx * tx + ty * ty)
+    if radius == 0.0:
+        return chord_x, chord_y, tz, np.nan, np.nan, np.inf
+    return tx / radius, ty / radius, tz, xc, yc, radius
+
+
+@numba.njit(cache=True, nogil=True)
+def _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, check_z):
+    """Whether hit c lies within ``gate`` mm of the helix at the tip: across the circle in x-y, and (with check_z)
+    across the (s, z) line, s the arc from the tip to c (the x-y distance for a straight line)."""
+    if radius < np.inf:
+        across = abs(math.sqrt((x[c] - xc) ** 2 + (y[c] - yc) ** 2) - radius)
+    else:
+        across = abs((x[c] - x[tip]) * ty - (y[c] - y[tip]) * tx)
+    if across > gate:
+        return False
+    if not check_z:
+        return True
+    if radius < np.inf:
+        # The arc from the tip to c around the centre (a curler turns far between two layers).
+        ax = x[tip] - xc
+        ay = y[tip] - yc
+        bx = x[c] - xc
+        by = y[c] - yc
+        ds = radius * abs(math.atan2(ax * by - ay * bx, ax * bx + ay * by))
+    else:
+        ds = math.sqrt((x[c] - x[tip]) ** 2 + (y[c] - y[tip]) ** 2)
+    return abs(z[c] - z[tip] - tz * ds) <= gate * math.sqrt(1.0 + tz * tz)
 
 
 @numba.njit(cache=True, nogil=True)
 def _grow(
     x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-    direction, reach, window, hit_chi2, score_weight, double_distance, field, ms, claiming, stamp, stamp_id, cand,
-    cand_score, stones,
+    direction, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp,
+    stamp_id, cand, cand_score, stones,
 ):  # fmt: skip
     """Grow the track buf[start:end] (ordered along the track) at its end (direction +1) or its start (-1).
 
@@ -175,15 +206,19 @@ def _grow(
         for m in range(num_cand):
             c = cand[m]
             twin = -1
-            best_d2 = double_distance * double_distance
+            best_d2 = np.inf
+            same = 0
+            far = False
             for idx in range(start, end):
                 h = buf[idx]
                 if layer[h] == layer[c]:
+                    same += 1
                     d2 = (x[c] - x[h]) ** 2 + (y[c] - y[h]) ** 2 + (z[c] - z[h]) ** 2
-                    if d2 <= best_d2:
+                    far = far or d2 > double_distance * double_distance
+                    if d2 < best_d2:
                         best_d2 = d2
                         twin = idx
-            if twin < 0:
+            if twin < 0 or far or same >= max_per_layer:
                 continue
             h = buf[twin]
             ref = buf[twin + 1] if twin + 1 < end else buf[twin - 1]
@@ -196,8 +231,10 @@ def _grow(
                 added = True
         # Then one hit ahead: the cheapest candidate; failing that, one reached through a stepping stone.
         tip = buf[end - 1] if direction > 0 else buf[start]
-        tx, ty, tz = _tangent(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms)
+        tx, ty, tz, xc, yc, radius = _end_state(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms)
         at = end if direction > 0 else start
+        lo = max(start, at - (window - 1)) if direction > 0 else start
+        old = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, min(window - 1, end - lo), field, ms)
         for round in range(2):
             if round == 1:
                 for m in range(num_cand):
@@ -209,6 +246,8 @@ def _grow(
                 for q in range(num_stones):
                     v = stones[q]
                     if (x[v] - x[tip]) * tx + (y[v] - y[tip]) * ty + (z[v] - z[tip]) * tz <= 0.0:
+                        continue
+                    if not _in_gate(x, y, z, v, tip, tx, ty, tz, xc, yc, radius, 2.0 * gate, True):
                         continue
                     for j in range(nbr_ptr[v], nbr_ptr[v + 1]):
                         c = nbr_node[j]
@@ -223,8 +262,10 @@ def _grow(
                     continue
                 if (x[c] - x[tip]) * tx + (y[c] - y[tip]) * ty + (z[c] - z[tip]) * tz <= 0.0:
                     continue
+                if not _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, True):
+                    continue
                 # A layer the track holds only beyond double-hit distance on a curler's way back: the fit decides.
-                delta = _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, at, c, window, field, ms)
+                delta = _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, at, c, window, field, ms, old)
                 if delta > hit_chi2:
                     continue
                 cost = delta - score_weight * math.log(max(cand_score[m], 1e-6))
@@ -264,6 +305,8 @@ def follow_tracks(
     max_chi2_ndf: float,
     score_weight: float,
     double_distance: float,
+    max_per_layer: int,
+    gate: float,
     min_hits: int,
     field: float,
     ms: float,
@@ -285,6 +328,8 @@ def follow_tracks(
         max_chi2_ndf: largest chi2/ndf of a kept track.
         score_weight: weight of -ln(edge score) in a candidate's cost.
         double_distance: largest distance (mm) of two hits of one particle on one layer.
+        max_per_layer: most hits of one track on one layer (overlapping modules).
+        gate: a candidate further than this (mm) from the helix at the growing end is not fitted.
         min_hits: smallest kept track.
         field, ms: the helix fit's field (T) and multiple-scattering term (mm GeV).
 
@@ -311,11 +356,13 @@ def follow_tracks(
         a = seeds[0, s]
         b = seeds[1, s]
         c = seeds[2, s]
-        if claiming:
-            if owner[a] >= 0 or owner[b] >= 0 or owner[c] >= 0:
-                continue
-        elif used[a] > 0 and used[b] > 0 and used[c] > 0:
+        if claiming and (owner[a] >= 0 or owner[b] >= 0 or owner[c] >= 0):
             continue
+        if used[a] > 0 and used[b] > 0 and used[c] > 0:
+            continue  # every hit of it is on a track already, or seeded one that failed
+        used[a] += 1
+        used[b] += 1
+        used[c] += 1
         start = 0
         buf[start] = a
         buf[start + 1] = b
@@ -329,11 +376,11 @@ def follow_tracks(
         member[c] = build_id
         end, stamp_id = _grow(
             x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            1, reach, window, hit_chi2, score_weight, double_distance, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            1, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
         end, stamp_id = _grow(
             x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            -1, reach, window, hit_chi2, score_weight, double_distance, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            -1, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
         count = end - start
         if count < min_hits:

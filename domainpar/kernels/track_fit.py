@@ -51,30 +51,14 @@ NUM_FIT_VALUES = 8
 
 
 @numba.njit(cache=True, nogil=True)
-def helix_fit(
-    x: np.ndarray,
-    y: np.ndarray,
-    z: np.ndarray,
-    var_t: np.ndarray,
-    var_z: np.ndarray,
-    var_r: np.ndarray,
-    hits: np.ndarray,
-    count: int,
-    field: float,
-    ms: float,
-) -> tuple:
-    """Fit a helix to ``hits[:count]`` (node ids into the per-hit arrays), in that order.
+def karimaki(x: np.ndarray, y: np.ndarray, hits: np.ndarray, count: int) -> tuple:
+    """Karimäki's circle fit of ``hits[:count]`` in the frame centred on their mean (order-independent).
 
     Returns:
-        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views
-        (with the errors of the module docstring), ndf = 2 count - 5,
-        pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm),
-        the circle centre (mm; nan for a line), and the (s, z) line's intercept
-        at the first hit and slope dz/ds. chi2 and pT are nan below 3 hits.
+        ``(xm, ym, rho, dca, sin_phi, cos_phi)``: the frame's origin (the hits' mean), the signed curvature
+        (1/mm, 0 for a line), and the signed distance of closest approach to that origin and the direction
+        there of the circle ``0.5 rho (u^2 + v^2) - (1 + rho dca)(u sin_phi - v cos_phi) + 0.5 rho dca^2 + dca = 0``.
     """
-    nan = np.nan
-    if count < 3:
-        return nan, 0.0, nan, nan, nan, nan, nan, nan
     xm = 0.0
     ym = 0.0
     for k in range(count):
@@ -121,6 +105,56 @@ def helix_fit(
     root = math.sqrt(disc)
     rho = 2.0 * kappa / root if root > 0.0 else 0.0
     dca = 2.0 * delta / (1.0 + root)
+    return xm, ym, rho, dca, sphi, cphi
+
+
+@numba.njit(cache=True, nogil=True)
+def circle_of(x: np.ndarray, y: np.ndarray, hits: np.ndarray, count: int) -> tuple:
+    """``(xc, yc, radius)`` of the circle fitted to ``hits[:count]`` (radius inf and the centre nan for a line)."""
+    xm, ym, rho, dca, sphi, cphi = karimaki(x, y, hits, count)
+    if abs(rho) <= 1e-12:
+        return np.nan, np.nan, np.inf
+    return xm + (dca + 1.0 / rho) * sphi, ym - (dca + 1.0 / rho) * cphi, 1.0 / abs(rho)
+
+
+@numba.njit(cache=True, nogil=True)
+def circle_distance(xm: float, ym: float, rho: float, dca: float, sphi: float, cphi: float, px: float, py: float) -> float:
+    """Distance of the point (px, py) from the circle :func:`karimaki` returned (exact; a line when rho is 0)."""
+    u = px - xm
+    v = py - ym
+    f = 0.5 * rho * (u * u + v * v) - (1.0 + rho * dca) * (u * sphi - v * cphi) + 0.5 * rho * dca * dca + dca
+    g = 1.0 + 2.0 * rho * f
+    if g < 0.0:
+        g = 0.0
+    return abs(2.0 * f / (1.0 + math.sqrt(g)))
+
+
+@numba.njit(cache=True, nogil=True)
+def helix_fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    z: np.ndarray,
+    var_t: np.ndarray,
+    var_z: np.ndarray,
+    var_r: np.ndarray,
+    hits: np.ndarray,
+    count: int,
+    field: float,
+    ms: float,
+) -> tuple:
+    """Fit a helix to ``hits[:count]`` (node ids into the per-hit arrays), in that order.
+
+    Returns:
+        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views
+        (with the errors of the module docstring), ndf = 2 count - 5,
+        pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm),
+        the circle centre (mm; nan for a line), and the (s, z) line's intercept
+        at the first hit and slope dz/ds. chi2 and pT are nan below 3 hits.
+    """
+    nan = np.nan
+    if count < 3:
+        return nan, 0.0, nan, nan, nan, nan, nan, nan
+    xm, ym, rho, dca, sphi, cphi = karimaki(x, y, hits, count)
     # Circle: 0.5 rho (u^2+v^2) - (1 + rho d)(u sin(phi) - v cos(phi)) + 0.5 rho d^2 + d = 0 (centred frame).
     scratch = np.empty((4, count))  # one allocation: residuals, arc lengths, variances across and along
     eps_xy = scratch[0]

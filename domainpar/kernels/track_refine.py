@@ -7,7 +7,8 @@ edge scores, and a label per hit (-1: on no track) in; new labels out.
   the hits of both, ordered along the track, fit one helix (the worst
   windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf`
   at most ``max_chi2_ndf``) and share no layer except through double hits
-  (two hits of one layer within ``double_distance``). Pairs are tried by
+  (at most ``max_per_layer`` hits of one layer, all within ``double_distance``
+  of each other: a particle crossing overlapping modules). Pairs are tried by
   their number of joining edges (most first, then the higher summed score);
   a merged track is judged whole against the next fragment. Tracks of at
   least one hit take part, so a free hit or pair joins a track here too.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from domainpar.kernels.track_fit import helix_fit, window_chi2_ndf
+from domainpar.kernels.track_fit import circle_distance, helix_fit, karimaki, window_chi2_ndf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -50,11 +51,11 @@ def _sorted_hits(head, nxt, dist, root, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _layers_compatible(x, y, z, layer, hits, count, double_distance):
-    """No two hits of one layer unless they are a double hit (within double_distance), at most two a layer."""
+def _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_layer):
+    """Hits of one layer only as overlapping-module hits: at most ``max_per_layer``, each pair within double_distance."""
     for i in range(count):
         a = hits[i]
-        same = 0
+        same = 1
         for j in range(count):
             if i == j:
                 continue
@@ -62,14 +63,15 @@ def _layers_compatible(x, y, z, layer, hits, count, double_distance):
             if layer[a] == layer[b]:
                 same += 1
                 d2 = (x[a] - x[b]) ** 2 + (y[a] - y[b]) ** 2 + (z[a] - z[b]) ** 2
-                if d2 > double_distance * double_distance or same > 1:
+                if d2 > double_distance * double_distance or same > max_per_layer:
                     return False
     return True
 
 
 @numba.njit(cache=True, nogil=True)
 def merge_fragments(
-    x, y, z, var_t, var_z, var_r, layer, labels, pair_a, pair_b, max_chi2_ndf, double_distance, window, field, ms, max_hits
+    x, y, z, var_t, var_z, var_r, layer, labels, pair_a, pair_b, max_chi2_ndf, double_distance, max_per_layer, window,
+    gate, field, ms, max_hits,
 ):  # fmt: skip
     """Merge tracks pair by pair (see the module docstring).
 
@@ -78,7 +80,9 @@ def merge_fragments(
         layer: (N,) layer codes.
         labels: (N,) track of every hit, -1 for none (tracks numbered 0..T-1).
         pair_a, pair_b: (P,) track pairs to try, in order.
-        max_chi2_ndf, double_distance, window, field, ms: the fit's and the layer rule's settings.
+        max_chi2_ndf, double_distance, max_per_layer, window, field, ms: the fit's and the layer rule's settings.
+        gate: a pair is fitted only when the hits of the smaller track lie within this (mm) of the larger
+            one's circle (tracks of 3 hits or more).
         max_hits: the longest merged track.
 
     Returns:
@@ -106,6 +110,11 @@ def merge_fragments(
         tail[t] = i
         size[t] += 1
     hits = np.empty(max_hits + 1, dtype=np.int64)
+    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every root track of 3 hits or more
+    for t in range(num_tracks):
+        if size[t] >= 3:
+            count = _sorted_hits(head, nxt, dist, t, hits)
+            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
     for p in range(pair_a.shape[0]):
         a = pair_a[p]
         while parent[a] != a:
@@ -115,11 +124,23 @@ def merge_fragments(
             b = parent[b]
         if a == b or size[a] + size[b] > max_hits:
             continue
+        big, small = (a, b) if size[a] >= size[b] else (b, a)
+        if size[big] >= 3:
+            h = head[small]
+            near = True
+            while h >= 0:
+                c = circle[big]
+                if circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
+                    near = False
+                    break
+                h = nxt[h]
+            if not near:
+                continue
         # The union, tentatively linked a -> b, sorted; undone if it does not fit.
         nxt[tail[a]] = head[b]
         count = _sorted_hits(head, nxt, dist, a, hits)
         nxt[tail[a]] = -1
-        if not _layers_compatible(x, y, z, layer, hits, count, double_distance):
+        if not _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_layer):
             continue
         if count >= 3 and window_chi2_ndf(x, y, z, var_t, var_z, var_r, hits, count, window, field, ms) > max_chi2_ndf:
             continue
@@ -127,6 +148,8 @@ def merge_fragments(
         tail[a] = tail[b]
         size[a] += size[b]
         parent[b] = a
+        if count >= 3:
+            circle[a, 0], circle[a, 1], circle[a, 2], circle[a, 3], circle[a, 4], circle[a, 5] = karimaki(x, y, hits, count)
     out = labels.copy()
     for i in range(n):
         t = labels[i]
@@ -140,8 +163,8 @@ def merge_fragments(
 
 @numba.njit(cache=True, nogil=True)
 def attach_free(
-    x, y, z, var_t, var_z, var_r, layer, labels, nbr_ptr, nbr_node, nbr_score, order, hit_chi2, double_distance, window,
-    field, ms, max_hits,
+    x, y, z, var_t, var_z, var_r, layer, labels, nbr_ptr, nbr_node, nbr_score, order, hit_chi2, double_distance,
+    max_per_layer, window, gate, field, ms, max_hits,
 ):  # fmt: skip
     """Attach hits on no track to their best neighbouring track (see the module docstring).
 
@@ -149,6 +172,7 @@ def attach_free(
         labels: (N,) track of every hit, -1 for none.
         nbr_ptr, nbr_node, nbr_score: CSR of every hit's graph neighbours with the edge's score.
         order: (F,) the free hits in the order they are tried.
+        gate: a hit further than this (mm) from a track's circle is not fitted with it.
         (others as :func:`merge_fragments`)
 
     Returns:
@@ -169,6 +193,11 @@ def attach_free(
             nxt[i] = head[t]
             head[t] = i
     hits = np.empty(max_hits + 2, dtype=np.int64)
+    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every track of 3 hits or more, before attaching
+    for t in range(num_tracks):
+        count = _sorted_hits(head, nxt, dist, t, hits)
+        if count >= 3:
+            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
     for q in range(order.shape[0]):
         h = order[q]
         if out[h] >= 0:
@@ -179,21 +208,26 @@ def attach_free(
             t = out[nbr_node[j]]
             if t < 0:
                 continue
+            c = circle[t]
+            if np.isfinite(c[0]) and circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
+                continue
             count = _sorted_hits(head, nxt, dist, t, hits)
             if count >= max_hits:
                 continue
             # Layer rule, and where h goes along the track.
             ok = True
             at = count
+            same = 1
             for k in range(count):
                 g = hits[k]
                 if layer[g] == layer[h]:
+                    same += 1
                     d2 = (x[g] - x[h]) ** 2 + (y[g] - y[h]) ** 2 + (z[g] - z[h]) ** 2
                     if d2 > double_distance * double_distance:
                         ok = False
                 if at == count and dist[g] > dist[h]:
                     at = k
-            if not ok:
+            if not ok or same > max_per_layer:
                 continue
             lo = max(0, at - (window - 1) // 2)
             hi = min(count + 1, lo + window)

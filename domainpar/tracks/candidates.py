@@ -58,8 +58,12 @@ class TrackConfig:
     """Following: largest chi2/ndf of a kept track."""
     score_weight: float = 2.0
     """Following: weight of -ln(edge score) beside the chi2 increment in a candidate's cost."""
-    double_distance: float = 10.0
+    double_distance: float = 20.0
     """Following: largest distance (mm) of two hits of one particle on one layer (overlapping modules)."""
+    gate: float = 3.0
+    """Following: a candidate hit further than this (mm) from the helix at the track's end is not fitted."""
+    max_per_layer: int = 3
+    """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
     min_hits: int = 3
     """Following: fewest hits of a kept track."""
     max_shared: int = 1
@@ -75,12 +79,12 @@ class TrackConfig:
         _check_number("sigma_hit", self.sigma_hit, 0.0, None)
         _check_number("ms", self.ms, 0.0, None, low_open=False)
         _check_number("extend_threshold", self.extend_threshold, 0.0, 1.0, low_open=False, high_open=True)
-        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance"):
+        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
             _check_number(name, getattr(self, name), 0.0, None)
         _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
         if not isinstance(self.refine, bool):
             raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
-        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("min_hits", 3), ("max_shared", 0)):
+        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("min_hits", 3), ("max_shared", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")

@@ -18,6 +18,36 @@ from domainpar.kernels.track_ckf import MAX_HITS, follow_tracks, resolve_shared
 from domainpar.kernels.track_refine import attach_free, merge_fragments
 
 
+@numba.njit(cache=True, nogil=True)
+def _csr_best_first(num_nodes, src, dst, score):
+    ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    for k in range(src.shape[0]):
+        ptr[src[k] + 1] += 1
+    for v in range(num_nodes):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    node = np.empty(src.shape[0], dtype=np.int64)
+    value = np.empty(src.shape[0], dtype=np.float64)
+    for k in range(src.shape[0]):
+        at = fill[src[k]]
+        node[at] = dst[k]
+        value[at] = score[k]
+        fill[src[k]] += 1
+    # Each row best first (insertion sort: rows are short; ties keep the edge order).
+    for v in range(num_nodes):
+        for i in range(ptr[v] + 1, ptr[v + 1]):
+            s = value[i]
+            d = node[i]
+            j = i - 1
+            while j >= ptr[v] and value[j] < s:
+                value[j + 1] = value[j]
+                node[j + 1] = node[j]
+                j -= 1
+            value[j + 1] = s
+            node[j + 1] = d
+    return ptr, node, value
+
+
 def neighbours(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray, min_score: float):
     """CSR of every hit's graph neighbours over edges scored above ``min_score`` (both directions), best first.
 
@@ -27,11 +57,8 @@ def neighbours(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray, min_s
     keep = np.flatnonzero(scores > min_score)
     src = np.concatenate([edge_index[0, keep], edge_index[1, keep]])
     dst = np.concatenate([edge_index[1, keep], edge_index[0, keep]])
-    score = np.concatenate([scores[keep], scores[keep]])
-    order = np.lexsort((-score, src))
-    ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=ptr[1:])
-    return ptr, np.ascontiguousarray(dst[order]), np.ascontiguousarray(score[order], dtype=np.float64)
+    score = np.concatenate([scores[keep], scores[keep]]).astype(np.float64)
+    return _csr_best_first(num_nodes, src, dst, score)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -59,17 +86,10 @@ def _triplets(in_ptr, in_node, in_score, out_ptr, out_node, out_score, per_hit):
 def seed_triplets(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray, threshold: float, per_hit: int) -> np.ndarray:
     """(3, S) seed triplets, best first (see the module docstring)."""
     keep = np.flatnonzero(scores > threshold)
-    src, dst, score = edge_index[0, keep], edge_index[1, keep], scores[keep]
-    out_order = np.lexsort((-score, src))
-    out_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=out_ptr[1:])
-    in_order = np.lexsort((-score, dst))
-    in_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=num_nodes), out=in_ptr[1:])
-    seeds, weak, strong = _triplets(
-        in_ptr, np.ascontiguousarray(src[in_order]), np.ascontiguousarray(score[in_order], dtype=np.float64),
-        out_ptr, np.ascontiguousarray(dst[out_order]), np.ascontiguousarray(score[out_order], dtype=np.float64), per_hit,
-    )  # fmt: skip
+    src, dst, score = edge_index[0, keep], edge_index[1, keep], scores[keep].astype(np.float64)
+    out_ptr, out_node, out_score = _csr_best_first(num_nodes, src, dst, score)
+    in_ptr, in_node, in_score = _csr_best_first(num_nodes, dst, src, score)
+    seeds, weak, strong = _triplets(in_ptr, in_node, in_score, out_ptr, out_node, out_score, per_hit)
     order = np.lexsort((seeds[2], seeds[1], seeds[0], -strong, -weak))
     return np.ascontiguousarray(seeds[:, order])
 
@@ -91,7 +111,7 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
     tracks_ptr, tracks_hits, chi2_ndf = follow_tracks(
         *columns, np.ascontiguousarray(layer, dtype=np.int64), ptr, node, score, seeds, not shared, config.reach,
         config.window, config.hit_chi2, config.seed_chi2, config.max_chi2_ndf, config.score_weight, config.double_distance,
-        config.min_hits, config.field, config.ms,
+        config.max_per_layer, config.gate, config.min_hits, config.field, config.ms,
     )  # fmt: skip
     labels = np.full(n, -1, dtype=np.int64)
     sizes = np.diff(tracks_ptr)
@@ -132,13 +152,15 @@ def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndar
     cross = (a >= 0) & (b >= 0) & (a != b)
     if cross.any():
         lo, hi = np.minimum(a[cross], b[cross]), np.maximum(a[cross], b[cross])
-        pairs, inverse, count = np.unique(np.stack([lo, hi]), axis=1, return_inverse=True, return_counts=True)
-        total = np.bincount(inverse.ravel(), scores[keep][cross], minlength=pairs.shape[1])
-        order = np.lexsort((pairs[1], pairs[0], -total, -count))
+        num_tracks = int(labels.max()) + 1
+        keys, inverse, count = np.unique(lo * num_tracks + hi, return_inverse=True, return_counts=True)
+        pairs = np.stack([keys // num_tracks, keys % num_tracks])
+        total = np.bincount(inverse.ravel(), scores[keep][cross], minlength=keys.size)
+        order = np.lexsort((keys, -total, -count))
         labels = merge_fragments(
             *columns, layer, np.ascontiguousarray(labels, dtype=np.int64), np.ascontiguousarray(pairs[0, order]),
-            np.ascontiguousarray(pairs[1, order]), config.max_chi2_ndf, config.double_distance, config.window,
-            config.field, config.ms, MAX_HITS,
+            np.ascontiguousarray(pairs[1, order]), config.max_chi2_ndf, config.double_distance, config.max_per_layer, config.window,
+            config.gate, config.field, config.ms, MAX_HITS,
         )  # fmt: skip
     ptr, node, score = neighbours(n, edge_index, scores, config.extend_threshold)
     free = np.flatnonzero(labels < 0)
@@ -147,7 +169,7 @@ def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndar
     free = free[np.lexsort((free, -best[free]))]
     labels = attach_free(
         *columns, layer, np.ascontiguousarray(labels, dtype=np.int64), ptr, node, score, free, config.hit_chi2,
-        config.double_distance, config.window, config.field, config.ms, MAX_HITS,
+        config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
     )  # fmt: skip
     sizes = np.bincount(labels[labels >= 0], minlength=1)
     small = (labels >= 0) & (sizes[np.maximum(labels, 0)] < config.min_hits)

@@ -85,12 +85,16 @@ def curler() -> HandEvent:
 
 
 def noise_and_shared_hit() -> HandEvent:
-    """A noise hit beside particle 1 scored above its true continuation, and particle 2 without a hit of its own
-    on one layer: it crossed particle 1's hit there (one cluster), whose segments to particle 2 are scored high."""
+    """A noise hit beside particle 1 scored above its true continuation, and particle 2 crossing particle 1 on one
+    layer: it left no hit of its own there (one cluster, particle 1's hit), whose segments to particle 2 are scored
+    high."""
     ev = HandEvent()
     a = ev.track(1, pt=1.2, phi0=2.0, charge=1, cot=1.1, layers=[7, 8, 9, 10, 24, 25])
-    b = ev.track(2, pt=0.9, phi0=2.0, charge=-1, cot=1.1, layers=[7, 8, 10, 24, 25], z0=5.0)
-    noise = ev.hit(helix_at(pt=1.2, phi0=2.0, charge=1, cot=1.1, radius=172.0) + np.array([2.0, -2.0, 0.0]), 10, 0)
+    # Same charge, half the pT, turned so that it crosses particle 1 at r = 116 mm (layer 9).
+    b = ev.track(2, pt=0.6, phi0=2.0293, charge=1, cot=1.1, layers=[7, 8, 10, 24, 25])
+    away = ev.pos[a[10]] - ev.pos[b[10]]
+    away[2] = 0.0
+    noise = ev.hit(ev.pos[a[10]] + 2.0 * away / np.linalg.norm(away), 10, 0)  # 2 mm beside particle 1's hit
     ev.chain([a[7], a[8], a[9]], 0.95)
     ev.edge(a[9], noise, 0.97)
     ev.chain([a[9], a[10], a[24], a[25]], 0.9)
