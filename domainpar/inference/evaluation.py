@@ -40,7 +40,7 @@ from domainpar.inference.pipeline import event_logits, load_pipeline
 from domainpar.inference.scores import write_scored_graph
 from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
 from domainpar.progress import progress
-from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc
+from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc, plot_track_examples
 
 
 @dataclass
@@ -89,7 +89,7 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         evaluation = score_event_graph(event, logits_of_event, config, threshold, pipeline.tracks)
         evaluation.record.update(part_record)
         evaluations.append(evaluation)
-    summary = summarise(evaluations, [g.y for g in graphs])
+    summary = summarise(evaluations, [g.y for g in graphs], pt_min=config.pt_min, min_layers=config.min_layers)
     producer = {"producer": "domainpar evaluate", "domainpar": __version__, "threshold": threshold,
                 "num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None}  # fmt: skip
     if exported is not None:
@@ -130,8 +130,8 @@ def write_outputs(
     Args:
         report: from :func:`evaluate`.
         plots_dir: directory for ``roc.png``, ``efficiency_purity_vs_pt.png``,
-            ``efficiency_purity_vs_eta.png`` and ``event_display_<id>.png``
-            (for the first three events).
+            ``efficiency_purity_vs_eta.png``, ``event_display_<id>.png`` and
+            ``track_examples_<id>.png`` (tracks whole, broken and fake; for the first three events).
         submissions_dir: directory for the submission CSVs.
         scores_dir: directory for every event's graph with its edge scores (:mod:`domainpar.inference.scores`).
     """
@@ -166,4 +166,13 @@ def write_outputs(
                     title=f"event {graph.event_id}: {report.summary['track_method']} tracks, score > {threshold:g}",
                 )  # fmt: skip
             )
+            if evaluation.candidates is not None and graph.particle_id is not None:
+                c = evaluation.candidates
+                written.append(
+                    plot_track_examples(
+                        graph.pos, c.offsets, c.hits, c.track_id, graph.particle_id, graph.particle_pt,
+                        Path(plots_dir) / f"track_examples_{graph.event_id}.png", pt_min=pt_min,
+                        title=f"event {graph.event_id}: {report.summary['track_method']} tracks whole, broken and fake",
+                    )  # fmt: skip
+                )
     return written

@@ -23,7 +23,7 @@ from domainpar.inference.pipeline import event_tracks, sigmoid
 from domainpar.tracks.build import METHODS as TRACK_METHODS
 from domainpar.tracks.build import complete_tracks, submission
 from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
-from domainpar.tracks.efficiency import TrackingMetrics, edge_metrics, roc_auc, tracking_metrics
+from domainpar.tracks.efficiency import TrackingMetrics, binned_efficiencies, edge_metrics, roc_auc, tracking_metrics
 from domainpar.tracks.score import score_arrays
 
 
@@ -134,8 +134,8 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray]) -> dict:
-    """Overall figures of several events (aggregation rules in the module docstring)."""
+def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray], pt_min: float = 1.0, min_layers: int = 3) -> dict:
+    """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled)."""
     records = [e.record for e in evaluations]
     total = lambda key: sum(r[key] for r in records)  # noqa: E731
     scores = np.concatenate([e.scores for e in evaluations]) if evaluations else np.zeros(0)
@@ -156,6 +156,7 @@ def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray]) -> d
         "duplicate_rate": _ratio(total("num_duplicates"), total("num_candidates")),
         **{f"trackml_score_{method}": value for method, value in mean_score.items()},
         "seconds_tracks_max": max((r["seconds_tracks"] for r in records), default=None),
+        **binned_efficiencies([e.tracking for e in evaluations], pt_min=pt_min, min_layers=min_layers),
     }
     return summary
 

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from domainpar.data.detector import layer_table
 from domainpar.errors import DomainparError
 from domainpar.kernels.track_fit import fit_candidates
+from domainpar.kernels.track_order import order_keys
 from domainpar.tracks.build import components_of, walk_edges
+from domainpar.tracks.follow import follow
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
 
@@ -35,10 +38,38 @@ class TrackConfig:
     """Edge score cut (probability): edges scored strictly above it may join hits."""
     field: float = 2.0
     """Solenoid field along z (T), for the helix fits' pT."""
-    sigma_hit: float = 0.1
-    """Hit position resolution in the helix fits (mm)."""
-    ms: float = 0.2
-    """Multiple-scattering term of the fits' hit error (mm GeV): sigma = hypot(sigma_hit, ms / pT)."""
+    sigma_hit: float = 0.01
+    """Added in quadrature to every hit's resolution (pitch / sqrt(12) of its layer's modules) in the helix fits (mm)."""
+    ms: float = 0.03
+    """Multiple-scattering term of the helix fits (mm GeV): every hit's variance grows by (ms / pT)^2."""
+    extend_threshold: float = 0.05
+    """Following: edges scored above it may extend a track (the fit judges them)."""
+    seeds_per_hit: int = 3
+    """Following: the best-scored inner and outer edges of a hit that make seed triplets with it."""
+    reach: int = 3
+    """Following: candidates come from the neighbours of this many hits at the growing end."""
+    window: int = 5
+    """Following: the fits that judge a candidate hit and a finished track span this many consecutive hits."""
+    hit_chi2: float = 16.0
+    """Following: largest chi2 increment of one added hit."""
+    seed_chi2: float = 16.0
+    """Following: largest chi2 of a seed triplet's fit."""
+    max_chi2_ndf: float = 5.0
+    """Following: largest chi2/ndf of a kept track."""
+    score_weight: float = 2.0
+    """Following: weight of -ln(edge score) beside the chi2 increment in a candidate's cost."""
+    double_distance: float = 20.0
+    """Following: largest distance (mm) of two hits of one particle on one layer (overlapping modules)."""
+    gate: float = 3.0
+    """Following: a candidate hit further than this (mm) from the helix at the track's end is not fitted."""
+    max_per_layer: int = 3
+    """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
+    min_hits: int = 3
+    """Following: fewest hits of a kept track."""
+    max_shared: int = 1
+    """Ambiguity resolution: most hits a kept candidate shares with better ones."""
+    refine: bool = True
+    """Following: merge fragments and attach free hits by their helix fits after building."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -47,6 +78,16 @@ class TrackConfig:
         _check_number("field", self.field, 0.0, None)
         _check_number("sigma_hit", self.sigma_hit, 0.0, None)
         _check_number("ms", self.ms, 0.0, None, low_open=False)
+        _check_number("extend_threshold", self.extend_threshold, 0.0, 1.0, low_open=False, high_open=True)
+        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
+            _check_number(name, getattr(self, name), 0.0, None)
+        _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
+        if not isinstance(self.refine, bool):
+            raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
+        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("min_hits", 3), ("max_shared", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")
 
 
 def _check_number(name: str, value, low: float | None, high: float | None, low_open: bool = True, high_open: bool = False) -> None:
@@ -119,6 +160,23 @@ def check_inputs(pos, layer, edge_index, scores) -> tuple[np.ndarray, np.ndarray
     return pos, layer.astype(np.int64, copy=False), edge_index.astype(np.int64, copy=False), scores
 
 
+def hit_variances(layer: np.ndarray, sigma_hit: float) -> np.ndarray:
+    """(N, 3) every hit's resolution squared across the track in x-y, along z and along r (mm^2).
+
+    From its layer's module pitches (:func:`~domainpar.data.detector.layer_table`, pitch / sqrt(12)): u is
+    r·phi; v is z on a barrel layer and r on an endcap disc. ``sigma_hit`` is added in quadrature to all three.
+    """
+    table = layer_table()
+    if layer.size and layer.max() >= len(table):
+        raise DomainparError(f"layer: expected layer codes below {len(table)} (the detector's layers), got {int(layer.max())}")
+    by_index = table.set_index("layer_index").sort_index()
+    u = by_index["pitch_u"].to_numpy(np.float64)[layer] ** 2 / 12.0
+    v = by_index["pitch_v"].to_numpy(np.float64)[layer] ** 2 / 12.0
+    barrel = by_index["barrel"].to_numpy(bool)[layer]
+    floor = sigma_hit * sigma_hit
+    return np.stack([u + floor, np.where(barrel, v, 0.0) + floor, np.where(barrel, 0.0, v) + floor], axis=1)
+
+
 def renumber(labels: np.ndarray) -> np.ndarray:
     """Labels renumbered 0..T-1 in order of each label's lowest index (the contract's numbering)."""
     if labels.size == 0:
@@ -153,10 +211,12 @@ def assemble(
     pos: np.ndarray,
     edge_index: np.ndarray,
     scores: np.ndarray,
+    variances: np.ndarray,
     labels: np.ndarray,
     config: TrackConfig,
     started: float,
-    order_key: np.ndarray | None = None,
+    fragment: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
 ) -> TrackCandidates:
     """:class:`TrackCandidates` from a candidate label per hit.
 
@@ -164,11 +224,12 @@ def assemble(
         pos: (N, 3) hit positions (mm).
         edge_index: (2, E) graph edges.
         scores: (E,) edge scores.
+        variances: (N, 3) hit resolutions squared (:func:`hit_variances`).
         labels: (N,) any integer label per hit; equal labels = one candidate.
         config: fit settings.
         started: ``time.perf_counter()`` when the build began (for ``seconds``).
-        order_key: (N,) position of every hit along its candidate (ascending);
-            None: the 3-D distance from the origin.
+        fragment, rank: (N,) what the builder knew of the hits' order (:func:`~domainpar.kernels.track_order.order_keys`);
+            None: nothing.
 
     Returns:
         The candidates; ``edge_mask`` holds the graph edges whose two hits share a candidate.
@@ -176,8 +237,11 @@ def assemble(
     n = pos.shape[0]
     track_id = renumber(np.asarray(labels))
     num_tracks = int(track_id.max()) + 1 if n else 0
-    key = np.linalg.norm(pos, axis=1) if order_key is None else np.asarray(order_key, dtype=np.float64)
-    hits = np.lexsort((np.arange(n), key, track_id)).astype(np.int64)
+    if fragment is None:
+        fragment, rank = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)]
+    key = order_keys(*columns, track_id, np.ascontiguousarray(fragment, dtype=np.int64), np.ascontiguousarray(rank, dtype=np.int64))
+    hits = np.lexsort((key, track_id)).astype(np.int64)
     offsets = np.zeros(num_tracks + 1, dtype=np.int64)
     np.cumsum(np.bincount(track_id, minlength=num_tracks), out=offsets[1:])
     edge_score = np.full(n, np.nan, dtype=np.float32)
@@ -189,7 +253,7 @@ def assemble(
         joined = edges >= 0
         edge_score[k[joined]] = scores[edges[joined]]
     edge_mask = track_id[edge_index[0]] == track_id[edge_index[1]] if edge_index.size else np.zeros(0, dtype=bool)
-    chi2_ndf, pt = fit_candidates(pos, offsets, hits, config.field, config.sigma_hit, config.ms)
+    chi2_ndf, pt = fit_candidates(pos, variances, offsets, hits, config.field, config.ms)
     return TrackCandidates(
         track_id=track_id,
         offsets=offsets,
@@ -219,11 +283,17 @@ def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None 
     started = time.perf_counter()
     pos, layer, edge_index, scores = check_inputs(pos, layer, edge_index, scores)
     n = pos.shape[0]
+    variances = hit_variances(layer, config.sigma_hit)
     if config.method == "components":
         mask = scores > config.threshold
     elif config.method == "walk":
         mask = walk_edges(n, edge_index, scores, config.threshold)
+    elif config.method in ("ckf", "ambiguity"):
+        labels, fragment, rank = follow(pos, variances, layer, edge_index, scores, config, shared=config.method == "ambiguity")
+        free = np.flatnonzero(labels < 0)
+        labels[free] = n + free  # hits on no track: singletons
+        return assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
     else:  # pragma: no cover - TrackConfig admits only METHODS
         raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {config.method!r}")
     labels = components_of(n, edge_index, mask)
-    return assemble(pos, edge_index, scores, labels, config, started)
+    return assemble(pos, edge_index, scores, variances, labels, config, started)

@@ -30,13 +30,18 @@ def helix_points(pt: float, phi0: float, charge: int, cot: float, radii=RADII, z
     return np.array(points)
 
 
+def _fit(points: np.ndarray, sigma: float, order=None):
+    """helix_fit of the points in order, the same resolution in every direction, no scattering term."""
+    order = np.arange(len(points)) if order is None else np.asarray(order)
+    var = np.full(len(points), sigma**2)
+    return helix_fit(points[:, 0], points[:, 1], points[:, 2], var, var, var, order, len(order), 2.0, 0.0)
+
+
 @pytest.mark.parametrize("pt", [0.2, 1.0, 10.0, 1e4])
 @pytest.mark.parametrize("charge", [1, -1])
 def test_helix_fit_recovers_pt_and_slope_exactly(pt, charge):
     points = helix_points(pt, 0.7, charge, 2.13)
-    chi2, ndf, fit_pt, curvature, _, _, _, slope = helix_fit(
-        points[:, 0], points[:, 1], points[:, 2], np.arange(len(points)), len(points), 2.0, 0.05, 0.0
-    )
+    chi2, ndf, fit_pt, curvature, _, _, _, slope = _fit(points, 0.05)
     assert ndf == 2 * len(points) - 5
     assert chi2 < 1e-9
     assert fit_pt == pytest.approx(pt, rel=1e-5)
@@ -50,20 +55,20 @@ def test_helix_fit_chi2_per_ndf_is_one_for_the_stated_resolution():
     for _ in range(2000):
         points = helix_points(rng.uniform(0.5, 5), rng.uniform(-3, 3), rng.choice([-1, 1]), np.sinh(rng.uniform(-2, 2)))
         points = points + rng.normal(0, 0.05, points.shape)
-        chi2, ndf, *_ = helix_fit(points[:, 0], points[:, 1], points[:, 2], np.arange(6), 6, 2.0, 0.05, 0.0)
+        chi2, ndf, *_ = _fit(points, 0.05)
         values.append(chi2 / ndf)
     # Isotropic 0.05 mm errors: chi2/ndf averages 1 (both views measure distances perpendicular to the helix).
     assert np.mean(values) == pytest.approx(1.0, abs=0.1)
     # A wrong hit is seen: one hit moved by 2 mm.
     points = helix_points(1.0, 0.3, 1, 0.5)
     points[3, :2] += 2.0
-    chi2, ndf, *_ = helix_fit(points[:, 0], points[:, 1], points[:, 2], np.arange(6), 6, 2.0, 0.05, 0.0)
+    chi2, ndf, *_ = _fit(points, 0.05)
     assert chi2 / ndf > 100
 
 
 def test_fit_candidates_nan_below_three_hits():
     points = helix_points(1.0, 0.3, 1, 0.5)
-    chi2, pt = fit_candidates(points, np.array([0, 2, 6]), np.arange(6), 2.0, 0.05, 0.0)
+    chi2, pt = fit_candidates(points, np.full((6, 3), 0.05**2), np.array([0, 2, 6]), np.arange(6), 2.0, 0.0)
     assert np.isnan(chi2[0]) and np.isnan(pt[0])
     assert chi2[1] < 1e-9 and pt[1] == pytest.approx(1.0, rel=1e-5)
 
