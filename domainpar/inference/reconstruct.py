@@ -34,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -330,6 +331,40 @@ class Preparer:
             channel.close()
 
 
+#: The signals that stop a run.
+_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM/SIGHUP until the block ends, then act on the first one as the process would have.
+
+    The track builders' numba code calls back into Python (numba unpickles some constants while it runs); an
+    exception raised there by a stop signal's handler leaves a SystemError and a traceback instead of the one-line
+    stop. The block is short (seconds at most), so the stop waits for it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {}
+    for signum in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            previous[signum] = signal.signal(signum, lambda number, frame: arrived.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        if arrived:
+            handler = previous.get(arrived[0])
+            if callable(handler):
+                handler(arrived[0], None)
+            elif handler != signal.SIG_IGN:
+                signal.raise_signal(arrived[0])
+
+
 def _score(pipeline: Pipeline, prepared: Prepared, layout: Any, config: ReconstructConfig) -> tuple[np.ndarray, dict]:
     if config.num_parts == 1:
         return event_logits(pipeline, prepared.graph, str(prepared.source.path)), {}
@@ -345,7 +380,8 @@ def _reconstruct_event(pipeline: Pipeline, digest: str, prepared: Prepared, layo
     logits, partition = _score(pipeline, prepared, layout, config)
     scored = time.perf_counter()
     scores = sigmoid(logits)
-    candidates, track_id = event_tracks(pipeline.tracks, prepared.graph, scores, prepared.event_hit_id)
+    with _signals_deferred():
+        candidates, track_id = event_tracks(pipeline.tracks, prepared.graph, scores, prepared.event_hit_id)
     tracked = time.perf_counter()
     graph = prepared.graph
     sizes = candidates.sizes()

@@ -37,8 +37,10 @@ from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
 from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.tracks.methods import METHODS
 
 torch.set_num_threads(1)
+torch.manual_seed(0)  # the same weights, so the same scores and the same code paths in both processes
 compiled = []
 with event.install_recorder("numba:compile") as recorder:
     hits, cells = load_event(sys.argv[1], parts=("hits", "cells"))
@@ -60,7 +62,7 @@ with event.install_recorder("numba:compile") as recorder:
             rownorm.ln_act_forward(z, gamma, beta, 1e-5, code, 0.1, out)
             rownorm.ln_act_backward(z, gamma, beta, 1e-5, code, 0.1, np.ones_like(z), grad)
     scores = 1.0 / (1.0 + np.exp(-logits.detach().double().numpy()))
-    for method in ("walk", "components"):
+    for method in METHODS:
         build_candidates(graph.pos, graph.layer, graph.edge_index, scores, TrackConfig(method=method))
 for _, data in recorder.buffer:
     dispatcher = data.data["dispatcher"]
