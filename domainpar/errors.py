@@ -220,6 +220,7 @@ MEMORY_ADVICE = {
     "train": "try --checkpointing (or --offload), more ranks per event (--ranks/--domain-size: each holds one part), "
     "a smaller --hidden or fewer --batch-events",
     "evaluate": "try more --parts (each process holds one part of an event)",
+    "reconstruct": "try more --parts (each process holds one part of an event), fewer --workers or --prefetch 0",
     "verify": "try more --parts or --checkpointing",
     "build": "try fewer --workers (each worker holds one event)",
     "partition": "try fewer --workers (each worker holds one event)",

@@ -12,6 +12,8 @@ from domainpar.cli.checks import METIS_SEED, finite, local_ranks, timeout_second
 from domainpar.errors import DomainparError
 from domainpar.cli.inputs import all_inputs, sidecar_inputs
 from domainpar.output_paths import check_apart, check_output_dir, check_output_file
+from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 
 def _fmt(value) -> str:
@@ -55,8 +57,8 @@ def format_table(summary: dict) -> str:
               help="Partitioner when --parts > 1.")
 @click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
               help="Edge score cut (probability); default: the checkpoint's training threshold, else 0.5.")
-@click.option("--tracks", "track_method", type=click.Choice(["walk", "components"]), default="walk", show_default=True,
-              help="Track building from edge scores: walk-through with branch resolution, or connected components.")
+@click.option("--tracks", "track_method", type=click.Choice(list(TRACK_METHODS)), default=DEFAULT_TRACK_METHOD,
+              show_default=True, help="Track building from edge scores (docs/tracks.md compares the methods).")
 @click.option("--events", "events_dir", type=click.Path(path_type=Path), default=None,
               help="Raw events holding the truth of graph inputs, for the TrackML score (graph files carry no hit weights).")
 @click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,

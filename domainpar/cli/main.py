@@ -30,6 +30,7 @@ COMMANDS = {
     "verify": ("domainpar.cli.verify", "verify", "Check partitioned gradients against one process."),
     "train": ("domainpar.cli.train", "train", "Train an edge classifier (single, domain or sectors mode)."),
     "evaluate": ("domainpar.cli.evaluate", "evaluate", "Evaluate a checkpoint: edges, tracks, TrackML score."),
+    "reconstruct": ("domainpar.cli.reconstruct", "reconstruct", "Reconstruct tracks of events without truth: submissions, tracks."),
     "export": ("domainpar.cli.export", "export", "Export a trained edge classifier as TorchScript or ONNX for ACTS."),
     "score": ("domainpar.cli.score", "score", "Score a TrackML submission against an event's truth."),
     "demo": ("domainpar.cli.demo", "demo", "Run the embedded default pipeline end to end."),
