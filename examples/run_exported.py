@@ -29,7 +29,6 @@ equal to float32 rounding.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,8 @@ import numpy as np
 from domainpar.data.features import CELL_NODE_FEATURES, compute_features
 from domainpar.data.graph import GraphConfig, build_graph
 from domainpar.data.trackml import load_event
+from domainpar.errors import DomainparError
+from domainpar.export.sidecar import read_sidecar
 
 
 def stage_of(sidecar: dict, name: str) -> dict | None:
@@ -84,9 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
                         help="a graph file built (and pruned) like the training graphs, to compare the pipeline's graph with")
     args = parser.parse_args(argv)
 
-    sidecar = json.loads(Path(f"{args.model}.json").read_text())
-    if sidecar.get("version") != 2:
-        raise SystemExit(f"error: {args.model}.json: expected a version-2 sidecar with stages (re-export the model)")
+    try:
+        # The checks a host must make too: the sidecar's version, the model's and filter's SHA-256, and the digest
+        # of every field (features, scales, thresholds) that the model file records.
+        sidecar = read_sidecar(args.model)
+    except DomainparError as exc:
+        raise SystemExit(f"error: {exc}") from None
     graph, x, edge_index, edge_attr = graph_stage(sidecar, args.event)
     num_candidates = edge_index.shape[1]
 

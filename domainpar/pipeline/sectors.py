@@ -112,6 +112,18 @@ def _efficiency(matched: np.ndarray) -> dict:
     return {"efficiency": value, "error": error, "particles": n}
 
 
+def _crossing_line(crossing: dict) -> str:
+    """One progress line's words on the crossing particles (an event may have none: small events, one sector hit)."""
+    if not crossing["particles"]:
+        return "no particle crosses a sector boundary"
+    gap = crossing["gap"]
+    return (
+        f"tracking efficiency of crossing particles {crossing['efficiency']:.4f} "
+        f"(halo {crossing['halo']['efficiency']:.4f}; gap {gap['gap']:+.4f} ± {gap['error']:.4f}, "
+        f"{crossing['particles']} particles)"
+    )
+
+
 def gap_with_error(halo: np.ndarray, naive: np.ndarray, seed: int = 0) -> dict:
     """Efficiency gap halo − naive on the same particles, with a paired bootstrap standard error.
 
@@ -250,13 +262,7 @@ def compare_sectors(
                 figures[name]["halo"] = _efficiency(halo_split["matched"][mask])
                 figures[name]["gap"] = gap_with_error(halo_split["matched"][mask], split["matched"][mask])
             entry[mode] = figures
-            crossing_figures = figures["crossing"]
-            echo(
-                f"   {count} sectors, {mode}: tracking efficiency of crossing particles {crossing_figures['efficiency']:.4f} "
-                f"(halo {crossing_figures['halo']['efficiency']:.4f}; gap {crossing_figures['gap']['gap']:+.4f} "
-                f"± {crossing_figures['gap']['error']:.4f}, {crossing_figures['particles']} particles); "
-                f"TrackML score {figures['trackml_score']}"
-            )
+            echo(f"   {count} sectors, {mode}: {_crossing_line(figures['crossing'])}; TrackML score {figures['trackml_score']}")
         result["sectors"][str(count)] = entry
     result["seconds"] = time.perf_counter() - started
     with atomic_path(run_dir / "sectors.json") as tmp:

@@ -3,7 +3,7 @@
 ONE spawned gloo job of four processes (``tests/engine_jobs.py``) runs every
 configuration inside the children, to pay process start-up once: world sizes
 1, 2, 3 and 4 are domain groups of the four ranks. Cases: a reduced simulated event
-(1000 particles, ~10k hits) and the real small event (5.5k hits), METIS and geometric plans,
+(800 collision particles and their secondaries, ~10k hits) and the real small event (5.5k hits), METIS and geometric plans,
 simulated events built with the physics and the full-event recipes' graph features run by each recipe's model
 (and the full-event recipe's GPU profile's model),
 with and without activation checkpointing and with and without overlap, in
