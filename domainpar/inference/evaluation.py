@@ -101,7 +101,8 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         logits = [infer_single(loaded, g) for g in progress(graphs, desc="inference", unit="event", enabled=config.progress)]
     else:
         logits, partition_records = infer_partitioned(
-            Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
+            Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s,
+            check_locality=not config.skip_locality_check,
         )
     seconds_inference = time.perf_counter() - start
     evaluations = []
