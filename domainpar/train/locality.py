@@ -137,7 +137,10 @@ class LocalityGate:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread by verdict()
             self._error = exc
             self._refused = f"the locality check failed: {type(exc).__name__}: {one_line(exc, limit=200)}"
-        write_verdict(self.directory, self._refused)
+        try:
+            write_verdict(self.directory, self._refused)
+        except OSError:
+            pass  # the run is ending without waiting for this thread (interrupted): no rank reads it any more
 
     @property
     def done(self) -> bool:
@@ -158,8 +161,9 @@ class LocalityGate:
     def __enter__(self) -> "LocalityGate":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._thread is not None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        # An interrupted run does not wait for the check (a daemon thread); a finished one has its verdict already.
+        if self._thread is not None and exc_type is None:
             self._thread.join()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
