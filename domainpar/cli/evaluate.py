@@ -8,9 +8,12 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import staged_outputs
-from domainpar.cli.checks import METIS_SEED, finite, local_ranks
+from domainpar.cli.checks import METIS_SEED, finite, local_ranks, timeout_seconds
 from domainpar.errors import DomainparError
-from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.cli.inputs import all_inputs, sidecar_inputs
+from domainpar.output_paths import check_apart, check_output_dir, check_output_file
+from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 
 def _fmt(value) -> str:
@@ -54,8 +57,8 @@ def format_table(summary: dict) -> str:
               help="Partitioner when --parts > 1.")
 @click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
               help="Edge score cut (probability); default: the checkpoint's training threshold, else 0.5.")
-@click.option("--tracks", "track_method", type=click.Choice(["walk", "components"]), default="walk", show_default=True,
-              help="Track building from edge scores: walk-through with branch resolution, or connected components.")
+@click.option("--tracks", "track_method", type=click.Choice(list(TRACK_METHODS)), default=DEFAULT_TRACK_METHOD,
+              show_default=True, help="Track building from edge scores (docs/tracks.md compares the methods).")
 @click.option("--events", "events_dir", type=click.Path(path_type=Path), default=None,
               help="Raw events holding the truth of graph inputs, for the TrackML score (graph files carry no hit weights).")
 @click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,
@@ -71,7 +74,7 @@ def format_table(summary: dict) -> str:
               help="Write every event's graph here, in the format it was read (.npz, or PyG for PyG input), with its "
                    "per-edge scores (edge_score / edge_scores) and a record of the model that produced them.")
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
-@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=1800.0, show_default=True,
               help="Seconds before a partitioned run is declared hung.")
 @click.option("--skip-locality-check", is_flag=True,
               help="With --parts > 1 and a model that is not a built-in: skip the check that the model is local (its outputs "
@@ -151,8 +154,13 @@ def evaluate(
         check_output_dir(submissions_dir, "--submissions")
     if scores_dir is not None:
         check_output_dir(scores_dir, "--write-scores")
-        if data.resolve() == scores_dir.resolve():
-            raise DomainparError(f"--write-scores {scores_dir}: must not be the --data directory (its graph files would be replaced)")
+    # No output may replace what the run reads (--write-scores DIR with --data DIR/event1.npz would rewrite it).
+    inputs = all_inputs(("--checkpoint", checkpoint), ("--data", data), ("--events", events_dir), ("--filter", edge_filter))
+    inputs += sidecar_inputs("--model", model)
+    for option, path, kind in (("--json", json_path, "file"), ("--plots", plots_dir, "dir"),
+                               ("--submissions", submissions_dir, "dir"), ("--write-scores", scores_dir, "dir")):  # fmt: skip
+        if path is not None:
+            check_apart(option, path, kind, inputs)
     report = run_evaluation(config)
     # Submissions, plots and the report appear together: a failure while writing them leaves none.
     with staged_outputs() as outputs:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domainpar.errors import DomainparError
-from domainpar.tracks.build import METHODS as TRACK_METHODS
+from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 #: Partitioners usable for partitioned inference.
 PARTITION_METHODS = ("metis", "geometric")
@@ -28,8 +29,8 @@ class EvaluateConfig:
     """Partitioner for num_parts > 1: metis or geometric."""
     threshold: float | None = None
     """Edge score cut (sigmoid probability); None: the checkpoint's training threshold, else 0.5."""
-    track_method: str = "walk"
-    """Track building: components or walk (see :mod:`domainpar.tracks.build`)."""
+    track_method: str = DEFAULT_TRACK_METHOD
+    """Track building: one of :data:`~domainpar.tracks.methods.METHODS` (docs/tracks.md)."""
     events_dir: Path | None = None
     """Raw events holding the truth of graph inputs (for the TrackML score); None for raw inputs."""
     edge_filter: Path | None = None

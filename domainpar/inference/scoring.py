@@ -19,9 +19,11 @@ import pandas as pd
 from domainpar.data.event_graph import EventGraph
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import EventInput
+from domainpar.inference.pipeline import event_tracks, sigmoid
 from domainpar.tracks.build import METHODS as TRACK_METHODS
-from domainpar.tracks.build import build_tracks, complete_tracks, components_of, selected_edges, submission
-from domainpar.tracks.efficiency import TrackingMetrics, edge_metrics, roc_auc, tracking_metrics
+from domainpar.tracks.build import complete_tracks, submission
+from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
+from domainpar.tracks.efficiency import TrackingMetrics, binned_efficiencies, edge_metrics, roc_auc, tracking_metrics
 from domainpar.tracks.score import score_arrays
 
 
@@ -47,6 +49,8 @@ class EventEvaluation:
     """Track-level figures and per-particle match flags."""
     submission: pd.DataFrame
     """TrackML submission of the event (every hit of the event when its raw truth is known)."""
+    candidates: TrackCandidates | None = None
+    """The chosen method's track candidates (hits in order, helix fits)."""
     event: EventInput | None = None
     """What was scored (its source, the file's format, the edges a filter kept), for writing the scores back."""
 
@@ -57,26 +61,29 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _sigmoid(logits: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * logits))  # overflow-free logistic
+def score_event_graph(
+    event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float, tracks: TrackConfig | None = None
+) -> EventEvaluation:
+    """Edge metrics, tracks, TrackML score and tracking metrics of one event.
 
-
-def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float) -> EventEvaluation:
-    """Edge metrics, tracks, TrackML score and tracking metrics of one event."""
+    ``tracks`` is the pipeline's track builder (default: ``config.track_method`` at ``threshold``).
+    """
     graph = event.graph
-    scores = _sigmoid(logits)
+    scores = sigmoid(logits)
     edges = edge_metrics(scores, graph.y, threshold)
     track_scores: dict[str, float | None] = {}
     tracks_by_method: dict[str, np.ndarray] = {}
-    # The chosen method is timed alone: edge scores → edges kept → a track id per hit, what a reconstruction pays.
-    started = time.perf_counter()
-    mask = selected_edges(graph.num_nodes, graph.edge_index, scores, threshold, config.track_method)
-    track_id = components_of(graph.num_nodes, graph.edge_index, mask)
-    seconds_tracks = time.perf_counter() - started
+    # Every method builds through build_candidates; the chosen one's own wall time is what a reconstruction pays.
+    track_config = tracks if tracks is not None else TrackConfig(method=config.track_method, threshold=threshold)
+    event_hit_id = None if event.truth is None else event.truth["hit_id"].to_numpy()
+    # The candidates and every hit's track id exactly as reconstruct writes them (one pipeline).
+    candidates, full_tracks = event_tracks(track_config, graph, scores, event_hit_id)
+    track_id, mask, seconds_tracks = candidates.track_id, candidates.edge_mask, candidates.seconds
     tracks_by_method[config.track_method] = track_id
     for method in TRACK_METHODS:
         if method != config.track_method:
-            tracks_by_method[method] = build_tracks(graph.num_nodes, graph.edge_index, scores, threshold, method=method)
+            other = TrackConfig(method=method, threshold=threshold)
+            tracks_by_method[method] = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, other).track_id
     if event.truth is not None:
         hit_id = event.truth["hit_id"].to_numpy()
         particle_id = event.truth["particle_id"].to_numpy()
@@ -85,11 +92,9 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
         for method, tracks in tracks_by_method.items():
             full = complete_tracks(hit_id, graph.hit_id, tracks)
             track_scores[method] = score_arrays(full, particle_id, weight).score
-        full_tracks = complete_tracks(hit_id, graph.hit_id, track_id)
     else:
         hit_id, particle_id, layer = graph.hit_id, graph.particle_id, graph.layer
         track_scores = {method: None for method in TRACK_METHODS}
-        full_tracks = track_id
     tracking = tracking_metrics(
         full_tracks, particle_id, layer, event.particles,
         pt_min=config.pt_min, min_layers=config.min_layers, min_track_hits=config.min_track_hits,
@@ -120,6 +125,7 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
         edge_mask=mask,
         tracking=tracking,
         submission=submission(graph.event_id, hit_id, full_tracks),
+        candidates=candidates,
         event=event,
     )
 
@@ -128,8 +134,8 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray]) -> dict:
-    """Overall figures of several events (aggregation rules in the module docstring)."""
+def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray], pt_min: float = 1.0, min_layers: int = 3) -> dict:
+    """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled)."""
     records = [e.record for e in evaluations]
     total = lambda key: sum(r[key] for r in records)  # noqa: E731
     scores = np.concatenate([e.scores for e in evaluations]) if evaluations else np.zeros(0)
@@ -150,6 +156,7 @@ def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray]) -> d
         "duplicate_rate": _ratio(total("num_duplicates"), total("num_candidates")),
         **{f"trackml_score_{method}": value for method, value in mean_score.items()},
         "seconds_tracks_max": max((r["seconds_tracks"] for r in records), default=None),
+        **binned_efficiencies([e.tracking for e in evaluations], pt_min=pt_min, min_layers=min_layers),
     }
     return summary
 

@@ -20,7 +20,6 @@ event of its own, like the simulated held-out events.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -33,7 +32,7 @@ from domainpar.filter.edge_filter import load_filter
 from domainpar.inference.infer import infer_partitioned, infer_single
 from domainpar.inference.model_io import load_model
 from domainpar.pipeline.recipe import Recipe
-from domainpar.tracks.build import components_of, selected_edges
+from domainpar.tracks.candidates import TrackConfig, build_candidates
 
 #: Quantiles of the edge score reported.
 SCORE_QUANTILES = (0.1, 0.5, 0.9, 0.99)
@@ -118,10 +117,10 @@ def compare_unlabelled(
                 else:
                     logits = infer_single(loaded, graph)
                 scores = _sigmoid(logits)
-                started = time.perf_counter()
-                mask = selected_edges(graph.num_nodes, graph.edge_index, scores, threshold, recipe.tracks.method)
-                track_id = components_of(graph.num_nodes, graph.edge_index, mask)
-                seconds = time.perf_counter() - started
+                candidates = build_candidates(
+                    graph.pos, graph.layer, graph.edge_index, scores, TrackConfig(method=recipe.tracks.method, threshold=threshold)
+                )
+                track_id, seconds = candidates.track_id, candidates.seconds
                 records.append({"event_id": graph.event_id, **truth_free_figures(graph.num_nodes, built, scores, threshold, track_id, seconds)})
                 echo(
                     f"   {label} event {graph.event_id}: {graph.num_nodes:,} hits, {built:,} edges built, {graph.num_edges:,} "

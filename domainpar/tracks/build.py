@@ -45,9 +45,12 @@ from scipy.sparse.csgraph import connected_components
 
 from domainpar.errors import DomainparError
 from domainpar.kernels.walkthrough import walk_paths
+from domainpar.tracks.methods import METHODS
 
-#: Track-building algorithms understood by :func:`build_tracks`.
-METHODS = ("components", "walk")
+#: Methods :func:`build_tracks` runs from the edges alone (the others need the hits' positions and layers:
+#: :func:`domainpar.tracks.candidates.build_candidates` runs every method of :data:`METHODS`).
+EDGE_METHODS = ("components", "walk")
+__all__ = ["METHODS", "EDGE_METHODS", "build_tracks", "complete_tracks", "components_of", "selected_edges", "submission", "walk_edges"]
 
 
 def _check_inputs(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +168,7 @@ def build_tracks(
         edge_index: (2, E) int hit indices, row 0 inner, row 1 outer.
         scores: (E,) float edge scores on the same scale as ``threshold``.
         threshold: edges with score strictly above it may join hits.
-        method: "components" or "walk" (see the module docstring).
+        method: one of :data:`EDGE_METHODS` (see the module docstring).
 
     Returns:
         (N,) int64 track ids 0..T-1 (singletons included), numbered by each track's lowest hit index.
@@ -183,7 +186,7 @@ def selected_edges(
         return scores > threshold
     if method == "walk":
         return walk_edges(num_nodes, edge_index, scores, threshold)
-    raise DomainparError(f"track-building method must be one of {list(METHODS)} (got {method!r})")
+    raise DomainparError(f"track-building method must be one of {list(EDGE_METHODS)} (got {method!r})")
 
 
 def submission(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> pd.DataFrame:

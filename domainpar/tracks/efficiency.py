@@ -32,6 +32,11 @@ Track level, with these definitions (hits of particle 0 are noise):
   cannot produce duplicates, hence the looser matching here.)
 
 Fake and duplicate rates count all candidate tracks, whatever the pT.
+
+Binned (:func:`binned_efficiencies`): tracking and perfect-match efficiency
+vs pT over particles on at least ``min_layers`` layers (every pT, bins
+:data:`PT_BINS`), and vs eta over reconstructable particles (bins
+:data:`ETA_BINS`); each bin holds its particle count and binomial errors.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ from scipy.stats import rankdata
 
 from domainpar.errors import DomainparError
 from domainpar.tracks.score import score_arrays
+
+#: pT bin edges (GeV) of the binned efficiencies: log-spaced, the curling particles below 0.3 GeV in three bins.
+PT_BINS = np.array([0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 100.0])
+#: eta bin edges of the binned efficiencies.
+ETA_BINS = np.linspace(-4.0, 4.0, 17)
 
 
 # ----------------------------------------------------------------------------- edges
@@ -375,3 +385,32 @@ def binned_fraction(values: np.ndarray, passed: np.ndarray, bins: np.ndarray) ->
         fraction = np.where(total > 0, hits / np.maximum(total, 1), np.nan)
         error = np.where(total > 0, np.sqrt(fraction * (1 - fraction) / np.maximum(total, 1)), np.nan)
     return fraction, error, total
+
+
+def binned_efficiencies(metrics: list[TrackingMetrics], pt_min: float = 1.0, min_layers: int = 3) -> dict:
+    """Tracking and perfect-match efficiency vs pT and vs eta, pooled over events (definitions in the module docstring).
+
+    Returns:
+        ``{"efficiency_vs_pt": {...}, "efficiency_vs_eta": {...}}``, each with ``bins`` (B+1 edges), ``count`` (B
+        particles), ``tracking_efficiency``, ``tracking_efficiency_error``, ``perfect_efficiency`` and
+        ``perfect_efficiency_error`` (B each, None in an empty bin), and ``selection`` in words.
+    """
+    pt = np.concatenate([m.particle_pt for m in metrics]) if metrics else np.zeros(0)
+    eta = np.concatenate([m.particle_eta for m in metrics]) if metrics else np.zeros(0)
+    nlayers = np.concatenate([m.particle_nlayers for m in metrics]) if metrics else np.zeros(0, dtype=np.int64)
+    matched = np.concatenate([m.particle_matched for m in metrics]) if metrics else np.zeros(0, dtype=bool)
+    perfect = np.concatenate([m.particle_perfect for m in metrics]) if metrics else np.zeros(0, dtype=bool)
+    on_layers = nlayers >= min_layers
+    out = {}
+    for name, values, select, bins, selection in (
+        ("efficiency_vs_pt", pt, on_layers, PT_BINS, f"particles on >= {min_layers} layers"),
+        ("efficiency_vs_eta", eta, on_layers & (pt > pt_min), ETA_BINS, f"particles with pT > {pt_min:g} GeV on >= {min_layers} layers"),
+    ):  # fmt: skip
+        table = {"bins": [float(b) for b in bins], "selection": selection}
+        for label, passed in (("tracking_efficiency", matched), ("perfect_efficiency", perfect)):
+            fraction, error, count = binned_fraction(values[select], passed[select], bins)
+            table[label] = [None if math.isnan(v) else float(v) for v in fraction]
+            table[f"{label}_error"] = [None if math.isnan(v) else float(v) for v in error]
+            table["count"] = [int(c) for c in count]
+        out[name] = table
+    return out

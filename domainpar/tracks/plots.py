@@ -4,7 +4,8 @@
 * :func:`plot_performance` — efficiency and purity vs pT and vs eta
   (tracking efficiency of reconstructable particles, edge efficiency of true
   edges, edge purity of predicted edges), with binomial error bars;
-* :func:`plot_event_display` — found tracks in the x–y and r–z views.
+* :func:`plot_event_display` — found tracks in the x–y and r–z views;
+* :func:`plot_track_examples` — built tracks whole, broken and fake, hits coloured by true particle.
 
 Binning conventions: an edge's pT is the pT of the particle of its inner hit
 (edges starting on a noise hit have no pT and are left out of the pT plots);
@@ -22,12 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from domainpar.atomic import atomic_path
-from domainpar.tracks.efficiency import TrackingMetrics, binned_fraction, roc_curve
-
-#: Log-spaced pT bin edges in GeV.
-PT_BINS = np.array([0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 100.0])
-#: eta bin edges.
-ETA_BINS = np.linspace(-4.0, 4.0, 17)
+from domainpar.tracks.efficiency import ETA_BINS, PT_BINS, TrackingMetrics, binned_fraction, roc_curve
 
 
 def _pyplot():
@@ -276,4 +272,157 @@ def plot_event_display(
     ax_xy.legend(loc="upper right", fontsize=7, markerscale=10)
     if title:
         fig.suptitle(title)
+    return _save(fig, path)
+
+
+@dataclass(frozen=True)
+class TrackExamples:
+    """Examples of built tracks judged against the truth, for :func:`plot_track_examples`."""
+
+    whole: list
+    """Candidates that are exactly one reconstructable particle's hits: (candidate, particle)."""
+    broken: list
+    """Reconstructable particles whose hits the builder spread over several candidates or left out: (candidate
+    holding most of them, particle)."""
+    fake: list
+    """Candidates of >= min_track_hits hits with no double-majority particle: (candidate, its most frequent particle)."""
+
+
+def pick_track_examples(
+    track_id: np.ndarray, particle_id: np.ndarray, particle_pt: np.ndarray, count: int = 2, pt_min: float = 1.0,
+    min_track_hits: int = 3,
+) -> TrackExamples:  # fmt: skip
+    """``count`` examples of each kind, the longest first (ties: the lower id), from one event.
+
+    Args:
+        track_id: (N,) candidate of every hit.
+        particle_id: (N,) truth particle of every hit (0: noise).
+        particle_pt: (N,) pT of every hit's particle (GeV).
+        pt_min: whole and broken examples are particles above this pT.
+    """
+    track_id = np.asarray(track_id, dtype=np.int64)
+    particle_id = np.asarray(particle_id, dtype=np.int64)
+    size = np.bincount(track_id)
+    real = particle_id != 0
+    ids, first, particle_hits = np.unique(particle_id[real], return_index=True, return_counts=True)
+    pt = np.asarray(particle_pt)[np.flatnonzero(real)[first]]
+    # Hits of each (particle, candidate) pair.
+    pairs, shared = np.unique(np.stack([particle_id[real], track_id[real]]), axis=1, return_counts=True)
+    whole, broken = [], []
+    order = np.lexsort((pairs[1], -shared))
+    best_of_particle: dict[int, tuple[int, int]] = {}
+    for k in order:
+        best_of_particle.setdefault(int(pairs[0, k]), (int(pairs[1, k]), int(shared[k])))
+    by_length = np.lexsort((ids, -particle_hits))
+    for i in by_length:
+        p = int(ids[i])
+        if pt[i] <= pt_min or particle_hits[i] < min_track_hits:
+            continue
+        t, n = best_of_particle[p]
+        if n == particle_hits[i] == size[t]:
+            if len(whole) < count:
+                whole.append((t, p))
+        elif len(broken) < count and n < particle_hits[i]:
+            broken.append((t, p))
+        if len(whole) == count and len(broken) == count:
+            break
+    # Fakes: candidates whose most frequent particle holds at most half of them or at most half of its hits.
+    fake = []
+    candidates = np.flatnonzero(size >= min_track_hits)
+    majority: dict[int, tuple[int, int]] = {}
+    for k in np.lexsort((pairs[0], -shared)):
+        majority.setdefault(int(pairs[1, k]), (int(pairs[0, k]), int(shared[k])))
+    hits_of = dict(zip(ids.tolist(), particle_hits.tolist()))
+    for t in candidates[np.lexsort((candidates, -size[candidates]))]:
+        p, n = majority.get(int(t), (0, 0))
+        if not (2 * n > size[t] and p != 0 and 2 * n > hits_of.get(p, 0)):
+            fake.append((int(t), p))
+            if len(fake) == count:
+                break
+    return TrackExamples(whole=whole, broken=broken, fake=fake)
+
+
+def plot_track_examples(
+    pos: np.ndarray,
+    offsets: np.ndarray,
+    hits: np.ndarray,
+    track_id: np.ndarray,
+    particle_id: np.ndarray,
+    particle_pt: np.ndarray,
+    path: str | os.PathLike,
+    count: int = 2,
+    pt_min: float = 1.0,
+    title: str = "",
+) -> Path:
+    """Built tracks whole, broken and fake, each in the x–y and r–z views, hits coloured by their true particle.
+
+    One row per kind (:func:`pick_track_examples`), ``count`` examples a row, two panels an example zoomed on its
+    hits: the candidate's hits joined in their order along the track (black line), every hit of the particles
+    involved coloured by particle (noise: grey crosses), the particle's hits the candidate left out as open circles.
+
+    Args:
+        pos: (N, 3) hit positions (mm).
+        offsets, hits: the candidates as CSR, each candidate's hits in order (:class:`~domainpar.tracks.candidates.TrackCandidates`).
+        track_id: (N,) candidate of every hit.
+        particle_id: (N,) truth particle of every hit (0: noise).
+        particle_pt: (N,) pT of every hit's particle (GeV).
+        path: output PNG.
+        count: examples of each kind.
+        pt_min: whole and broken examples are particles above this pT (GeV).
+        title: figure title.
+    """
+    plt = _pyplot()
+    pos = np.asarray(pos, dtype=np.float64)
+    particle_id = np.asarray(particle_id, dtype=np.int64)
+    track_id = np.asarray(track_id, dtype=np.int64)
+    examples = pick_track_examples(track_id, particle_id, particle_pt, count=count, pt_min=pt_min)
+    r = np.hypot(pos[:, 0], pos[:, 1])
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(3, 2 * count, figsize=(4.2 * count * 2, 11.5), squeeze=False)
+    kinds = (("whole", examples.whole), ("broken", examples.broken), ("fake", examples.fake))
+    for row, (kind, chosen) in enumerate(kinds):
+        for col in range(count):
+            ax_xy, ax_rz = axes[row, 2 * col], axes[row, 2 * col + 1]
+            if col >= len(chosen):
+                for ax in (ax_xy, ax_rz):
+                    ax.text(0.5, 0.5, f"no {kind} track", ha="center", va="center", transform=ax.transAxes)
+                    ax.set_axis_off()
+                continue
+            t, p = chosen[col]
+            mine = hits[offsets[t] : offsets[t + 1]]
+            involved = np.unique(particle_id[mine])
+            if p != 0 and p not in involved:
+                involved = np.append(involved, p)
+            shown = np.flatnonzero(np.isin(particle_id, involved[involved != 0]) | np.isin(np.arange(pos.shape[0]), mine))
+            colour = {int(q): cmap(k % 10) for k, q in enumerate(involved[involved != 0])}
+            for ax, u, v, xlabel, ylabel in ((ax_xy, pos[:, 0], pos[:, 1], "x [mm]", "y [mm]"), (ax_rz, pos[:, 2], r, "z [mm]", "r [mm]")):
+                ax.plot(u[mine], v[mine], "-", color="black", linewidth=0.8, zorder=1)
+                for h in shown:
+                    q = int(particle_id[h])
+                    on = track_id[h] == t
+                    if q == 0:
+                        ax.scatter(u[h], v[h], marker="x", color="0.5", s=22, zorder=2)
+                    else:
+                        ax.scatter(u[h], v[h], s=22, zorder=2, edgecolors=colour[q], facecolors=colour[q] if on else "none")
+                ax.set_xlabel(xlabel, fontsize=8)
+                ax.set_ylabel(ylabel, fontsize=8)
+                ax.tick_params(labelsize=7)
+                ax.grid(alpha=0.2)
+            ax_xy.set_aspect("equal", adjustable="datalim")
+            n_particle = int(np.count_nonzero(particle_id == p)) if p != 0 else 0
+            pt = float(particle_pt[np.flatnonzero(particle_id == p)[0]]) if p != 0 else float("nan")
+            if kind == "fake":
+                label = f"fake: {mine.size} hits from {int(np.count_nonzero(involved))} particle(s)"
+            elif kind == "broken":
+                pieces = np.unique(track_id[particle_id == p]).size
+                label = f"broken: {n_particle} hits in {pieces} candidates, pT {pt:.2f} GeV"
+            else:
+                label = f"whole: {n_particle} hits, pT {pt:.2f} GeV"
+            ax_xy.set_title(label, fontsize=8)
+            ax_rz.set_title("r-z view", fontsize=8)
+    fig.text(0.5, 0.005, "hits coloured by true particle; filled: on the candidate, open: left out; grey x: noise; "
+             "black line: the candidate's hits in order", ha="center", fontsize=8)  # fmt: skip
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
     return _save(fig, path)

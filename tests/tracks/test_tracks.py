@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from domainpar.kernels.walkthrough import walk_paths
 from domainpar.tracks.build import build_tracks, complete_tracks, components_of, submission, walk_edges
 from domainpar.tracks.efficiency import (
     ParticleTable,
+    binned_efficiencies,
     binned_fraction,
     edge_metrics,
     roc_auc,
@@ -269,3 +271,28 @@ def test_walk_beats_components_on_the_real_event_with_imperfect_scores():
     assert scores["perfect", "walk"] <= scores["perfect", "components"] + 1e-12
     assert scores["perfect", "walk"] > scores["perfect", "components"] - 1e-3
     assert scores["noisy", "walk"] > scores["noisy", "components"] + 0.05
+
+
+def test_binned_efficiencies_pool_events_and_follow_the_definitions():
+    # Event A: particles 1 (pT 0.15, matched, perfect), 2 (pT 2, matched, not perfect: a noise hit on its track),
+    # 3 (pT 2, 2 layers: never counted). Event B: particle 1 (pT 0.25, not matched).
+    particles_a = ParticleTable(np.array([1, 2, 3]), np.array([0.15, 2.0, 2.0]), np.array([0.2, 1.2, 1.2]))
+    a = tracking_metrics(
+        np.array([0, 0, 0, 1, 1, 1, 1, 2, 2]), np.array([1, 1, 1, 2, 2, 2, 0, 3, 3]),
+        np.array([0, 1, 2, 0, 1, 2, 3, 0, 1]), particles_a,
+    )  # fmt: skip
+    particles_b = ParticleTable(np.array([1]), np.array([0.25]), np.array([-2.1]))
+    b = tracking_metrics(np.array([0, 1, 2]), np.array([1, 1, 1]), np.array([0, 1, 2]), particles_b)
+    table = binned_efficiencies([a, b])
+    pt = table["efficiency_vs_pt"]
+    assert pt["bins"][:3] == [0.1, 0.2, 0.3]
+    # 0.1-0.2: particle A1 (matched, perfect); 0.2-0.3: B1 (neither); 1.5-2: none; 2-3: A2 (matched, not perfect).
+    assert pt["count"][:2] == [1, 1] and pt["count"][7] == 1 and sum(pt["count"]) == 3
+    assert pt["tracking_efficiency"][:2] == [1.0, 0.0] and pt["perfect_efficiency"][:2] == [1.0, 0.0]
+    assert pt["tracking_efficiency"][7] == 1.0 and pt["perfect_efficiency"][7] == 0.0
+    assert pt["tracking_efficiency"][3] is None and pt["tracking_efficiency_error"][3] is None
+    # eta: only reconstructable particles (pT > 1, >= 3 layers): A2 at eta 1.2.
+    eta = table["efficiency_vs_eta"]
+    assert sum(eta["count"]) == 1 and eta["count"][10] == 1 and eta["tracking_efficiency"][10] == 1.0
+    assert len(eta["bins"]) == len(eta["count"]) + 1 == 17
+    json.dumps(table)  # JSON-ready

@@ -1,0 +1,251 @@
+"""Track candidates refined by their helix fits: fragments merged, free hits attached (numba).
+
+Knows nothing of events: hit positions and resolutions, a neighbour list with
+edge scores, and a label per hit (-1: on no track) in; new labels out.
+
+* :func:`merge_fragments` — two tracks joined by graph edges become one when
+  the hits of both, ordered along the track, fit one helix (the worst
+  windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf`
+  at most ``max_chi2_ndf``) and share no layer except through double hits
+  (at most ``max_per_layer`` hits of one layer, all within ``double_distance``
+  of each other: a particle crossing overlapping modules). Pairs are tried by
+  their number of joining edges (most first, then the higher summed score);
+  a merged track is judged whole against the next fragment. Tracks of at
+  least one hit take part, so a free hit or pair joins a track here too.
+* :func:`attach_free` — a hit on no track joins the neighbouring track whose
+  fit it disturbs least (chi2 increment of the windowed fit around its place
+  at most ``hit_chi2``, with the same layer rule), best edge score first.
+
+Hits of a track are ordered by their 3-D distance from the origin (the order
+of :func:`~domainpar.tracks.candidates.assemble`): outwards along the track
+for every particle that does not curl back.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from domainpar.kernels.track_fit import circle_distance, helix_fit, karimaki, window_chi2_ndf
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_hits(head, nxt, dist, root, out):
+    """The hits of track ``root`` (linked list) into ``out``, sorted by distance; their count."""
+    count = 0
+    h = head[root]
+    while h >= 0 and count < out.shape[0]:
+        out[count] = h
+        count += 1
+        h = nxt[h]
+    # Insertion sort: tracks are short.
+    for i in range(1, count):
+        v = out[i]
+        d = dist[v]
+        j = i - 1
+        while j >= 0 and dist[out[j]] > d:
+            out[j + 1] = out[j]
+            j -= 1
+        out[j + 1] = v
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_layer):
+    """Hits of one layer only as overlapping-module hits: at most ``max_per_layer``, each pair within double_distance."""
+    for i in range(count):
+        a = hits[i]
+        same = 1
+        for j in range(count):
+            if i == j:
+                continue
+            b = hits[j]
+            if layer[a] == layer[b]:
+                same += 1
+                d2 = (x[a] - x[b]) ** 2 + (y[a] - y[b]) ** 2 + (z[a] - z[b]) ** 2
+                if d2 > double_distance * double_distance or same > max_per_layer:
+                    return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def merge_fragments(
+    x, y, z, var_t, var_z, var_r, layer, labels, pair_a, pair_b, max_chi2_ndf, double_distance, max_per_layer, window,
+    gate, field, ms, max_hits,
+):  # fmt: skip
+    """Merge tracks pair by pair (see the module docstring).
+
+    Args:
+        x, y, z, var_t, var_z, var_r: (N,) positions and resolutions squared.
+        layer: (N,) layer codes.
+        labels: (N,) track of every hit, -1 for none (tracks numbered 0..T-1).
+        pair_a, pair_b: (P,) track pairs to try, in order.
+        max_chi2_ndf, double_distance, max_per_layer, window, field, ms: the fit's and the layer rule's settings.
+        gate: a pair is fitted only when the hits of the smaller track lie within this (mm) of the larger
+            one's circle (tracks of 3 hits or more).
+        max_hits: the longest merged track.
+
+    Returns:
+        (N,) new labels: every hit of a merged pair carries the label of the pair's root track.
+    """
+    n = x.shape[0]
+    num_tracks = 0
+    for i in range(n):
+        if labels[i] + 1 > num_tracks:
+            num_tracks = labels[i] + 1
+    parent = np.arange(num_tracks)
+    head = np.full(num_tracks, -1, dtype=np.int64)
+    tail = np.full(num_tracks, -1, dtype=np.int64)
+    size = np.zeros(num_tracks, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    dist = np.sqrt(x * x + y * y + z * z)
+    for i in range(n):
+        t = labels[i]
+        if t < 0:
+            continue
+        if head[t] < 0:
+            head[t] = i
+        else:
+            nxt[tail[t]] = i
+        tail[t] = i
+        size[t] += 1
+    hits = np.empty(max_hits + 1, dtype=np.int64)
+    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every root track of 3 hits or more
+    for t in range(num_tracks):
+        if size[t] >= 3:
+            count = _sorted_hits(head, nxt, dist, t, hits)
+            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
+    for p in range(pair_a.shape[0]):
+        a = pair_a[p]
+        while parent[a] != a:
+            a = parent[a]
+        b = pair_b[p]
+        while parent[b] != b:
+            b = parent[b]
+        if a == b or size[a] + size[b] > max_hits:
+            continue
+        big, small = (a, b) if size[a] >= size[b] else (b, a)
+        if size[big] >= 3:
+            h = head[small]
+            near = True
+            while h >= 0:
+                c = circle[big]
+                if circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
+                    near = False
+                    break
+                h = nxt[h]
+            if not near:
+                continue
+        # The union, tentatively linked a -> b, sorted; undone if it does not fit.
+        nxt[tail[a]] = head[b]
+        count = _sorted_hits(head, nxt, dist, a, hits)
+        nxt[tail[a]] = -1
+        if not _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_layer):
+            continue
+        if count >= 3 and window_chi2_ndf(x, y, z, var_t, var_z, var_r, hits, count, window, field, ms) > max_chi2_ndf:
+            continue
+        nxt[tail[a]] = head[b]
+        tail[a] = tail[b]
+        size[a] += size[b]
+        parent[b] = a
+        if count >= 3:
+            circle[a, 0], circle[a, 1], circle[a, 2], circle[a, 3], circle[a, 4], circle[a, 5] = karimaki(x, y, hits, count)
+    out = labels.copy()
+    for i in range(n):
+        t = labels[i]
+        if t < 0:
+            continue
+        while parent[t] != t:
+            t = parent[t]
+        out[i] = t
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def attach_free(
+    x, y, z, var_t, var_z, var_r, layer, labels, nbr_ptr, nbr_node, nbr_score, order, hit_chi2, double_distance,
+    max_per_layer, window, gate, field, ms, max_hits,
+):  # fmt: skip
+    """Attach hits on no track to their best neighbouring track (see the module docstring).
+
+    Args:
+        labels: (N,) track of every hit, -1 for none.
+        nbr_ptr, nbr_node, nbr_score: CSR of every hit's graph neighbours with the edge's score.
+        order: (F,) the free hits in the order they are tried.
+        gate: a hit further than this (mm) from a track's circle is not fitted with it.
+        (others as :func:`merge_fragments`)
+
+    Returns:
+        (N,) new labels.
+    """
+    n = x.shape[0]
+    out = labels.copy()
+    num_tracks = 0
+    for i in range(n):
+        if labels[i] + 1 > num_tracks:
+            num_tracks = labels[i] + 1
+    head = np.full(num_tracks, -1, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    dist = np.sqrt(x * x + y * y + z * z)
+    for i in range(n - 1, -1, -1):
+        t = labels[i]
+        if t >= 0:
+            nxt[i] = head[t]
+            head[t] = i
+    hits = np.empty(max_hits + 2, dtype=np.int64)
+    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every track of 3 hits or more, before attaching
+    for t in range(num_tracks):
+        count = _sorted_hits(head, nxt, dist, t, hits)
+        if count >= 3:
+            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
+    for q in range(order.shape[0]):
+        h = order[q]
+        if out[h] >= 0:
+            continue
+        best_track = -1
+        best_delta = hit_chi2
+        for j in range(nbr_ptr[h], nbr_ptr[h + 1]):
+            t = out[nbr_node[j]]
+            if t < 0:
+                continue
+            c = circle[t]
+            if np.isfinite(c[0]) and circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
+                continue
+            count = _sorted_hits(head, nxt, dist, t, hits)
+            if count >= max_hits:
+                continue
+            # Layer rule, and where h goes along the track.
+            ok = True
+            at = count
+            same = 1
+            for k in range(count):
+                g = hits[k]
+                if layer[g] == layer[h]:
+                    same += 1
+                    d2 = (x[g] - x[h]) ** 2 + (y[g] - y[h]) ** 2 + (z[g] - z[h]) ** 2
+                    if d2 > double_distance * double_distance:
+                        ok = False
+                if at == count and dist[g] > dist[h]:
+                    at = k
+            if not ok or same > max_per_layer:
+                continue
+            lo = max(0, at - (window - 1) // 2)
+            hi = min(count + 1, lo + window)
+            lo = max(0, hi - window)
+            old = 0.0
+            if hi - 1 - lo >= 3:
+                old, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[lo:], hi - 1 - lo, field, ms)
+            for k in range(count, at, -1):
+                hits[k] = hits[k - 1]
+            hits[at] = h
+            if hi - lo < 3:
+                continue
+            new, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[lo:], hi - lo, field, ms)
+            if new - old <= best_delta:
+                best_delta = new - old
+                best_track = t
+        if best_track >= 0:
+            out[h] = best_track
+            nxt[h] = head[best_track]
+            head[best_track] = h
+    return out

@@ -1,0 +1,299 @@
+"""Track candidates of one event: the one way tracks are built from edge scores.
+
+:func:`build_candidates` turns hit positions, layers, graph edges and their
+scores into :class:`TrackCandidates` with the method and settings of a
+:class:`TrackConfig`. ``domainpar evaluate`` and ``domainpar reconstruct``
+build tracks only through it. Every hit lies on exactly one candidate (a hit
+no candidate keeps is a singleton candidate of its own); each candidate's hits
+are ordered along the track from its innermost hit, and each candidate with 3
+hits or more carries its helix fit (:mod:`domainpar.kernels.track_fit`).
+
+The methods are listed in :data:`domainpar.tracks.build.METHODS` and
+described in ``docs/tracks.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from domainpar.data.detector import layer_table
+from domainpar.errors import DomainparError
+from domainpar.kernels.track_fit import fit_candidates
+from domainpar.kernels.track_order import order_keys
+from domainpar.tracks.build import components_of, walk_edges
+from domainpar.tracks.follow import follow
+from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """How tracks are built from edge scores (the recipe's ``tracks:`` section, evaluate's/reconstruct's options)."""
+
+    method: str = DEFAULT_METHOD
+    """One of :data:`~domainpar.tracks.build.METHODS` (``docs/tracks.md`` compares them)."""
+    threshold: float = 0.5
+    """Edge score cut (probability): edges scored strictly above it may join hits."""
+    field: float = 2.0
+    """Solenoid field along z (T), for the helix fits' pT."""
+    sigma_hit: float = 0.01
+    """Added in quadrature to every hit's resolution (pitch / sqrt(12) of its layer's modules) in the helix fits (mm)."""
+    ms: float = 0.03
+    """Multiple-scattering term of the helix fits (mm GeV): every hit's variance grows by (ms / pT)^2."""
+    extend_threshold: float = 0.05
+    """Following: edges scored above it may extend a track (the fit judges them)."""
+    seeds_per_hit: int = 3
+    """Following: the best-scored inner and outer edges of a hit that make seed triplets with it."""
+    reach: int = 3
+    """Following: candidates come from the neighbours of this many hits at the growing end."""
+    window: int = 5
+    """Following: the fits that judge a candidate hit and a finished track span this many consecutive hits."""
+    hit_chi2: float = 16.0
+    """Following: largest chi2 increment of one added hit."""
+    seed_chi2: float = 16.0
+    """Following: largest chi2 of a seed triplet's fit."""
+    max_chi2_ndf: float = 5.0
+    """Following: largest chi2/ndf of a kept track."""
+    score_weight: float = 2.0
+    """Following: weight of -ln(edge score) beside the chi2 increment in a candidate's cost."""
+    double_distance: float = 20.0
+    """Following: largest distance (mm) of two hits of one particle on one layer (overlapping modules)."""
+    gate: float = 3.0
+    """Following: a candidate hit further than this (mm) from the helix at the track's end is not fitted."""
+    max_per_layer: int = 3
+    """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
+    min_hits: int = 3
+    """Following: fewest hits of a kept track."""
+    max_shared: int = 1
+    """Ambiguity resolution: most hits a kept candidate shares with better ones."""
+    refine: bool = True
+    """Following: merge fragments and attach free hits by their helix fits after building."""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {self.method!r}")
+        _check_number("threshold", self.threshold, 0.0, 1.0, low_open=False, high_open=True)
+        _check_number("field", self.field, 0.0, None)
+        _check_number("sigma_hit", self.sigma_hit, 0.0, None)
+        _check_number("ms", self.ms, 0.0, None, low_open=False)
+        _check_number("extend_threshold", self.extend_threshold, 0.0, 1.0, low_open=False, high_open=True)
+        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
+            _check_number(name, getattr(self, name), 0.0, None)
+        _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
+        if not isinstance(self.refine, bool):
+            raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
+        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("min_hits", 3), ("max_shared", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")
+
+
+def _check_number(name: str, value, low: float | None, high: float | None, low_open: bool = True, high_open: bool = False) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and np.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        lo = "" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        hi = "" if high is None else f"{high:g}" + (")" if high_open else "]")
+        where = f"in {lo}, {hi}" if low is not None and high is not None else (f"> {low:g}" if low_open else f">= {low:g}")
+        raise DomainparError(f"tracks.{name}: expected a number {where}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TrackCandidates:
+    """Track candidates of one event: every hit on exactly one candidate, each candidate's hits in order."""
+
+    track_id: np.ndarray
+    """(N,) int64 candidate of every hit, 0..T-1, numbered by each candidate's lowest hit index (singletons included)."""
+    offsets: np.ndarray
+    """(T+1,) int64 CSR offsets into ``hits``."""
+    hits: np.ndarray
+    """(N,) int64 node indices, candidate by candidate, each ordered along the track from its innermost hit."""
+    edge_score: np.ndarray
+    """(N,) float32 score of the graph edge joining the candidate's previous hit to this one (NaN at a first hit or where no edge joins them)."""
+    fit_chi2_ndf: np.ndarray
+    """(T,) float64 helix-fit chi2 per degree of freedom (NaN below 3 hits)."""
+    fit_pt: np.ndarray
+    """(T,) float64 GeV, pT of the fitted helix in the solenoid field (NaN below 3 hits)."""
+    edge_mask: np.ndarray
+    """(E,) bool graph edges joining hits of one candidate (what the builder accepted)."""
+    seconds: float
+    """Wall time of the build (s)."""
+
+    @property
+    def num_candidates(self) -> int:
+        """T, singletons included."""
+        return int(self.offsets.size - 1)
+
+    def sizes(self) -> np.ndarray:
+        """(T,) hits per candidate."""
+        return np.diff(self.offsets)
+
+
+def check_inputs(pos, layer, edge_index, scores) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validated ``(pos (N,3) float64, layer (N,) int64, edge_index (2,E) int64, scores (E,) float64)``."""
+    pos = np.asarray(pos, dtype=np.float64)
+    layer = np.asarray(layer)
+    edge_index = np.asarray(edge_index)
+    scores = np.asarray(scores, dtype=np.float64)
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise DomainparError(f"pos: expected shape (N, 3), got {pos.shape}")
+    n = pos.shape[0]
+    if layer.shape != (n,):
+        raise DomainparError(f"layer: expected shape ({n},), got {layer.shape}")
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise DomainparError(f"edge_index: expected shape (2, E), got {edge_index.shape}")
+    if scores.shape != (edge_index.shape[1],):
+        raise DomainparError(f"scores: expected shape ({edge_index.shape[1]},), got {scores.shape}")
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
+        raise DomainparError(
+            f"edge_index: expected node ids in [0, {n}), got values in [{int(edge_index.min())}, {int(edge_index.max())}]"
+        )
+    if np.isnan(scores).any():
+        raise DomainparError("scores: expected no NaN, got NaN")
+    if not np.isfinite(pos).all():
+        raise DomainparError("pos: expected finite positions, got NaN or inf")
+    return pos, layer.astype(np.int64, copy=False), edge_index.astype(np.int64, copy=False), scores
+
+
+def hit_variances(layer: np.ndarray, sigma_hit: float) -> np.ndarray:
+    """(N, 3) every hit's resolution squared across the track in x-y, along z and along r (mm^2).
+
+    From its layer's module pitches (:func:`~domainpar.data.detector.layer_table`, pitch / sqrt(12)): u is
+    r·phi; v is z on a barrel layer and r on an endcap disc. ``sigma_hit`` is added in quadrature to all three.
+    """
+    table = layer_table()
+    if layer.size and layer.max() >= len(table):
+        raise DomainparError(f"layer: expected layer codes below {len(table)} (the detector's layers), got {int(layer.max())}")
+    by_index = table.set_index("layer_index").sort_index()
+    u = by_index["pitch_u"].to_numpy(np.float64)[layer] ** 2 / 12.0
+    v = by_index["pitch_v"].to_numpy(np.float64)[layer] ** 2 / 12.0
+    barrel = by_index["barrel"].to_numpy(bool)[layer]
+    floor = sigma_hit * sigma_hit
+    return np.stack([u + floor, np.where(barrel, v, 0.0) + floor, np.where(barrel, 0.0, v) + floor], axis=1)
+
+
+def renumber(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0..T-1 in order of each label's lowest index (the contract's numbering)."""
+    if labels.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.ravel()]
+
+
+def edge_lookup(num_nodes: int, edge_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A sorted key table of the graph's (unordered) hit pairs: ``(keys, edge ids)`` for :func:`find_edges`."""
+    a = np.minimum(edge_index[0], edge_index[1])
+    b = np.maximum(edge_index[0], edge_index[1])
+    keys = a * np.int64(max(num_nodes, 1)) + b
+    order = np.argsort(keys, kind="stable")
+    return keys[order], order
+
+
+def find_edges(table: tuple[np.ndarray, np.ndarray], num_nodes: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Edge id joining hits a[i] and b[i] in either direction, -1 where the graph has none."""
+    keys, ids = table
+    lo = np.minimum(a, b)
+    hi = np.maximum(a, b)
+    query = lo * np.int64(max(num_nodes, 1)) + hi
+    where = np.clip(np.searchsorted(keys, query), 0, max(keys.size - 1, 0))
+    found = (keys[where] == query) if keys.size else np.zeros(query.size, dtype=bool)
+    return np.where(found, ids[where] if keys.size else -1, -1)
+
+
+def assemble(
+    pos: np.ndarray,
+    edge_index: np.ndarray,
+    scores: np.ndarray,
+    variances: np.ndarray,
+    labels: np.ndarray,
+    config: TrackConfig,
+    started: float,
+    fragment: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
+) -> TrackCandidates:
+    """:class:`TrackCandidates` from a candidate label per hit.
+
+    Args:
+        pos: (N, 3) hit positions (mm).
+        edge_index: (2, E) graph edges.
+        scores: (E,) edge scores.
+        variances: (N, 3) hit resolutions squared (:func:`hit_variances`).
+        labels: (N,) any integer label per hit; equal labels = one candidate.
+        config: fit settings.
+        started: ``time.perf_counter()`` when the build began (for ``seconds``).
+        fragment, rank: (N,) what the builder knew of the hits' order (:func:`~domainpar.kernels.track_order.order_keys`);
+            None: nothing.
+
+    Returns:
+        The candidates; ``edge_mask`` holds the graph edges whose two hits share a candidate.
+    """
+    n = pos.shape[0]
+    track_id = renumber(np.asarray(labels))
+    num_tracks = int(track_id.max()) + 1 if n else 0
+    if fragment is None:
+        fragment, rank = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)]
+    key = order_keys(*columns, track_id, np.ascontiguousarray(fragment, dtype=np.int64), np.ascontiguousarray(rank, dtype=np.int64))
+    hits = np.lexsort((key, track_id)).astype(np.int64)
+    offsets = np.zeros(num_tracks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(track_id, minlength=num_tracks), out=offsets[1:])
+    edge_score = np.full(n, np.nan, dtype=np.float32)
+    if n > 1:
+        follows = np.ones(n, dtype=bool)  # hits[k] has a previous hit on its candidate
+        follows[offsets[:-1]] = False
+        k = np.flatnonzero(follows)
+        edges = find_edges(edge_lookup(n, edge_index), n, hits[k - 1], hits[k])
+        joined = edges >= 0
+        edge_score[k[joined]] = scores[edges[joined]]
+    edge_mask = track_id[edge_index[0]] == track_id[edge_index[1]] if edge_index.size else np.zeros(0, dtype=bool)
+    chi2_ndf, pt = fit_candidates(pos, variances, offsets, hits, config.field, config.ms)
+    return TrackCandidates(
+        track_id=track_id,
+        offsets=offsets,
+        hits=hits,
+        edge_score=edge_score,
+        fit_chi2_ndf=chi2_ndf,
+        fit_pt=pt,
+        edge_mask=edge_mask,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None = None) -> TrackCandidates:
+    """Track candidates of one event from its edge scores.
+
+    Args:
+        pos: (N, 3) float hit positions (mm).
+        layer: (N,) int layer code of every hit (:attr:`EventGraph.layer`; equal codes = one detector layer).
+        edge_index: (2, E) int hit indices, row 0 the inner hit, row 1 the outer.
+        scores: (E,) edge scores (probabilities, on the scale of ``config.threshold``).
+        config: method and settings (default :class:`TrackConfig`).
+
+    Returns:
+        :class:`TrackCandidates`; ``seconds`` covers everything from the scores to the fitted candidates.
+    """
+    config = TrackConfig() if config is None else config
+    started = time.perf_counter()
+    pos, layer, edge_index, scores = check_inputs(pos, layer, edge_index, scores)
+    n = pos.shape[0]
+    variances = hit_variances(layer, config.sigma_hit)
+    if config.method == "components":
+        mask = scores > config.threshold
+    elif config.method == "walk":
+        mask = walk_edges(n, edge_index, scores, config.threshold)
+    elif config.method in ("ckf", "ambiguity"):
+        labels, fragment, rank = follow(pos, variances, layer, edge_index, scores, config, shared=config.method == "ambiguity")
+        free = np.flatnonzero(labels < 0)
+        labels[free] = n + free  # hits on no track: singletons
+        return assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
+    else:  # pragma: no cover - TrackConfig admits only METHODS
+        raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {config.method!r}")
+    labels = components_of(n, edge_index, mask)
+    return assemble(pos, edge_index, scores, variances, labels, config, started)
