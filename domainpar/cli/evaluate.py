@@ -76,6 +76,10 @@ def format_table(summary: dict) -> str:
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
 @click.option("--timeout", "timeout_s", type=timeout_seconds(), default=1800.0, show_default=True,
               help="Seconds before a partitioned run is declared hung.")
+@click.option("--skip-locality-check", is_flag=True,
+              help="With --parts > 1 and a model that is not a built-in: skip the check that the model is local (its outputs "
+                   "on a split slice of the first event equal one process's; docs/models.md), for a model checked with "
+                   "`domainpar verify`.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
     checkpoint: Path | None,
@@ -94,6 +98,7 @@ def evaluate(
     scores_dir: Path | None,
     seed: int,
     timeout_s: float,
+    skip_locality_check: bool,
     quiet: bool,
 ) -> None:
     """Evaluate a checkpoint, or an exported model (--model), on whole events: edge efficiency, purity and ROC AUC,
@@ -103,15 +108,26 @@ def evaluate(
     With --parts N every event is split into N parts scored by N local
     processes exchanging halo rows, exactly as in domain-parallel training, so
     events too large for one device can be evaluated; the figures equal the
-    single-process ones. --model re-validates a deployed model: its file is
+    single-process ones (a model that is not a built-in first proves it on a
+    slice of the first event). --model re-validates a deployed model: its file is
     run as ACTS runs it (ONNX Runtime on CPU, or torch.jit.load) with the
-    threshold and features its sidecar records.
+    threshold and features its sidecar records. evaluate joins no torchrun/srun
+    job: started as a rank of one, every rank refuses.
     """
     # Imported when the command runs: 'domainpar evaluate --help' takes 0.2 s instead of 8 s (torch).
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate as run_evaluation
     from domainpar.inference.evaluation import write_outputs
 
+    from domainpar.launch.env import detect as detect_launcher
+
+    launcher = detect_launcher()
+    if launcher.joins:
+        # Each rank would score every event on its own and write the same outputs: one run, or a refusal on every rank.
+        raise DomainparError(
+            f"evaluate does not join torchrun/srun jobs (this process is {launcher.describe()}): it runs in one process, "
+            "or starts its own --parts local processes; run it once, outside torchrun/srun"
+        )
     if ranks is not None and num_parts is not None and ranks != num_parts:
         raise DomainparError(f"--ranks must equal --parts: one process per part (got --ranks {ranks}, --parts {num_parts})")
     parts = num_parts if num_parts is not None else (ranks if ranks is not None else 1)
@@ -128,6 +144,7 @@ def evaluate(
         seed=seed,
         timeout_s=timeout_s,
         progress=not quiet,
+        skip_locality_check=skip_locality_check,
     )
     if json_path is not None:
         check_output_file(json_path, "--json")

@@ -47,6 +47,8 @@ class EvaluateConfig:
     """Wall-clock limit of the partitioned inference job (and its process-group timeout)."""
     progress: bool = True
     """Show progress bars."""
+    skip_locality_check: bool = False
+    """Skip the check that a model which is not a built-in is local, run before partitioned inference (docs/models.md)."""
 
     def __post_init__(self) -> None:
         if (self.checkpoint is None) == (self.model is None):

@@ -79,7 +79,8 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         logits = [event_logits(pipeline, e.graph, e.source) if exported is not None else infer_single(loaded, e.graph) for e in bar]
     else:
         logits, partition_records = infer_partitioned(
-            Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
+            Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s,
+            check_locality=not config.skip_locality_check,
         )
     seconds_inference = time.perf_counter() - start
     evaluations = []

@@ -21,6 +21,7 @@ from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
 from domainpar.partition.io import part_file_name, save_plan
+from domainpar.verification.locality import check_parts, known_local, require_local
 
 
 def infer_single(loaded: LoadedModel, graph: EventGraph) -> np.ndarray:
@@ -51,6 +52,22 @@ def _partitioned_worker(rank: int, world_size: int, checkpoint: str, part_paths:
     return results
 
 
+def check_partitionable(checkpoint: Path, graph: EventGraph, num_parts: int) -> None:
+    """Refuse, in one line, a checkpoint's model that is not a built-in and not local: its outputs on a slice of
+    ``graph`` split into parts must be one process's (:mod:`domainpar.verification.locality`), or partitioned
+    inference would score edges otherwise than one process.
+
+    Raises:
+        DomainparError: naming the model and the output that differs.
+    """
+    loaded = load_model(checkpoint)
+    if known_local(loaded.model_config.name):
+        return
+    require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
+                  consequence=f"--parts {num_parts} would score edges otherwise than one process",
+                  skip="--skip-locality-check", state=loaded.model.state_dict())  # fmt: skip
+
+
 def infer_partitioned(
     checkpoint: Path,
     graphs: list[EventGraph],
@@ -58,6 +75,7 @@ def infer_partitioned(
     method: str,
     seed: int = 0,
     timeout_s: float = 1800.0,
+    check_locality: bool = True,
 ) -> tuple[list[np.ndarray], list[dict]]:
     """Logits of every event, each event split into ``num_parts`` parts on as many spawned processes.
 
@@ -67,10 +85,15 @@ def infer_partitioned(
     exchange and returns the logits of the edges it owns, which are scattered
     back to global edge ids here.
 
+    With ``check_locality``, a model that is not a built-in first proves its locality on a slice of the first
+    event (:func:`check_partitionable`).
+
     Returns:
         ``(logits, partition_records)``: (E,) float64 logits per event, and per
         event the partition's cut and halo sizes.
     """
+    if check_locality and graphs:
+        check_partitionable(checkpoint, graphs[0], num_parts)
     records = []
     with tempfile.TemporaryDirectory(prefix="domainpar-evaluate-") as tmp:
         part_paths = []

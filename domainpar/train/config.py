@@ -132,6 +132,8 @@ class ParallelConfig:
     """auto (CUDA when available), cpu or cuda; CUDA uses NCCL with one GPU per local rank, CPU uses gloo."""
     threads: int | None = None
     """torch intra-op threads per rank (None: torch's default for one process, cores / ranks for spawned ranks)."""
+    skip_locality_check: bool = False
+    """Skip the check that a model which is not a built-in is local (its outputs and gradients on a 2-4 part slice of the first graph equal one process's; docs/models.md), run before the first step of domain mode: for a model checked with `domainpar verify`."""
 
     def __post_init__(self) -> None:
         check_section(self, "parallel")

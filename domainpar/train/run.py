@@ -13,7 +13,11 @@ Three ways a run starts (:func:`~domainpar.launch.env.detect` reads which):
 * otherwise (single mode, or one rank): training runs in this process.
 
 Whatever would fail only once ranks exist is checked before they start
-(:mod:`domainpar.train.preflight`).
+(:mod:`domainpar.train.preflight`); the ranks of a torchrun/srun job compare
+their configurations with rank 0's before their first collective
+(:mod:`domainpar.train.agreement`), and a model that is not a built-in
+proves its locality on the first graph before any rank trains
+(:mod:`domainpar.train.locality`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from domainpar.errors import DomainparError
 from domainpar.launch import ranks, runlock
 from domainpar.launch.env import LauncherEnv, detect
 from domainpar.output_paths import check_output_dir
+from domainpar.train.agreement import agree_on_run
 from domainpar.train.config import TrainConfig
+from domainpar.train.locality import LocalityGate, check_launched_run_locality, check_run_locality, graph_given
 from domainpar.train.preflight import check_run
 from domainpar.train.prepare import precheck_resume, prepare, prepare_distributed
 from domainpar.train.trainer import check_run_model, run_rank
@@ -65,7 +71,13 @@ def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False
     :mod:`domainpar.train.prepare`) and return the argument of :func:`~domainpar.train.trainer.run_rank`
     (for launching ranks yourself, e.g. in sweeps)."""
     config = check_run(config, world_size)
-    return _payload(config, prepare(config, world_size, progress=progress))
+    given = graph_given(config)
+    if given is not None:
+        check_run_locality(config, given, world_size)
+    inputs = prepare(config, world_size, progress=progress)
+    if given is None:
+        check_run_locality(config, inputs.train_files, world_size)
+    return _payload(config, inputs)
 
 
 def _rank_error(exc: Exception) -> Exception:
@@ -90,6 +102,8 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
     # Checked before joining: a mistake ends every rank at once with its line, not after the rendezvous.
     config = check_run(config, launcher.world_size, launcher)
     env = ranks.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
+    # Before any collective and any work: every rank runs the configuration rank 0 runs, or none trains.
+    agree_on_run(config, env.world_size)
     lock = None
 
     def own_out() -> None:
@@ -104,7 +118,10 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
             held = lock
             watchdog.before_exit.append(lambda: runlock.release(held))
 
+    given = graph_given(config)
     try:
+        if given is not None:
+            check_launched_run_locality(config, given, env.world_size, echo=_stderr)
         if env.world_size == 1:
             own_out()
             inputs = prepare(config, 1, progress=config.run.progress)
@@ -113,6 +130,8 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
                 config, env.rank, env.world_size, before=own_out if env.rank == 0 else None, progress=config.run.progress
             )
         check_run_model(config, inputs.train_files, echo=_stderr if env.rank == 0 else None)
+        if given is None:
+            check_launched_run_locality(config, inputs.train_files, env.world_size, echo=_stderr)
         payload = _payload(config, inputs)
         payload["device"] = env.device.type
         return run_rank(env.rank, env.world_size, payload)
@@ -158,11 +177,20 @@ def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str,
     check_output_dir(config.run.out, "--out")
     # A resume that would not continue its checkpoint's run is refused before anything is prepared or written.
     precheck_resume(config)
-    with runlock.run_lock(config.run.out):
+    with runlock.run_lock(config.run.out), LocalityGate(config, world_size, echo=_stderr) as gate:
+        # A model that is not a built-in proves its locality in a thread while the events are prepared and the
+        # ranks start; the ranks wait for its verdict before their first step.
+        given = graph_given(config)
+        if given is not None:
+            gate.start(given)
         inputs = prepare(config, world_size, progress=config.run.progress)
         check_run_model(config, inputs.train_files, echo=_stderr)
+        gate.start(inputs.train_files)
+        if gate.done:
+            gate.raise_if_refused()  # known before any rank starts: none is started
         # config.yaml is written by rank 0 when the run has really started (Trainer._start_outputs).
         payload = _payload(config, inputs)
+        payload["locality_gate"] = gate.directory
         if world_size == 1:
             return run_rank(0, 1, payload)
         backend = ranks.backend_for(payload["device"])
@@ -180,6 +208,7 @@ def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str,
                 watchdog=_watchdog_config(config),
             )
         except ranks.SpawnError as exc:
+            gate.raise_if_refused()  # the ranks stopped at the gate: the check's own line, said once
             converted = _rank_error(exc)
             if converted is exc:
                 raise

@@ -60,6 +60,7 @@ RESUME_ELASTIC = {
     "parallel.heartbeat_s": "failure detection",
     "parallel.device": "where the same computation runs",
     "parallel.threads": "where the same computation runs",
+    "parallel.skip_locality_check": "a check before the first step, not the training",
     "model.checkpointing": "activation checkpointing recomputes the same values",
     "model.overlap": "the same values, computed while the exchange is in flight",
     "model.compile": "fused kernels of the same computation",

@@ -48,6 +48,7 @@ from domainpar.train.checkpoint import (
 from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of, dump_config
 from domainpar.train.events import EventParts, array_shape
 from domainpar.train.feed import Feeder, PartCache
+from domainpar.train.gate import GateRefused, wait_at_gate
 from domainpar.train.logs import RunLogs, check_resumable_logs
 from domainpar.train.preflight import resolve_defaults
 from domainpar.train.memory import peak_memory_bytes, reset_peak_memory
@@ -130,6 +131,8 @@ class Trainer:
         train_plans: directory of the training events' plan directories (prepared by
             :mod:`domainpar.train.prepare`); needed when a domain group has more than one rank.
         val_plans: the same for the validation events.
+        locality_gate: directory where the launcher writes the verdict of the model's locality check
+            (:mod:`domainpar.train.gate`); the first step waits for it. None: no check pending.
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class Trainer:
         device: torch.device,
         train_plans: str | None = None,
         val_plans: str | None = None,
+        locality_gate: str | None = None,
     ) -> None:
         # An unset global batch is one event per replica (check_run resolved it already for launched runs).
         config = resolve_defaults(config, world_size)
@@ -194,6 +198,9 @@ class Trainer:
         self._last_step: dict[str, float] = {"lr": 0.0, "data_wait": 0.0}
         self.val_data_wait = 0.0
         self._halo_warned = False
+        self.locality_gate = locality_gate
+        self.locality_wait_s = 0.0
+        """Seconds this rank waited for the launcher's locality check before its first step."""
         self._doing = "starting the run"  # what the rank is doing, for the line that reports a machine fault
 
     # ------------------------------------------------------------- resume
@@ -442,6 +449,12 @@ class Trainer:
         if self.layout.is_main and self.resume_note is not None:
             print(f"domainpar: {self.resume_note}", file=sys.stderr)
         self._preflight()
+        if self.locality_gate is not None:
+            # No step before the launcher's verdict on the model's locality (it ran while this rank started).
+            self._doing = "waiting for the locality check of the model"
+            self.locality_wait_s = wait_at_gate(self.locality_gate)
+            if self.layout.is_main and self.locality_wait_s >= 0.1:
+                print(f"domainpar: the first step waited {self.locality_wait_s:.2f} s for the locality check", file=sys.stderr)
         run_start = time.perf_counter()
         try:
             return self._run_loop(resume_path, run_start)
@@ -543,6 +556,7 @@ class Trainer:
             "model": None if model_path is None else str(model_path),
             "seconds": wall,
             "steps_per_second": steps_this_run / wall if wall > 0 else float("nan"),
+            "locality_wait_s": self.locality_wait_s,
         }
 
 
@@ -576,11 +590,13 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
             device,
             train_plans=payload.get("train_plans"),
             val_plans=payload.get("val_plans"),
+            locality_gate=payload.get("locality_gate"),
         )
         return trainer.run()
     except BaseException as exc:
         # The first failure of the job wins; a rank that only saw its consequence (a broken collective) names it.
-        if world_size == 1 or isinstance(exc, PeerFailed):
+        # A refusal every rank reached on its own (the launcher's gate) is each rank's own.
+        if world_size == 1 or isinstance(exc, (PeerFailed, GateRefused)):
             raise
         watchdog = current_watchdog()
         first = watchdog.explain(exc) if watchdog is not None else publish_failure(exc)

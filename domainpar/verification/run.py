@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from domainpar import __version__
+from domainpar.comm.agreement import Setting, agree
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError, FieldError
@@ -16,9 +19,11 @@ from domainpar.launch.env import LauncherEnv, detect
 from domainpar.launch.ranks import SpawnError, init_from_env, spawn, spawn_failure
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model, check_config
+from domainpar.npzfile import archive_digest
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.owners import check_num_parts
 from domainpar.partition.partitioners import partition_graph
+from domainpar.train.agreement import model_source
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import VerifyCase, VerifyResult
 from domainpar.verification.worker import verify_worker
@@ -134,7 +139,9 @@ def verify_graph_distributed(
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
     Every rank checks the arguments and reads the graph before it joins the job, so a mistake ends
-    the job at once; then rank 0 partitions and broadcasts the owners, so every rank uses one plan.
+    the job at once; then the ranks compare their options with rank 0's (:func:`verify_settings`: every
+    rank refuses in one line, exit status 2, if any differs); then rank 0 partitions and broadcasts the
+    owners, so every rank uses one plan.
 
     Returns:
         (result, this rank, backend, the model configuration checked).
@@ -147,6 +154,10 @@ def verify_graph_distributed(
     graph = check_before_start(graph_path, num_parts, method, dtype)
     config = case_model(config, graph)
     env = init_from_env(timeout_s)
+    # Before the first collective: every rank checks what rank 0 checks (a model of another width would abort
+    # gloo in the owners' broadcast or the gradient sum), or every rank refuses in one line.
+    agree(verify_settings(graph_path, num_parts, method, config, dtype, seed, fault), what="verify", advice=VERIFY_ADVICE,
+          timeout_s=timeout_s)
     # Rank 0's owners go to everyone as a plain tensor, so every rank builds its part from one plan.
     owner = torch.zeros(graph.num_nodes, dtype=torch.int64, device=env.device)
     if env.rank == 0:
@@ -157,6 +168,36 @@ def verify_graph_distributed(
     dist.barrier()
     dist.destroy_process_group()
     return result, env.rank, env.backend, config
+
+
+#: What a rank of a torchrun/srun `verify` may set for itself: how long it waits, and --json, which only rank 0 writes.
+VERIFY_PER_RANK = ("--timeout", "--json")
+#: What the line of ranks that disagree tells the user to do.
+VERIFY_ADVICE = "give every rank the same options (only --timeout and --json, which rank 0 alone writes, may differ)"
+
+
+def verify_settings(graph_path: str, num_parts: int, method: str, config: ModelConfig, dtype: str, seed: int,
+                    fault: str | None) -> dict[str, Setting]:  # fmt: skip
+    """What the ranks of a torchrun/srun ``verify`` must agree on: the graph by content, the partitioning, the
+    precision, the seed and the whole model (with its source file, for a user's model)."""
+    digest = archive_digest(graph_path)
+    settings = {
+        "--graph": Setting(digest, f"{graph_path} ({digest.partition(':')[2][:12]})"),
+        "--parts": Setting(str(num_parts), str(num_parts)),
+        "--method": Setting(method, method),
+        "--dtype": Setting(dtype, dtype),
+        "--seed": Setting(str(seed), str(seed)),
+        "--fault": Setting(str(fault), str(fault)),
+        "domainpar.version": Setting(__version__, __version__),
+        "torch.version": Setting(torch.__version__, torch.__version__),
+    }
+    for key, value in config.to_dict().items():
+        text = json.dumps(value, sort_keys=True)
+        settings[f"model.{key}"] = Setting(text, text if not isinstance(value, str) else value)
+    source = model_source(config.name)
+    if source is not None:
+        settings["model.source"] = source
+    return settings
 
 
 def format_result_table(result: VerifyResult) -> str:
