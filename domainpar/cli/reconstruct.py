@@ -50,11 +50,15 @@ from domainpar.tracks.methods import METHODS as TRACK_METHODS
               help="torch threads per scoring process (default: the cores left by the other processes).")
 @click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
               help="Seconds a process group waits in one exchange before the job is declared hung (--parts > 1).")
+@click.option("--skip-locality-check", is_flag=True,
+              help="With --parts > 1 and a model that is not a built-in: skip the check that the model is local (its outputs "
+                   "on a split slice of the first event equal one process's; docs/models.md), for a model checked with "
+                   "`domainpar verify`.")
 @click.option("--quiet", is_flag=True, help="No progress display (failures are still named).")
 def reconstruct(
     data: Path, out: Path, checkpoint: Path | None, model: Path | None, edge_filter: Path | None, threshold: float | None,
     track_method: str, num_parts: int, method: str, seed: int, workers: int | None, ranks: int | None, prefetch: int,
-    tracks_format: str, redo: bool, threads: int | None, timeout_s: float, quiet: bool,
+    tracks_format: str, redo: bool, threads: int | None, timeout_s: float, skip_locality_check: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Reconstruct the tracks of every event in --data with a trained pipeline, without truth.
 
@@ -83,7 +87,8 @@ def reconstruct(
     config = ReconstructConfig(
         data=data, out=out, checkpoint=checkpoint, model=model, edge_filter=edge_filter, threshold=threshold,
         track_method=track_method, num_parts=num_parts, method=method, seed=seed, workers=replicas, prefetch=prefetch,
-        tracks_format=tracks_format, redo=redo, threads=threads, timeout_s=timeout_s, progress=not quiet,
+        tracks_format=tracks_format, redo=redo, threads=threads, timeout_s=timeout_s,
+        skip_locality_check=skip_locality_check, progress=not quiet,
     )  # fmt: skip
     check_output_dir(out, "--out")
     if Path(data).exists() and Path(out).resolve() == Path(data).resolve():

@@ -114,6 +114,8 @@ class ReconstructConfig:
     """torch threads per scoring process; None: the cores left after the other processes of this machine."""
     timeout_s: float = 1800.0
     """Seconds a process group waits in one collective before the job is declared hung."""
+    skip_locality_check: bool = False
+    """With num_parts > 1 and a model that is not a built-in: do not prove its locality on the first event (docs/models.md)."""
     progress: bool = True
     """Show progress."""
 
@@ -373,6 +375,19 @@ def _score(pipeline: Pipeline, prepared: Prepared, layout: Any, config: Reconstr
     return host_logits(pipeline.loaded, layout, prepared.graph, config.method, config.seed)
 
 
+def _require_local(pipeline: Pipeline, graph: Any, num_parts: int) -> None:
+    """Refuse, in one line, a checkpoint's model that is not a built-in and whose outputs on a split slice of ``graph``
+    differ from one process's (:mod:`domainpar.verification.locality`)."""
+    from domainpar.verification.locality import check_parts, known_local, require_local
+
+    loaded = pipeline.loaded
+    if known_local(loaded.model_config.name):
+        return
+    require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
+                  consequence=f"--parts {num_parts} would score edges otherwise than one process",
+                  skip="--skip-locality-check", state=loaded.model.state_dict())  # fmt: skip
+
+
 def _reconstruct_event(pipeline: Pipeline, digest: str, prepared: Prepared, layout: Any, config: ReconstructConfig) -> Outcome:
     """Score, track and write one prepared event; its Outcome (timings and counts)."""
     seconds = dict(prepared.seconds)
@@ -446,6 +461,10 @@ def run_host(
                 outcome = Outcome(source.name, False, line)
             else:
                 wait = time.perf_counter() - waited
+                if not outcomes and layout is not None and config.num_parts > 1 and not config.skip_locality_check:
+                    # Before the first partitioned event, once: a model that is not local would score every event
+                    # otherwise than one process. A refusal ends the job (no event of this pipeline is right).
+                    _require_local(pipeline, prepared.graph, config.num_parts)
                 try:
                     outcome = _reconstruct_event(pipeline, digest, prepared, layout, config)
                 except DomainparError as exc:
@@ -672,9 +691,12 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
     relay_thread = threading.Thread(target=relay, name="domainpar-reconstruct-progress", daemon=True)
     relay_thread.start()
     try:
-        # A checkpoint's pipeline travels to the ranks as loaded (its files are not read again); an exported one
-        # holds runtime sessions, which every rank opens itself.
-        shared = pipeline if pipeline.exported is None else None
+        # A checkpoint's built-in model travels to the ranks as loaded (its files are not read again). An exported
+        # pipeline holds runtime sessions, and a user's model may live in a module imported from a file path that a
+        # spawned process cannot unpickle: every rank loads those itself.
+        from domainpar.verification.locality import known_local
+
+        shared = pipeline if pipeline.exported is None and known_local(pipeline.loaded.model_config.name) else None
         per_rank = spawn(_rank_main, world, (config, plan, shared, threads, prepare_threads, messages),
                          timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads)  # fmt: skip
     except SpawnError as exc:
