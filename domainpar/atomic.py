@@ -14,7 +14,16 @@ beside the link's target and replaces the target, so the link stays a link.
 Temporary names carry the writer's process id (``.<name>.tmp-<pid>-<random>``),
 so a parent that had to kill a worker can remove exactly what that worker left
 (:func:`remove_temporaries_of`). An ``OSError`` raised while a temporary was
-written names the destination the user asked for, never the temporary.
+written names the destination the user asked for, never the temporary, and a
+temporary name always fits in :data:`NAME_MAX` bytes when the destination's
+does (the destination's name is shortened inside it).
+
+:class:`StagedOutputs` publishes a command's outputs all or nothing: every
+destination that exists is moved aside, every staged output renamed into
+place, and only then the old ones removed; a failure on the way (an immutable
+file, an interrupt) undoes what was done, so the user's files stay byte for
+byte what they were. Nothing is published once a stop signal arrived
+(:func:`domainpar.errors.stop_received`), even where a library swallowed it.
 """
 
 from __future__ import annotations
@@ -28,15 +37,58 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from domainpar.errors import interrupt_of, stop_received
+
 #: Marker between a destination's name and the random part of its temporary name.
 TMP_MARKER = ".tmp-"
+#: Marker of a destination moved aside while a staged output replaces it (restored if publishing fails).
+OLD_MARKER = ".old-"
 #: errno values of a full or size-limited file system (an OSError without a file name is then a write's).
 _WRITE_FAULTS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+#: Longest file name, in bytes, of the file systems written to (POSIX NAME_MAX; ext4, xfs, btrfs, NFS, Lustre).
+NAME_MAX = 255
+#: Characters :mod:`tempfile` adds to a prefix.
+_RANDOM_CHARS = 8
+#: Longest run of suffixes a temporary name keeps (``.csv.gz``, ``.pt.json``): writers choose formats by them.
+_SUFFIX_BYTES = 24
 
 
-def temporary_prefix(name: str) -> str:
-    """The start of a temporary name for the destination ``name``: ``.<name>.tmp-<pid>-``."""
-    return f".{name}{TMP_MARKER}{os.getpid()}-"
+def _fit(name: str, budget: int) -> str:
+    """``name`` cut to at most ``budget`` bytes in the file system's encoding (the bytes a name is limited by)."""
+    encoded = os.fsencode(name)
+    if len(encoded) <= budget:
+        return name
+    # fsdecode maps any byte string back (surrogate escapes), so a cut inside a character still names the same bytes.
+    return os.fsdecode(encoded[: max(budget, 0)])
+
+
+def temporary_suffix(name: str) -> str:
+    """The suffixes a temporary of ``name`` keeps: all of them (``.csv.gz``) while short, else the last (np.savez
+    appends ``.npz`` to a name without it), none when even that is long (no writer chooses a format by it)."""
+    suffixes = Path(name).suffixes
+    kept = ""
+    for suffix in reversed(suffixes):
+        if len(os.fsencode(suffix + kept)) > _SUFFIX_BYTES:
+            break
+        kept = suffix + kept
+    return kept
+
+
+def temporary_prefix(name: str, suffix: str = "", marker: str = TMP_MARKER) -> str:
+    """The start of a temporary name for the destination ``name``: ``.<name>.tmp-<pid>-``.
+
+    The whole temporary name (this prefix, tempfile's random characters and ``suffix``) fits in
+    :data:`NAME_MAX` bytes: a destination whose name is legal (up to 255 bytes) always gets a temporary, its
+    name shortened inside the temporary where needed.
+    """
+    tail = f"{marker}{os.getpid()}-"
+    budget = NAME_MAX - 1 - len(tail) - _RANDOM_CHARS - len(os.fsencode(suffix))
+    return f".{_fit(name, budget)}{tail}"
+
+
+def aside_prefix(name: str) -> str:
+    """Prefix of the name a replaced destination gets while the new one is put in its place."""
+    return temporary_prefix(name, marker=OLD_MARKER)
 
 
 def write_target(path: str | os.PathLike) -> Path:
@@ -72,10 +124,35 @@ def name_destination(exc: BaseException, temporaries: dict[Path, Path]) -> None:
                         with contextlib.suppress(AttributeError, TypeError):
                             setattr(item, attribute, str(final) + text[len(tmp_text):])
                         break
+                    if tmp_text.endswith("-") and text.startswith(tmp_text) and os.sep not in text[len(tmp_text):]:
+                        # A temporary that could not be created: the key is its prefix (``.<name>.tmp-<pid>-``).
+                        with contextlib.suppress(AttributeError, TypeError):
+                            setattr(item, attribute, str(final))
+                        break
             if item.filename is None and item.errno in _WRITE_FAULTS and len(temporaries) == 1:
                 with contextlib.suppress(AttributeError, TypeError):
                     item.filename = str(next(iter(temporaries.values())))
         item = item.__cause__ or item.__context__
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create the missing parent directories of ``path``; returns them, deepest first (for :func:`remove_empty`)."""
+    missing = []
+    current = path.parent
+    while not os.path.lexists(current) and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty(directories: list[Path]) -> None:
+    """Remove the directories (deepest first) that are empty: what a failed write created and left."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:
@@ -108,12 +185,17 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
     """
     asked = Path(path)
     path = write_target(asked)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = make_parents(path)
     # Keep the real suffixes last: np.savez and pandas pick formats by extension.
-    real_suffix = "".join(path.suffixes) if suffix is None else suffix
+    real_suffix = temporary_suffix(path.name) if suffix is None else suffix
     tmp: Path | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=real_suffix, dir=path.parent)
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=temporary_prefix(path.name, real_suffix), suffix=real_suffix, dir=path.parent)
+        except FileNotFoundError:
+            # Another writer's failure removed the directory it had created for both of us: create it again.
+            created += make_parents(path)
+            fd, tmp_name = tempfile.mkstemp(prefix=temporary_prefix(path.name, real_suffix), suffix=real_suffix, dir=path.parent)
         os.close(fd)
         tmp = Path(tmp_name)
         # mkstemp creates 0600; give the final file the permissions a plain open() would (umask).
@@ -122,6 +204,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
         if durable:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
+        _refuse_after_stop()
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
@@ -129,7 +212,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
                 tmp.unlink()
             name_destination(exc, {tmp: asked})
         else:
-            name_destination(exc, {path.parent / temporary_prefix(path.name): asked})
+            name_destination(exc, {path.parent / temporary_prefix(path.name, real_suffix): asked})
+        remove_empty(created)
         raise
     if durable:
         fsync_directory(path.parent)
@@ -243,7 +327,8 @@ class StagedOutputs:
         asked = Path(final)
         final = write_target(asked)
         self._ensure_directory(final.parent)
-        fd, name = tempfile.mkstemp(prefix=temporary_prefix(final.name), suffix="".join(final.suffixes), dir=final.parent)
+        suffix = temporary_suffix(final.name)
+        fd, name = tempfile.mkstemp(prefix=temporary_prefix(final.name, suffix), suffix=suffix, dir=final.parent)
         os.close(fd)
         tmp = Path(name)
         _default_mode(tmp, directory=False)
@@ -277,35 +362,63 @@ class StagedOutputs:
         """Make ``exc``'s OSErrors name the outputs the user asked for instead of their temporaries."""
         name_destination(exc, dict(self._asked))
 
-    def publish(self) -> None:
-        """Rename every staged output into place (an existing file is replaced, an existing directory merged)."""
+    def _moves(self) -> list[tuple[Path, Path]]:
+        """(staged, destination) of every rename that publishes the outputs, each destination once."""
+        moves = []
         for tmp, final in self._directories:
             if not final.exists():
-                os.replace(tmp, final)
+                moves.append((tmp, final))
                 continue
-            for entry in sorted(tmp.iterdir()):
-                destination = final / entry.name
-                if entry.is_dir() and destination.is_dir():
-                    # Two renames: the old directory moves aside, the new one into place, then the old is removed.
-                    retired = Path(tempfile.mkdtemp(prefix=f".{entry.name}.old-", dir=final))
-                    os.replace(destination, retired / "old")
-                    os.replace(entry, destination)
-                    shutil.rmtree(retired, ignore_errors=True)
-                else:
-                    os.replace(entry, destination)
-            tmp.rmdir()
-        for tmp, final in self._replacements:
-            if not tmp.exists():
-                continue
-            if final.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-                os.replace(final, retired / "old")
-                os.replace(tmp, final)
-                shutil.rmtree(retired, ignore_errors=True)
+            if not final.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(final))
+            moves += [(entry, final / entry.name) for entry in sorted(tmp.iterdir())]
+        moves += [(tmp, final) for tmp, final in self._replacements if tmp.exists()]
+        moves += list(self._files)
+        return moves
+
+    def publish(self) -> None:
+        """Put every staged output in place, all or nothing (nothing once a stop signal arrived: see below).
+
+        Every destination that exists is first moved aside (beside it), then every staged output is renamed onto
+        its name, and only then are the old ones removed. A rename that fails (an immutable or busy file, a
+        directory where a file goes, an interrupt) undoes the renames before it, so the destinations are what
+        they were before, byte for byte; the error names the destination.
+        """
+        _refuse_after_stop()
+        moves = self._moves()
+        for staged, destination in moves:
+            # A file never replaces a directory (or the other way round): that is not "a newer version of it".
+            if os.path.lexists(destination) and staged.is_dir() != (destination.is_dir() and not destination.is_symlink()):
+                code = errno.EISDIR if destination.is_dir() else errno.ENOTDIR
+                raise OSError(code, os.strerror(code), str(destination))
+        aside: list[tuple[Path, Path]] = []
+        placed: list[tuple[Path, Path]] = []
+        try:
+            for _, destination in moves:
+                if os.path.lexists(destination):
+                    aside.append((_move_aside(destination), destination))
+            for staged, destination in moves:
+                os.rename(staged, destination)
+                placed.append((staged, destination))
+        except BaseException:
+            # Undo in reverse order; what cannot be undone stays where it is (named by the error on its way out).
+            for staged, destination in reversed(placed):
+                with contextlib.suppress(OSError):
+                    os.rename(destination, staged)
+            for moved, destination in reversed(aside):
+                with contextlib.suppress(OSError):
+                    os.rename(moved, destination)
+            raise
+        for moved, _ in aside:
+            if moved.is_dir() and not moved.is_symlink():
+                shutil.rmtree(moved, ignore_errors=True)
             else:
-                os.replace(tmp, final)
-        for tmp, final in self._files:
-            os.replace(tmp, final)
+                with contextlib.suppress(FileNotFoundError):
+                    moved.unlink()
+        for tmp, final in self._directories:
+            if tmp.is_dir():
+                with contextlib.suppress(OSError):
+                    tmp.rmdir()
         self._files, self._directories, self._replacements, self._created = [], [], [], []
         self._asked = {}
 
@@ -321,6 +434,31 @@ class StagedOutputs:
                 directory.rmdir()  # only if empty: something else may have been put there meanwhile
         self._files, self._directories, self._replacements, self._created = [], [], [], []
         self._asked = {}
+
+
+def _refuse_after_stop() -> None:
+    """An output is not published once the command was told to stop, even where a library swallowed the signal
+    and the command carried on: the interrupt is raised instead (the temporaries are removed on its way out)."""
+    interrupt = interrupt_of(Exception()) if stop_received() is not None else None
+    if interrupt is not None:
+        raise interrupt
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename ``path`` (a file, link or directory) to a new name beside it; returns that name."""
+    if path.is_dir() and not path.is_symlink():
+        reserved = Path(tempfile.mkdtemp(prefix=aside_prefix(path.name), dir=path.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=aside_prefix(path.name), dir=path.parent)
+        os.close(fd)
+        reserved = Path(name)
+    try:
+        os.rename(path, reserved)  # onto the empty placeholder: a file onto a file, a directory onto an empty one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            reserved.rmdir() if reserved.is_dir() else reserved.unlink()
+        raise
+    return reserved
 
 
 @contextlib.contextmanager

@@ -60,6 +60,42 @@ class Terminated(BaseException):
         return 128 + self.signum
 
 
+#: The first stop signal (SIGINT, SIGTERM, SIGHUP) this process received while a command ran, if any.
+_STOP_SIGNAL: list[int] = []
+
+
+def note_stop(signum: int) -> None:
+    """Record that a stop signal arrived (its handler calls this before raising).
+
+    A library that catches everything (an importer turning the interrupt of a module's initialisation into
+    an ``ImportError``, an exporter turning it into its own failure) would otherwise make an interrupt look like
+    a missing package or a bad model; the command's last word checks :func:`stop_received` first.
+    """
+    if not _STOP_SIGNAL:
+        _STOP_SIGNAL.append(int(signum))
+
+
+def stop_received() -> int | None:
+    """The stop signal this process received since :func:`clear_stop`, None if none."""
+    return _STOP_SIGNAL[0] if _STOP_SIGNAL else None
+
+
+def clear_stop() -> None:
+    """Forget a recorded stop signal (a command starting in a process that ran one before)."""
+    _STOP_SIGNAL.clear()
+
+
+def interrupt_of(exc: BaseException) -> BaseException | None:
+    """The interrupt (KeyboardInterrupt or :class:`Terminated`) behind ``exc``, or a recorded stop signal's; else None."""
+    for item in _chain(exc):
+        if isinstance(item, (KeyboardInterrupt, Terminated)):
+            return item
+    signum = stop_received()
+    if signum is None:
+        return None
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 class FieldError(DomainparError):
     """A configuration field with a bad value; the config layer prefixes the option's user-facing name.
 
@@ -184,6 +220,7 @@ MEMORY_ADVICE = {
     "train": "try --checkpointing (or --offload), more ranks per event (--ranks/--domain-size: each holds one part), "
     "a smaller --hidden or fewer --batch-events",
     "evaluate": "try more --parts (each process holds one part of an event)",
+    "reconstruct": "try more --parts (each process holds one part of an event), fewer --workers or --prefetch 0",
     "verify": "try more --parts or --checkpointing",
     "build": "try fewer --workers (each worker holds one event)",
     "partition": "try fewer --workers (each worker holds one event)",

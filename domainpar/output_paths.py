@@ -9,15 +9,21 @@ we can create files in. The check creates nothing that outlives it, so a
 command that then fails on its inputs leaves no trace behind. A symbolic link
 is followed (outputs are written through it, see :mod:`domainpar.atomic`); a
 link whose target does not exist, on the path or at its end, is refused with
-the path the user gave.
+the path the user gave. A name longer than the file system allows is refused
+naming it (:func:`check_name_length`), and an output that is, or (a directory)
+holds, one of the command's inputs is refused (:func:`check_apart`): no output
+option ever replaces what the command reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterable, Iterator
 
+from domainpar.atomic import NAME_MAX
 from domainpar.errors import DomainparError
 
 
@@ -84,9 +90,33 @@ def check_output_dir(path: str | os.PathLike, option: str) -> Path:
         DomainparError: ``path`` is an existing file, or no file can be created where it would go.
     """
     path = Path(path)
+    check_name_length(path, option)
     if _exists(path, option, path) and not path.is_dir():
         raise DomainparError(f"{option} {path}: expected a directory (found an existing file)")
     _probe_writable(_nearest_existing(path, option), option, path)
+    return path
+
+
+def check_name_length(path: str | os.PathLike, option: str, given: str | os.PathLike | None = None, what: str = "") -> Path:
+    """Refuse an output whose file name is longer than the file system allows (:data:`~domainpar.atomic.NAME_MAX`).
+
+    Args:
+        path: the output, or a file the command writes beside ``given`` (a sidecar).
+        option: the option naming it.
+        given: the path the user gave, when ``path`` is derived from it.
+        what: what ``path`` is, when derived (e.g. ``"its sidecar"``).
+    """
+    path = Path(path)
+    size = len(os.fsencode(path.name))
+    if size > NAME_MAX:
+        if given is None:
+            raise DomainparError(
+                f"{option} {path}: expected a file name of at most {NAME_MAX} bytes (the file system's limit), got {size} bytes"
+            )
+        raise DomainparError(
+            f"{option} {given}: expected a name that leaves room for {what} ({path.name[-16:]!r}) within {NAME_MAX} bytes "
+            f"(the file system's limit), got {size} bytes for it; choose a shorter {option}"
+        )
     return path
 
 
@@ -102,6 +132,7 @@ def check_output_file(path: str | os.PathLike, option: str, suffix: str | None =
         DomainparError: ``path`` is a directory, has the wrong suffix, or cannot be created.
     """
     path = Path(path)
+    check_name_length(path, option)
     if os.path.islink(path) and not _exists(path, option, path):
         raise _dangling(path.absolute(), option, path)
     if _exists(path, option, path) and path.is_dir():
@@ -110,3 +141,72 @@ def check_output_file(path: str | os.PathLike, option: str, suffix: str | None =
         raise DomainparError(f"{option} {path}: must end in {suffix} (got {path.suffix or 'no suffix'})")
     _probe_writable(_nearest_existing(path.parent, option), option, path)
     return path
+
+
+def _real(path: str | os.PathLike) -> Path:
+    """``path`` with every symbolic link and ``..`` resolved, relative to the working directory."""
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def check_apart(option: str, path: str | os.PathLike, kind: str, inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
+    """Refuse an output that is one of the command's inputs, or a directory that holds one.
+
+    An output replaces what is at its path (``--json``, a model file), and a directory output gets files whose
+    names the command chooses (``event<id>.npz``, ``event<id>-submission.csv``): given the file or directory it
+    reads from, the command would replace its own input in place. Paths are compared after resolving symbolic
+    links, ``..`` and relative paths, so no spelling of the same place gets through.
+
+    Args:
+        option: the output's option, for the message (e.g. ``"--write-scores"``).
+        path: the output as given.
+        kind: ``"file"`` (replaced by the output) or ``"dir"`` (outputs are written into it).
+        inputs: ``(option, path)`` of every file the command reads and every directory it reads files from.
+
+    Raises:
+        DomainparError: naming the output, the input and what would happen to it.
+    """
+    out = _real(path)
+    for input_option, given in inputs:
+        real = _real(given)
+        if real == out and not real.is_dir():
+            raise DomainparError(
+                f"{option} {path}: expected an output apart from the inputs, got {input_option} {given} itself, which "
+                f"would be replaced; choose another {option}"
+            )
+        if real == out:
+            raise DomainparError(
+                f"{option} {path}: expected a directory apart from the inputs, got the {input_option} directory {given} "
+                f"itself (outputs would be written among, or over, its files); choose another {option}"
+            )
+        if kind == "dir" and real.parent == out and not real.is_dir():
+            raise DomainparError(
+                f"{option} {path}: expected a directory apart from the inputs, got the directory holding {input_option} "
+                f"{given} (outputs would be written beside, or over, it); choose another {option}"
+            )
+
+
+def missing_directories(path: str | os.PathLike) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first (what writing there creates)."""
+    missing = []
+    current = Path(path).absolute()
+    while not os.path.lexists(current) and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    return missing
+
+
+@contextlib.contextmanager
+def no_empty_directories_left(*paths: str | os.PathLike | None) -> Iterator[None]:
+    """Remove again, when the block ends, the directories of ``paths`` it created and left empty.
+
+    A command that fails before its first output is whole (a full disk while the first file is written, an
+    interrupt, a refused input) must not leave the output directory it created behind: the next run, or the
+    user, would take an empty ``--out`` for a result.
+    """
+    created = [directory for path in paths if path is not None for directory in missing_directories(path)]
+    try:
+        yield
+    finally:
+        for directory in sorted(set(created), key=lambda d: len(d.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only an empty one: anything in it is kept

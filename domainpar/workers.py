@@ -32,14 +32,16 @@ output does not depend on the number of workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
 from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, message_line, one_line
@@ -149,14 +151,75 @@ def _worker_stop(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
+#: The stop signals a command answers (SIGHUP where the platform has it): blocked while children start.
+STOP_SIGNALS = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def children_start_quietly() -> Iterator[list[int]]:
+    """Start child processes in this block: they start with the stop signals blocked, and this process answers a
+    stop signal only once they have all started.
+
+    The mask is inherited: a child blocks SIGINT, SIGTERM and SIGHUP from its first instruction until its own
+    handlers are set (a Ctrl-C while it imports would print a traceback from each child, a SIGTERM would kill it
+    half way). This process's own answer is deferred too: a stop that interrupted it while it hands a child its
+    arguments would leave the child reading half of them (an unpickling traceback), and blocking the signal in
+    this thread alone is not enough (another thread takes it, and Python runs the handler here anyway). A stop
+    that arrives meanwhile is raised again, to the command's own handler, as the block ends.
+
+    Yields:
+        The stop signals deferred so far (the caller starts no further child once it is not empty).
+    """
+    deferred: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):
+                previous[signum] = signal.signal(signum, lambda number, frame: deferred.append(number))
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield deferred
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # what was held for this thread arrives: deferred
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        if deferred:
+            signal.raise_signal(deferred[0])  # answered now by the command's handler (or its default action)
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not running) immune to SIGHUP.
+
+    The tracker ignores SIGINT and SIGTERM itself but not SIGHUP: a hang-up sent to the command's process group
+    would kill it while the workers hold semaphores, and the tracker started again on the way out then prints a
+    ``KeyError`` traceback for each. Started with SIGHUP blocked, it keeps it blocked (the mask is inherited and it
+    unblocks only the other two); a SIGHUP to this process meanwhile stays pending and is answered right after.
+    """
+    from multiprocessing import resource_tracker
+
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None:
+        resource_tracker.ensure_running()
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {hangup})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {hangup})
+
+
 def _init_worker(started: Any = None) -> None:
     global _IN_WORKER, _STARTED
     _IN_WORKER = True
     _STARTED = started
-    # The parent owns Ctrl-C (it reaches the whole process group) and stops the workers itself with SIGTERM.
+    # The parent owns Ctrl-C (it reaches the whole process group) and stops the workers itself with SIGTERM; a
+    # hang-up of the group ends a worker like SIGTERM (its item unwinds, its temporaries are removed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _worker_stop)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _worker_stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # One process per core: nested thread pools would oversubscribe the cores.
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[name] = "1"
@@ -293,6 +356,7 @@ def _stop_workers(processes: list, directories: list) -> None:
 def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
+    start_resource_tracker()
     # A SimpleQueue writes synchronously: a worker killed right after saying what it starts has said it.
     started = context.SimpleQueue()
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(started,))
@@ -305,15 +369,12 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
             running[pid] = name
 
     try:
-        # Workers start with SIGINT and SIGTERM blocked (the mask is inherited) until their initializer has set
-        # their own handlers: a Ctrl-C while they start must not print a traceback from each.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
+        # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
+        # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
+        with children_start_quietly():
             futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
             # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
             processes = list((getattr(pool, "_processes", None) or {}).values())
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)

@@ -133,3 +133,68 @@ def test_the_temporaries_of_a_killed_writer_are_found_by_its_pid(tmp_path):
     keep.write_text("done")
     removed = remove_temporaries_of([tmp_path], [os.getpid()])
     assert len(removed) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [other.name, keep.name]
+
+
+def test_publishing_is_all_or_nothing_when_a_destination_cannot_be_replaced(tmp_path, monkeypatch):
+    # Three outputs replace three older files; the second cannot be moved (an immutable or busy file: EPERM). The
+    # files replaced before it must come back, byte for byte, and nothing staged may remain.
+    out = tmp_path / "scores"
+    out.mkdir()
+    for name in ("event1.npz", "event2.npz", "event3.npz"):
+        (out / name).write_text(f"old {name}")
+    (tmp_path / "report.json").write_text("old report")
+    blocked = out / "event2.npz"
+    real_rename = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if os.fspath(src) == os.fspath(blocked) or os.fspath(dst) == os.fspath(blocked):
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), os.fspath(src), os.fspath(dst))
+        return real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(PermissionError) as info:
+        with staged_outputs() as outputs:
+            staging = outputs.directory(out)
+            for name in ("event1.npz", "event2.npz", "event3.npz"):
+                (staging / name).write_text(f"new {name}")
+            outputs.file(tmp_path / "report.json").write_text("new report")
+    assert info.value.filename == str(blocked)  # the user's file, not a temporary
+    assert {p.name: p.read_text() for p in out.iterdir()} == {n: f"old {n}" for n in ("event1.npz", "event2.npz", "event3.npz")}
+    assert (tmp_path / "report.json").read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "scores"]
+
+
+def test_a_staged_file_never_replaces_a_directory(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "event1.csv").mkdir()
+    (tmp_path / "report.json").write_text("old")
+    with pytest.raises(IsADirectoryError) as info:
+        with staged_outputs() as outputs:
+            (outputs.directory(tmp_path / "out") / "event1.csv").write_text("new")
+            outputs.file(tmp_path / "report.json").write_text("new")
+    assert info.value.filename == str(tmp_path / "out" / "event1.csv")
+    assert (tmp_path / "out" / "event1.csv").is_dir() and (tmp_path / "report.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "report.json"]
+
+
+@pytest.mark.parametrize("name", ["n" * 250 + ".json", "m" * 251 + ".npz", "é" * 126 + ".pt", "x" * 255, "a." + "b" * 253])
+def test_a_destination_of_a_legal_name_always_gets_a_temporary(tmp_path, name):
+    # 255 bytes is the longest legal name; its temporary (dot, marker, pid, random part, suffix) must fit too.
+    assert len(os.fsencode(name)) <= 255
+    with atomic_path(tmp_path / name) as tmp:
+        assert len(os.fsencode(tmp.name)) <= 255 and is_temporary_name(tmp.name)
+        tmp.write_text("x")
+    with staged_outputs() as outputs:
+        outputs.file(tmp_path / "dir" / name).write_text("y")
+        (outputs.directory(tmp_path / ("d" + name[1:])) / "f").write_text("z")
+    assert (tmp_path / name).read_text() == "x" and (tmp_path / "dir" / name).read_text() == "y"
+    assert [p for p in tmp_path.rglob("*") if is_temporary_name(p.name)] == []
+
+
+def test_a_name_too_long_for_the_file_system_is_named_as_given(tmp_path):
+    name = "z" * 256 + ".json"
+    with pytest.raises(OSError) as info:
+        with atomic_path(tmp_path / name) as tmp:
+            tmp.write_text("x")
+    assert info.value.errno == errno.ENAMETOOLONG and info.value.filename == str(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,8 @@ from domainpar.atomic import atomic_path
 from domainpar.data.dataset import build_graph_files, event_inputs
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
-from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.cli.inputs import inputs_of
+from domainpar.output_paths import check_apart, check_output_dir, check_output_file, no_empty_directories_left
 from domainpar.workers import available_cores, failure_summary, parse_shard, shard_items
 
 _DEFAULTS = GraphConfig()
@@ -106,18 +107,24 @@ def build(
         raise DomainparError(f"--out {out_dir}: output must be a directory (found a file)")
     if json_path is not None:
         check_output_file(json_path, "--json")
-    prefixes = shard_items(event_inputs(input_path), shard_range)
-    results = build_graph_files(
-        prefixes, out_dir, config, workers=workers or available_cores(), progress=not quiet, fmt=fmt
-    )
-    all_stats = [r.value for r in results if r.ok]
-    summary = failure_summary(results)
-    if summary is not None and len(results) == 1:
-        raise DomainparError(_option_names(results[0].error, options))
-    records = [stats.as_record() for stats in all_stats]
+    inputs = inputs_of("--input", input_path)
+    check_apart("--out", out_dir, "dir", inputs)
     if json_path is not None:
-        with atomic_path(json_path) as tmp:
-            Path(tmp).write_text(json.dumps(records, indent=2) + "\n")
+        check_apart("--json", json_path, "file", inputs)
+    prefixes = shard_items(event_inputs(input_path), shard_range)
+    # Directories this run creates are removed again if nothing could be written in them (a full disk, an interrupt).
+    with no_empty_directories_left(out_dir, None if json_path is None else Path(json_path).parent):
+        results = build_graph_files(
+            prefixes, out_dir, config, workers=workers or available_cores(), progress=not quiet, fmt=fmt
+        )
+        all_stats = [r.value for r in results if r.ok]
+        summary = failure_summary(results)
+        if summary is not None and len(results) == 1:
+            raise DomainparError(_option_names(results[0].error, options))
+        records = [stats.as_record() for stats in all_stats]
+        if json_path is not None:
+            with atomic_path(json_path) as tmp:
+                Path(tmp).write_text(json.dumps(records, indent=2) + "\n")
     unlabelled = [stats.event_id for stats in all_stats if stats.efficiency is None and stats.num_true_segments is None]
     if not quiet:
         for stats in all_stats:

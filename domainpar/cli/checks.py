@@ -13,6 +13,8 @@ import os
 
 import click
 
+from domainpar.domains import MAX_TIMEOUT_S, Domain
+
 #: Seeds are stored and passed on as signed 64-bit integers (torch, numpy).
 SEED = click.IntRange(0, 2**63 - 1)
 #: METIS takes its seed as a C int.
@@ -36,10 +38,56 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+class _InDomain:
+    """Mixin of the click types of a :class:`~domainpar.domains.Domain`: the range as a reader writes it
+    (``(0, 10]``) in ``--help`` and in the refusal, followed by what goes wrong outside it."""
+
+    domain: Domain
+
+    def _describe_range(self) -> str:
+        return self.domain.text()
+
+    def convert(self, value, param, ctx):  # noqa: D102 - click's protocol
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            if self.domain.why and "not in the range" in exc.message:
+                self.fail(f"{exc.message.rstrip('.')}: {self.domain.why}", param, ctx)
+            raise
+
+
+class DomainFloat(_InDomain, FiniteFloat):
+    """A finite float option in a :class:`~domainpar.domains.Domain` (``--help`` shows ``FLOAT`` and the interval)."""
+
+    name = "float"
+
+    def __init__(self, domain: Domain) -> None:
+        super().__init__(domain.low, domain.high, min_open=domain.low_open, max_open=domain.high_open)
+        self.domain = domain
+
+
+class DomainInt(_InDomain, click.IntRange):
+    """An integer option in a :class:`~domainpar.domains.Domain` (``--help`` shows ``INTEGER`` and the interval)."""
+
+    name = "integer"
+
+    def __init__(self, domain: Domain) -> None:
+        low = None if domain.low is None else int(domain.low)
+        high = None if domain.high is None else int(domain.high)
+        super().__init__(low, high, min_open=domain.low_open, max_open=domain.high_open)
+        self.domain = domain
+
+
 def finite(minimum: float | None = None, maximum: float | None = None, *, min_open: bool = False,
            max_open: bool = False) -> FiniteFloat:  # fmt: skip
     """A finite float option, optionally bounded (open bounds exclude the value itself)."""
     return FiniteFloat(minimum, maximum, min_open=min_open, max_open=max_open)
+
+
+def timeout_seconds() -> DomainFloat:
+    """A timeout option: positive seconds, at most :data:`~domainpar.domains.MAX_TIMEOUT_S` (a timedelta of 1e300 s
+    overflows torch's process group)."""
+    return DomainFloat(Domain(0, MAX_TIMEOUT_S, low_open=True, why="seconds, at most 30 days"))
 
 
 def max_local_ranks() -> int:

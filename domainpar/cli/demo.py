@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from domainpar.cli.inputs import all_inputs
 from domainpar.cli.options import dataclass_options
+from domainpar.output_paths import check_apart
 from domainpar.pipeline.demo import DemoConfig, run_demo
 
 
@@ -15,4 +17,7 @@ def demo(**options) -> None:
     runner: simulate, build, edge filter, train domain-parallel on --ranks local
     processes, evaluate (edges, tracks, TrackML score) on held-out simulated
     events and on the real labelled event."""
-    run_demo(DemoConfig(**options), echo=click.echo)
+    config = DemoConfig(**options)
+    # The run's directory must not be (or directly hold) the real events or the recipe it reads.
+    check_apart("--out", config.out, "dir", all_inputs(("--real", config.real), ("--recipe", config.recipe)))
+    run_demo(config, echo=click.echo)

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import staged_outputs
-from domainpar.cli.checks import METIS_SEED, finite, local_ranks
+from domainpar.cli.checks import METIS_SEED, finite, local_ranks, timeout_seconds
 from domainpar.errors import DomainparError
-from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.cli.inputs import all_inputs, sidecar_inputs
+from domainpar.output_paths import check_apart, check_output_dir, check_output_file
 from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
 from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
@@ -73,7 +74,7 @@ def format_table(summary: dict) -> str:
               help="Write every event's graph here, in the format it was read (.npz, or PyG for PyG input), with its "
                    "per-edge scores (edge_score / edge_scores) and a record of the model that produced them.")
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
-@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=1800.0, show_default=True,
               help="Seconds before a partitioned run is declared hung.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
@@ -136,8 +137,13 @@ def evaluate(
         check_output_dir(submissions_dir, "--submissions")
     if scores_dir is not None:
         check_output_dir(scores_dir, "--write-scores")
-        if data.resolve() == scores_dir.resolve():
-            raise DomainparError(f"--write-scores {scores_dir}: must not be the --data directory (its graph files would be replaced)")
+    # No output may replace what the run reads (--write-scores DIR with --data DIR/event1.npz would rewrite it).
+    inputs = all_inputs(("--checkpoint", checkpoint), ("--data", data), ("--events", events_dir), ("--filter", edge_filter))
+    inputs += sidecar_inputs("--model", model)
+    for option, path, kind in (("--json", json_path, "file"), ("--plots", plots_dir, "dir"),
+                               ("--submissions", submissions_dir, "dir"), ("--write-scores", scores_dir, "dir")):  # fmt: skip
+        if path is not None:
+            check_apart(option, path, kind, inputs)
     report = run_evaluation(config)
     # Submissions, plots and the report appear together: a failure while writing them leaves none.
     with staged_outputs() as outputs:

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from domainpar.errors import DomainparError
-from domainpar.output_paths import check_output_file
+from domainpar.cli.inputs import all_inputs
+from domainpar.output_paths import check_apart, check_name_length, check_output_file
 
 
 def _check_graph(path: Path):
@@ -83,11 +84,20 @@ def export(
     # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
     from domainpar.data.graph_files import graph_files, read_graph_description
     from domainpar.export.source import find_filter, load_export_source, recorded_filter_hash
+    from domainpar.export.sidecar import sidecar_path
     from domainpar.export.writer import check_out_path, export_model
+    from domainpar.export.writer import filter_path as exported_filter_path
     from domainpar.filter.edge_filter import load_filter
 
     check_out_path(out, fmt)
     check_output_file(out, "--out")
+    # The files written beside --out: checked like it, before any work, so none of them fails after the others.
+    inputs = all_inputs(("--checkpoint", checkpoint), ("--graphs", graphs), ("--filter", filter_path), ("--check-graph", check_graph))
+    for written, what in ((out, ""), (sidecar_path(out), "its sidecar")):
+        if what:
+            check_name_length(written, "--out", out, what)
+            check_output_file(written, "--out")
+        check_apart("--out", written, "file", inputs)
     if threshold is not None and not 0.0 < threshold < 1.0:
         raise DomainparError(f"--threshold must be in (0, 1) (got {threshold})")
     description = None
@@ -100,6 +110,11 @@ def export(
                 "rebuild the graphs with `domainpar build`"
             )
     source = load_export_source(checkpoint)
+    if recorded_filter_hash(source.description) is not None or filter_path is not None:
+        # Its training graphs were pruned: the edge filter is written beside --out too (checked like it, before work).
+        check_name_length(exported_filter_path(out), "--out", out, "its edge filter")
+        check_output_file(exported_filter_path(out), "--out")
+        check_apart("--out", exported_filter_path(out), "file", inputs)
     # Edge features matter only to a model that reads them.
     kinds = ("node_features", "edge_features") if source.model_config.edge_inputs else ("node_features",)
     if description is not None:

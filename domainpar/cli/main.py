@@ -19,7 +19,8 @@ from typing import Iterator
 import click
 
 from domainpar import __version__
-from domainpar.errors import MEMORY_ADVICE, DomainparError, MachineFault, Terminated, fault_line, message_line
+from domainpar.errors import (MEMORY_ADVICE, DomainparError, MachineFault, Terminated, clear_stop, fault_line, interrupt_of,
+                              message_line, note_stop)
 
 #: command name -> (module, attribute, one-line help shown by ``domainpar --help``)
 COMMANDS = {
@@ -29,6 +30,7 @@ COMMANDS = {
     "verify": ("domainpar.cli.verify", "verify", "Check partitioned gradients against one process."),
     "train": ("domainpar.cli.train", "train", "Train an edge classifier (single, domain or sectors mode)."),
     "evaluate": ("domainpar.cli.evaluate", "evaluate", "Evaluate a checkpoint: edges, tracks, TrackML score."),
+    "reconstruct": ("domainpar.cli.reconstruct", "reconstruct", "Reconstruct tracks of events without truth: submissions, tracks."),
     "export": ("domainpar.cli.export", "export", "Export a trained edge classifier as TorchScript or ONNX for ACTS."),
     "score": ("domainpar.cli.score", "score", "Score a TrackML submission against an event's truth."),
     "demo": ("domainpar.cli.demo", "demo", "Run the embedded default pipeline end to end."),
@@ -107,6 +109,7 @@ def _fault_advice(argv: list[str]) -> dict[str, str]:
 def _stop_signal(signum: int, frame) -> None:
     """The first SIGINT/SIGTERM/SIGHUP unwinds the command (temporaries are removed on the way out); repeats are
     ignored so that the clean-up itself is not interrupted."""
+    note_stop(signum)
     for other in _STOP_SIGNALS:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(other, signal.SIG_IGN)
@@ -150,40 +153,62 @@ def main(argv: list[str] | None = None) -> None:
     path), 130 interrupted (SIGINT), 143 stopped (SIGTERM), 129 hung up (SIGHUP).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    clear_stop()
     try:
-        with _stop_on_signals():
-            cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
-    except click.exceptions.Abort:
+        try:
+            with _stop_on_signals():
+                cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
+        except SystemExit:
+            raise  # a command that reported its own end (train's ranks) already printed its line
+        except click.exceptions.Exit as exc:
+            _stopped_instead(argv)
+            sys.exit(exc.exit_code)
+        except BaseException as exc:  # noqa: BLE001 - every way out is one line; a bug keeps its traceback (below)
+            _stopped_instead(argv, exc)
+            _report(exc, argv)
+        _stopped_instead(argv)
+    finally:
+        clear_stop()  # the stop belonged to this command (a program that calls main() again starts afresh)
+
+
+def _stopped_instead(argv: list[str], exc: BaseException | None = None) -> None:
+    """End with the interrupt's line when a stop signal arrived, whatever the command made of it (a library that
+    caught it and raised its own error, or carried on): an interrupted command never reports another cause."""
+    interrupt = interrupt_of(exc if exc is not None else Exception())
+    if interrupt is None:
+        return
+    if isinstance(interrupt, Terminated):
+        _fail(f"domainpar {_command(argv) or ''} {interrupt}".replace("  ", " "), interrupt.exit_code)
+    _fail("interrupted", 130)
+
+
+def _report(exc: BaseException, argv: list[str]) -> None:
+    """One line and the exit status of ``exc`` (exit 2 user mistake, 1 machine fault); re-raise a bug."""
+    if isinstance(exc, click.exceptions.Abort):
         _fail("interrupted", 130)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
-    except Terminated as exc:
-        _fail(f"domainpar {_command(argv) or ''} {exc}".replace("  ", " "), exc.exit_code)
-    except _NO_ARGS_IS_HELP as exc:
+    if isinstance(exc, _NO_ARGS_IS_HELP):
         # `domainpar` alone asks for help (click >= 8.2 raises this where 8.1 printed the help and exited 0).
         click.echo(exc.ctx.get_help() if exc.ctx is not None else "Try 'domainpar --help'.")
         sys.exit(0)
-    except click.ClickException as exc:
+    if isinstance(exc, click.ClickException):
         # Usage errors and bad option values: always the user's (click gives them exit code 2).
         _fail(_usage_line(exc, argv), 2)
-    except DomainparError as exc:
+    if isinstance(exc, DomainparError):
         _fail(str(exc), 2)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except MachineFault as exc:
+    if isinstance(exc, MachineFault):
         _fail(exc.line(_fault_advice(argv)), 1)
-    except OSError as exc:
+    if isinstance(exc, OSError):
         # A path the user gave that cannot be used is their mistake; disk full or an I/O error is the machine's.
         line = fault_line(exc, advice=_fault_advice(argv))
         if line is not None:
             _fail(line, 1)
         _fail(_os_error_line(exc), 2 if exc.errno in _USER_ERRNOS else 1)
-    except Exception as exc:  # noqa: BLE001 - only machine faults are answered here; anything else is a bug
+    if isinstance(exc, Exception):
         # Out of memory (Python's MemoryError, torch's allocator), a full disk wrapped by a library: one line, exit 1.
         line = fault_line(exc, advice=_fault_advice(argv))
-        if line is None:
-            raise
-        _fail(line, 1)
+        if line is not None:
+            _fail(line, 1)
+    raise exc  # a bug: its traceback
 
 
 if __name__ == "__main__":

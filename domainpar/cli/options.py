@@ -24,6 +24,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import click
 
+from domainpar.cli.checks import DomainFloat, DomainInt, finite
+from domainpar.domains import Domain
+
 #: Separates section and field in a generated option's destination (click destinations are identifiers).
 _SEP = "__"
 
@@ -107,7 +110,7 @@ class FieldOption(click.Option):
 _BASE_TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
 
 
-def _click_type(annotation: Any, choices: Iterable[str] | None = None) -> Any:
+def _click_type(annotation: Any, choices: Iterable[str] | None = None, domain: Domain | None = None) -> Any:
     base, optional = _base_type(annotation)
     if base is bool:
         return bool
@@ -117,6 +120,11 @@ def _click_type(annotation: Any, choices: Iterable[str] | None = None) -> Any:
         kind = click.Path(path_type=Path)
     elif choices is not None:
         kind = ShownChoices(choices)
+    elif base is float:
+        # Finite always (--lr inf, --timeout nan); in the field's domain when it has one (--lr 1e300, --eps -1).
+        kind = DomainFloat(domain) if domain is not None else finite()
+    elif base is int and domain is not None:
+        kind = DomainInt(domain)
     else:
         kind = _BASE_TYPES.get(base, click.STRING)
     return OptionalValue(kind) if optional else kind
@@ -139,6 +147,7 @@ def dataclass_options(
     exclude: Iterable[str] = (),
     use_defaults: bool = False,
     choices: Mapping[str, Iterable[str]] | None = None,
+    domains: Mapping[str, Domain] | None = None,
 ) -> Callable[[Callable], Callable]:
     """A decorator adding one click option per field of ``cls``.
 
@@ -150,11 +159,14 @@ def dataclass_options(
         use_defaults: give each option the field's default; otherwise options default to None, meaning "not
             given" (for overriding a config file). ``--help`` shows the field's default either way.
         choices: field name → its allowed values, shown in ``--help``.
+        domains: field name → its numeric :class:`~domainpar.domains.Domain`, checked while the command line is
+            parsed (as the dataclass checks it for a config file).
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     skipped = set(exclude)
     choices = dict(choices or {})
+    domains = dict(domains or {})
 
     def decorate(function: Callable) -> Callable:
         for field in reversed(dataclasses.fields(cls)):
@@ -163,7 +175,7 @@ def dataclass_options(
             dotted = f"{section}.{field.name}" if section else field.name
             flag = flag_name(dotted) if flag_name else "--" + field.name.replace("_", "-")
             dest = f"{section}{_SEP}{field.name}" if section else field.name
-            kind = _click_type(hints[field.name], choices.get(field.name))
+            kind = _click_type(hints[field.name], choices.get(field.name), domains.get(field.name))
             help_text = docs.get(field.name, "")
             has_default = field.default is not dataclasses.MISSING
             default = field.default if use_defaults and has_default else None

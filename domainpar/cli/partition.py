@@ -9,8 +9,13 @@ import click
 
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import METIS_SEED
-from domainpar.errors import DomainparError
-from domainpar.output_paths import check_output_dir, check_output_file
+from domainpar.errors import DomainparError, shorten
+from domainpar.cli.inputs import inputs_of
+from domainpar.output_paths import check_apart, check_name_length, check_output_dir, check_output_file, no_empty_directories_left
+
+
+#: Widest hidden size the report's bytes per step is computed for (train's MAX_HIDDEN; torch is not imported here).
+MAX_REPORT_HIDDEN = 65536
 
 
 def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list[int]:
@@ -99,6 +104,8 @@ def partition(
         raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
     if hidden < 1:
         raise DomainparError(f"--hidden must be at least 1 (got {hidden})")
+    if hidden > MAX_REPORT_HIDDEN:
+        raise DomainparError(f"--hidden must be at most {MAX_REPORT_HIDDEN} (the widest model train accepts) (got {shorten(hidden)})")
     if workers is not None and workers < 1:
         raise DomainparError(f"--workers must be at least 1 (got {workers})")
     shard_range = parse_shard(shard)
@@ -118,13 +125,24 @@ def partition(
     plots = None
     if plot_path is not None:
         plots = [plot_path if single else plot_path.with_name(f"{plot_path.stem}_{e:09d}.png") for _, e in chosen]
-    results = partition_files(
-        files, plan_dirs, num_parts, method, seed=seed, compress=compress, hidden=hidden, dtype=dtype,
-        plot_paths=plots, workers=workers or available_cores(), progress=not (single or quiet),
-    )
-    summary = failure_summary(results, "graphs")
-    if summary is not None and len(results) == 1:
-        raise DomainparError(results[0].error)
+    for plot in plots or []:
+        if plot != plot_path:
+            check_name_length(plot, "--plot", plot_path, "the picture of each event")
+    inputs = inputs_of("--graph", graph_path)
+    check_apart("--out", out_dir, "dir", inputs)
+    for option, path in [("--json", json_path)] + [("--plot", plot) for plot in plots or []]:
+        if path is not None:
+            check_apart(option, path, "file", inputs)
+    # Directories this run creates are removed again if nothing could be written in them (a full disk, an interrupt).
+    created_for = [out_dir] + [None if path is None else path.parent for path in (json_path, plot_path)]
+    with no_empty_directories_left(*created_for):
+        results = partition_files(
+            files, plan_dirs, num_parts, method, seed=seed, compress=compress, hidden=hidden, dtype=dtype,
+            plot_paths=plots, workers=workers or available_cores(), progress=not (single or quiet),
+        )
+        summary = failure_summary(results, "graphs")
+        if summary is not None and len(results) == 1:
+            raise DomainparError(results[0].error)
     records, rows = [], []
     for result in results:
         if not result.ok:

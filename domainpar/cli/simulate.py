@@ -20,7 +20,7 @@ MAX_PARTICLES = 10**6
 @click.command("simulate")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory for event*-{hits,cells,particles,truth}.csv.gz.")
 @click.option("--events", "num_events", required=True, type=count(1, MAX_EVENT_ID), help="Number of events to simulate.")
-@click.option("--particles", "num_particles", type=count(1, MAX_PARTICLES), default=None, help="Charged particles per event (default 10000, full pile-up scale).")
+@click.option("--particles", "num_particles", type=count(1, MAX_PARTICLES), default=None, help="Charged particles from the collisions per event (default 10000, full pile-up scale; the secondaries of their interactions in the material come on top).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Base random seed; event i uses the stream (seed, event id).")
 @click.option("--first-event-id", type=count(0, MAX_EVENT_ID), default=1, show_default=True, help="Event number of the first event.")
 @click.option("--plain-csv", is_flag=True, help="Write .csv instead of .csv.gz.")

@@ -13,13 +13,15 @@ from pathlib import Path
 import click
 
 from domainpar.cli.options import dataclass_options, given_fields
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, interrupt_of
 from domainpar.launch import ranks
 from domainpar.launch.env import detect as detect_launcher
 from domainpar.launch.env import planned_job
 from domainpar.launch.lifeline import Terminated, terminate_on_signals
-from domainpar.output_paths import check_output_dir
-from domainpar.train.config import DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, domain_size_of, flag_name, load_config
+from domainpar.cli.inputs import all_inputs
+from domainpar.output_paths import check_apart, check_output_dir
+from domainpar.train.config import (DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, domain_size_of, flag_name, load_config,
+                                    section_domains)
 from domainpar.train.preflight import check_run
 
 
@@ -33,7 +35,8 @@ def _section_options(function):
     for section, cls in reversed(list(SECTION_TYPES.items())):
         exclude = [dotted.partition(".")[2] for dotted in DERIVED_FIELDS if dotted.startswith(section + ".")]
         choices = {dotted.partition(".")[2]: values for dotted, values in FIELD_CHOICES.items() if dotted.startswith(section + ".")}
-        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude, choices=choices)(function)
+        function = dataclass_options(cls, section=section, flag_name=flag_name, exclude=exclude, choices=choices,
+                                     domains=section_domains(section))(function)
     return function
 
 
@@ -63,6 +66,38 @@ def _dry_run(config) -> None:
     )
 
 
+def _check_out_apart(config) -> None:
+    """``--out`` must not be, or directly hold, the run's data (the resumed checkpoint and a config file inside it
+    are the run's own: deliberate, see docs/cli.md)."""
+    inputs = all_inputs(("--data", config.data.train), ("--val", config.data.val), ("--plans", config.data.plans))
+    check_apart("--out", config.run.out, "dir", inputs)
+
+
+def _end_of_failed_run(exc: BaseException, launcher) -> None:
+    """How a run that did not finish ends: an interrupt as the stop (whatever it made of the run on its way out: a
+    rank's error, a refused collective), a rank's failure as its line, anything else raised for the command's line."""
+    launched_rank = launcher.joins
+    stop = interrupt_of(exc)
+    if isinstance(stop, Terminated):
+        if launched_rank:
+            ranks.fail_rank(stop)
+        click.echo(f"error: domainpar train {stop}; its ranks were stopped", err=True)
+        sys.exit(stop.exit_code)
+    if stop is None and isinstance(exc, ranks.SpawnError):
+        # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
+        if exc.traceback_text:
+            click.echo(exc.traceback_text.rstrip("\n"), err=True)
+        click.echo(f"error: {exc.line}", err=True)
+        sys.exit(1)
+    if stop is None and isinstance(exc, DomainparError):
+        ranks.refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
+    if launched_rank:
+        ranks.fail_rank(stop or exc)  # names the job's first failure once and exits (in a job of two or more)
+    if stop is not None:
+        raise stop from None  # Ctrl-C: the command's one line (domainpar.cli.main)
+    raise exc
+
+
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="YAML config (see examples/train_default.yaml); flags override it.")
 @click.option("--quiet", is_flag=True, help="No progress (the same as --no-progress).")
@@ -85,7 +120,9 @@ def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> No
     from domainpar.train.run import train as run_training
 
     if dry_run:
-        _dry_run(load_config(config_path, given_fields(options)))
+        config = load_config(config_path, given_fields(options))
+        _check_out_apart(config)
+        _dry_run(config)
         return
     launcher = detect_launcher()
     launched_rank = launcher.joins
@@ -103,27 +140,10 @@ def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> No
                 f"--ranks, or run domainpar outside torchrun/srun (e.g. in the batch script itself) to spawn {asked} local ranks"
             )
         config = load_config(config_path, given)
+        _check_out_apart(config)
         summary = run_training(config, launcher)
-    except ranks.SpawnError as exc:
-        # A rank's own bug keeps its traceback; a death or a peer's failure is one line.
-        if exc.traceback_text:
-            click.echo(exc.traceback_text.rstrip("\n"), err=True)
-        click.echo(f"error: {exc.line}", err=True)
-        sys.exit(1)
-    except Terminated as exc:
-        if launched_rank:
-            ranks.fail_rank(exc)
-        click.echo(f"error: domainpar train {exc}; its ranks were stopped", err=True)
-        sys.exit(exc.exit_code)
-    except DomainparError as exc:
-        ranks.refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
-        if launched_rank:
-            ranks.fail_rank(exc)
-        raise
-    except BaseException as exc:
-        if launched_rank:
-            ranks.fail_rank(exc)  # names the job's first failure once and exits (in a job of two or more)
-        raise
+    except BaseException as exc:  # noqa: BLE001 - every way out is named once (below)
+        _end_of_failed_run(exc, launcher)
     if summary.get("rank", 0) != 0:
         return
     if summary.get("paused"):

@@ -9,11 +9,12 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
-from domainpar.cli.checks import METIS_SEED, finite, max_local_ranks
+from domainpar.cli.checks import METIS_SEED, max_local_ranks, timeout_seconds
 from domainpar.cli.options import FieldOption
 from domainpar.errors import DomainparError
 from domainpar.launch.env import detect as detect_launcher
-from domainpar.output_paths import check_output_file
+from domainpar.cli.inputs import inputs_of
+from domainpar.output_paths import check_apart, check_output_file
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,7 +36,7 @@ from domainpar.output_paths import check_output_file
 @click.option("--hidden", type=int, default=64, show_default=True, help="Model hidden size.")
 @click.option("--iterations", type=int, default=8, show_default=True, help="Message-passing iterations.")
 @click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="Seed of the weights and of METIS.")
-@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=600.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=600.0, show_default=True,
               help="Seconds before a hung rank aborts the check.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write num_parts, max_abs_err_logits, max_rel_err_grad, passed (and details) as JSON.")
@@ -91,6 +92,7 @@ def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dty
     # Checked before the run: a report that cannot be written should not cost a full verification first.
     if json_path is not None:
         check_output_file(json_path, "--json")
+        check_apart("--json", json_path, "file", inputs_of("--graph", graph_path))
     for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
         if value < 1:
             raise DomainparError(f"{option} must be at least 1 (got {value})")

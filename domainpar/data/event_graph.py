@@ -300,6 +300,22 @@ def save_graph(
     return path
 
 
+def require_edges(num_edges: int, source: object, purpose: str) -> None:
+    """Refuse, by name, an event whose graph has no edge: there is nothing to ``purpose`` (train on, score, partition).
+
+    Such a graph is valid (the cuts kept no pair of its hits, or an edge filter kept none), but a run on it
+    "trains" a step of loss 0 or reports figures of no edge at all; it is named instead.
+
+    Raises:
+        DomainparError: ``num_edges`` is 0.
+    """
+    if num_edges == 0:
+        raise DomainparError(
+            f"{source}: expected a graph with edges to {purpose}, got one with 0 edges (no pair of its hits passed the "
+            "graph cuts, or the edge filter); rebuild it with wider cuts, or leave the event out"
+        )
+
+
 @dataclass(frozen=True)
 class GraphHeader:
     """What a graph file holds, read from its array headers (no array data decompressed)."""

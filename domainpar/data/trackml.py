@@ -13,6 +13,7 @@ single line names the file, the column, what was expected and what was found.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from zlib import error as zlib_error
@@ -100,9 +101,14 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
     return [directory / ids[event_id] for event_id in sorted(ids)]
 
 
-def _read_part(path: Path, part: str) -> pd.DataFrame:
+def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, low_memory=False)
+        if content is None:
+            frame = pd.read_csv(path, low_memory=False)
+        else:
+            # The file's bytes, already read by the caller (who hashed them): parsed without reading the file again.
+            compression = "gzip" if path.name.endswith(".gz") else None
+            frame = pd.read_csv(io.BytesIO(content), compression=compression, low_memory=False)
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns {list(COLUMNS[part])} (found an empty file)") from None
     except UnicodeDecodeError as exc:
@@ -318,7 +324,7 @@ def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, 
 
 
 def load_event(
-    prefix: str | os.PathLike, parts: Sequence[str] = PARTS
+    prefix: str | os.PathLike, parts: Sequence[str] = PARTS, contents: Mapping[str, tuple[Path, bytes]] | None = None
 ) -> tuple[pd.DataFrame, ...]:
     """Load the requested parts of one event, validated, with the challenge's dtypes.
 
@@ -331,14 +337,17 @@ def load_event(
         ``(hits,) = load_event(prefix, parts=("hits",))`` for a single part).
         Cells and truth hit_ids are checked against the hits when hits are
         loaded too (every hit needs exactly one truth row).
+        contents: part → (its file, the file's bytes) for parts the caller has read already (to hash them):
+            those are parsed from memory, not read again.
     """
     if isinstance(parts, str):
         parts = (parts,)
     unknown = [part for part in parts if part not in PARTS]
     if unknown or not parts:
         raise DomainparError(f"parts must be a non-empty selection of {list(PARTS)} (got {list(parts)})")
-    paths = {part: event_file(prefix, part) for part in parts}
-    frames = {part: _read_part(paths[part], part) for part in parts}
+    contents = contents or {}
+    paths = {part: contents[part][0] if part in contents else event_file(prefix, part) for part in parts}
+    frames = {part: _read_part(paths[part], part, contents[part][1] if part in contents else None) for part in parts}
     if "truth" in frames:
         _validate_truth(frames["truth"], paths["truth"])
     if "particles" in frames:

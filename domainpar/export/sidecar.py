@@ -26,28 +26,41 @@ records:
 - ``source``: the checkpoint (path, SHA-256, step) and ``model_config``;
 - ``verification``: the largest difference between the exported file's
   logits and the training model's on a check graph, measured at export.
+
+The model file records the digest of everything its sidecar says
+(:func:`sidecar_digest`; version 3): a TorchScript extra file, an ONNX metadata
+property, :data:`DIGEST_ENTRY`. :func:`read_sidecar` refuses a sidecar whose
+content differs from what its model records, so a sidecar edited after export
+(a feature's scale, a threshold, a stage) is never used as if it described the
+model; the digest is of the content, so re-indenting the JSON changes nothing.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from domainpar import __version__
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, reraise_fault
 from domainpar.parsing import load_json
 
 #: Identifies a sidecar file.
 SIDECAR_FORMAT = "domainpar-edge-classifier"
 #: Bumped when the sidecar layout changes incompatibly. 2: ``stages`` (graph, edge filter, classifier); a reader that
-#: knows only version 1 would feed the classifier unpruned graphs, so it must refuse these.
-SIDECAR_VERSION = 2
-#: Versions :func:`read_sidecar` reads (version 1: the classifier alone, no edge filter).
-READABLE_VERSIONS = (1, 2)
+#: knows only version 1 would feed the classifier unpruned graphs, so it must refuse these. 3: the model file records
+#: the digest of its sidecar (:func:`sidecar_digest`), so an edited sidecar is refused.
+SIDECAR_VERSION = 3
+#: Versions :func:`read_sidecar` reads: only sidecars their model file vouches for.
+READABLE_VERSIONS = (3,)
+#: Name under which a model file records its sidecar's digest: a TorchScript extra file, an ONNX metadata property.
+DIGEST_ENTRY = "domainpar_sidecar_sha256"
 #: Model file formats.
 FORMATS = ("torchscript", "onnx")
 #: ONNX opset of exported models (>= 16 is needed for ScatterElements with reduction="add").
@@ -67,6 +80,48 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sidecar_digest(sidecar: dict[str, Any]) -> str:
+    """SHA-256 of everything a sidecar says but the model file's own SHA-256 (which depends on this digest).
+
+    The JSON is canonical (sorted keys, no whitespace), so the digest is that of the content, not of the
+    file's layout: re-indenting a sidecar keeps it valid, changing any value (a feature's scale, a threshold,
+    a stage) does not.
+    """
+    content = copy.deepcopy(sidecar)
+    if isinstance(content.get("model"), dict):
+        content["model"].pop("sha256", None)
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def recorded_digest(model_path: str | os.PathLike, fmt: str) -> str | None:
+    """The sidecar digest a model file records (:data:`DIGEST_ENTRY`), None when it records none.
+
+    A TorchScript file is a zip archive whose extra files sit under ``<archive>/extra/``; an ONNX file keeps it
+    in its metadata properties (read with ONNX Runtime, which reads the file anyway to run it).
+    """
+    model_path = Path(model_path)
+    if fmt == "torchscript":
+        try:
+            with zipfile.ZipFile(model_path) as archive:
+                names = [n for n in archive.namelist() if n.endswith(f"/extra/{DIGEST_ENTRY}")]
+                return archive.read(names[0]).decode("ascii", "replace").strip() if len(names) == 1 else None
+        except (zipfile.BadZipFile, OSError, KeyError, ValueError):
+            return None
+    try:
+        import onnxruntime  # optional dependency, present wherever an ONNX file can be run
+    except ImportError:
+        return None
+    try:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        return session.get_modelmeta().custom_metadata_map.get(DIGEST_ENTRY)
+    except Exception as exc:  # noqa: BLE001 - a file ONNX Runtime cannot read records nothing
+        reraise_fault(exc)
+        return None
 
 
 def build_sidecar(
@@ -208,6 +263,14 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
     if found != digest:
         raise DomainparError(
             f"{model_path}: the model file does not match its sidecar {path.name} (SHA-256 {found[:12]}…, sidecar says {str(digest)[:12]}…); re-export both"
+        )
+    vouched, content = recorded_digest(model_path, fmt), sidecar_digest(sidecar)
+    if vouched != content:
+        recorded = "records no sidecar digest" if vouched is None else f"records sidecar digest {vouched[:12]}…"
+        raise DomainparError(
+            f"{path}: expected the sidecar its model file {model_path.name} records (digest of every field: features and "
+            f"their scales, thresholds, stages, cuts), got one with digest {content[:12]}… while the model {recorded}; the "
+            "sidecar was edited after export: restore it, or re-export the model"
         )
     stage = filter_stage(sidecar)
     if stage is not None:

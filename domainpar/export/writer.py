@@ -18,16 +18,16 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from domainpar.atomic import atomic_path
+from domainpar.atomic import staged_outputs
 from domainpar.errors import DomainparError, one_line, reraise_fault
 from domainpar.export.deploy import deploy_filter, deploy_model, input_names
 from domainpar.export.runtime import open_model_file
-from domainpar.export.sidecar import FORMATS, ONNX_OPSET, build_sidecar, file_sha256, sidecar_path
+from domainpar.export.sidecar import DIGEST_ENTRY, FORMATS, ONNX_OPSET, build_sidecar, file_sha256, sidecar_digest, sidecar_path
 from domainpar.export.source import ExportSource, training_logits, training_model
 from domainpar.filter.edge_filter import EdgeFilter
 
@@ -122,22 +122,37 @@ def _require_onnx_tools() -> None:
         raise DomainparError(f"--format onnx needs {', '.join(missing)} (pip install 'domainpar[export]')")
 
 
-def _write_module(module: torch.nn.Module, names: list[str], fmt: str, path: Path, example: tuple[torch.Tensor, ...]) -> None:
-    """Write a single-graph module ``forward(x, edge_index[, edge_attr])`` as TorchScript or ONNX (dynamic N, E)."""
+def _write_module(
+    module: torch.nn.Module, names: list[str], fmt: str, path: Path, example: tuple[torch.Tensor, ...]
+) -> Callable[[Path, str], None]:
+    """Write a single-graph module ``forward(x, edge_index[, edge_attr])`` as TorchScript or ONNX (dynamic N, E).
+
+    Returns:
+        ``record(path, digest)``: writes the same program again, with ``digest`` recorded in the file
+        (:data:`~domainpar.export.sidecar.DIGEST_ENTRY`: a TorchScript extra file, an ONNX metadata property);
+        the computation is the one just written, serialised again with one more entry.
+    """
     if fmt == "torchscript":
         # TorchScript is deprecated in torch but it is what ACTS's TorchEdgeClassifier loads.
-        buffer = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             try:
-                torch.jit.save(torch.jit.script(module), buffer)
+                scripted = torch.jit.script(module)
             except Exception as exc:  # noqa: BLE001 - the scripting compiler's many failure types all mean "could not export"
                 reraise_fault(exc)
                 raise DomainparError(f"TorchScript export failed ({one_line(exc, 200)})") from None
-        # Written by Python: a full disk is an OSError naming the file (torch's C++ writer aborts the process instead).
-        with open(path, "wb") as fh:
-            fh.write(buffer.getbuffer())
-        return
+
+        def save_scripted(target: Path, extra: dict[str, str]) -> None:
+            buffer = io.BytesIO()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                torch.jit.save(scripted, buffer, _extra_files=extra)
+            # Written by Python: a full disk is an OSError naming the file (torch's C++ writer aborts the process instead).
+            with open(target, "wb") as fh:
+                fh.write(buffer.getbuffer())
+
+        save_scripted(path, {})
+        return lambda target, digest: save_scripted(target, {DIGEST_ENTRY: digest})
     nodes, edges = torch.export.Dim("N"), torch.export.Dim("E")
     dynamic = {"x": {0: nodes}, "edge_index": {1: edges}}
     if "edge_attr" in names:
@@ -157,10 +172,19 @@ def _write_module(module: torch.nn.Module, names: list[str], fmt: str, path: Pat
     except Exception as exc:  # noqa: BLE001 - the exporter's many failure types all mean "could not export"
         reraise_fault(exc)
         raise DomainparError(f"ONNX export failed ({one_line(exc, 200)})") from None
-    # Serialised here and written by Python (one file, weights inside): a full disk is an OSError naming the file.
-    content = program.model_proto.SerializeToString()
-    with open(path, "wb") as fh:
-        fh.write(content)
+    proto = program.model_proto
+
+    def save_proto(target: Path, extra: dict[str, str]) -> None:
+        for key, value in extra.items():
+            entry = next((p for p in proto.metadata_props if p.key == key), None) or proto.metadata_props.add()
+            entry.key, entry.value = key, value
+        # Serialised here and written by Python (one file, weights inside): a full disk is an OSError naming the file.
+        content = proto.SerializeToString()
+        with open(target, "wb") as fh:
+            fh.write(content)
+
+    save_proto(path, {})
+    return lambda target, digest: save_proto(target, {DIGEST_ENTRY: digest})
 
 
 def _compare(path: Path, fmt: str, inputs: list[np.ndarray], reference: np.ndarray, what: str, graph: "CheckGraph") -> float:
@@ -354,17 +378,18 @@ def export_model(
     model = deploy_model(config, source.state)
     side = sidecar_path(out)
     filter_out = filter_path(out) if recorded_filter is not None else None
-    with contextlib.ExitStack() as files:
-        tmp_model = files.enter_context(atomic_path(out))
-        _write_module(model, input_names(config), fmt, tmp_model, _example_inputs(config.node_features, config.edge_features, bool(config.edge_inputs)))
+    # The model, its filter and the sidecar appear together, or none of them (the old ones stay as they were).
+    with staged_outputs() as files:
+        tmp_model = files.file(out)
+        record = _write_module(model, input_names(config), fmt, tmp_model, _example_inputs(config.node_features, config.edge_features, bool(config.edge_inputs)))
         verification = verify_file(source, tmp_model, fmt, check_graph)
         filter_stage = None
         if filter_out is not None:
-            tmp_filter = files.enter_context(atomic_path(filter_out))
+            tmp_filter = files.file(filter_out)
             filter_stage = _export_filter(edge_filter, description, fmt, filter_out, tmp_filter, check_graph)
         sidecar = build_sidecar(
             model_name=out.name,
-            model_sha256=file_sha256(tmp_model),
+            model_sha256="",
             fmt=fmt,
             model_config=config,
             description=description,
@@ -374,6 +399,8 @@ def export_model(
             verification=verification,
             filter_stage=filter_stage,
         )
-        tmp_side = files.enter_context(atomic_path(side))
-        tmp_side.write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
+        # The model file records the digest of everything its sidecar says: a sidecar edited afterwards is refused.
+        record(tmp_model, sidecar_digest(sidecar))
+        sidecar["model"]["sha256"] = file_sha256(tmp_model)
+        files.file(side).write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
     return ExportResult(model_path=out, sidecar_path=side, sidecar=sidecar, filter_path=filter_out)

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from domainpar.atomic import atomic_path
-from domainpar.data.event_graph import EventGraph
+from domainpar.data.event_graph import EventGraph, require_edges
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
 from domainpar.parsing import parse_json
@@ -318,6 +318,7 @@ def _threshold_for(logits: np.ndarray, labels: np.ndarray, high_pt: np.ndarray, 
 def _check_training_graph(graph: EventGraph, first: EventGraph, path) -> None:
     if graph.y is None or graph.particle_pt is None:
         raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
+    require_edges(graph.num_edges, path, "train the edge filter on")
     if (graph.node_features, graph.edge_features) != (first.node_features, first.edge_features) or (
         graph.x.shape[1], graph.edge_attr.shape[1]
     ) != (first.x.shape[1], first.edge_attr.shape[1]):

@@ -5,7 +5,13 @@
 * :mod:`~domainpar.inference.events`: the events to score (raw TrackML events or graph files, with truth);
 * :mod:`~domainpar.inference.infer`: edge logits of whole events;
 * :mod:`~domainpar.inference.scoring`: edge metrics, tracks, TrackML score and tracking figures per event and overall;
-* :mod:`~domainpar.inference.evaluation`: the whole evaluation and its outputs (submissions, plots).
+* :mod:`~domainpar.inference.evaluation`: the whole evaluation and its outputs (submissions, plots);
+* :mod:`~domainpar.inference.pipeline`: the pipeline evaluate and reconstruct share (graph build, filter, GNN, tracks);
+* :mod:`~domainpar.inference.domain`: partitioned inference of a stream of events on a long-lived domain group;
+* :mod:`~domainpar.inference.sources`, :mod:`~domainpar.inference.products`: a reconstruction's inputs, read once,
+  and its per-event outputs;
+* :mod:`~domainpar.inference.reconstruct`: ``domainpar reconstruct``, the pipeline over a dataset without truth;
+* :mod:`~domainpar.inference.measure`: its speed on one real event, stage by stage and chained.
 
 Names are imported lazily so that ``import domainpar.inference`` stays light.
 """
@@ -23,6 +29,10 @@ _LAZY = {
     "evaluate": "domainpar.inference.evaluation",
     "EvaluationReport": "domainpar.inference.evaluation",
     "write_outputs": "domainpar.inference.evaluation",
+    "Pipeline": "domainpar.inference.pipeline",
+    "load_pipeline": "domainpar.inference.pipeline",
+    "ReconstructConfig": "domainpar.inference.reconstruct",
+    "reconstruct": "domainpar.inference.reconstruct",
 }
 
 

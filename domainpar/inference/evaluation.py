@@ -33,12 +33,10 @@ import numpy as np
 from domainpar import __version__
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
-from domainpar.export.runtime import load_exported
-from domainpar.export.sidecar import feature_names
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import load_events
-from domainpar.inference.infer import infer_exported, infer_partitioned, infer_single
-from domainpar.inference.model_io import load_model
+from domainpar.inference.infer import infer_partitioned, infer_single
+from domainpar.inference.pipeline import event_logits, load_pipeline
 from domainpar.inference.scores import write_scored_graph
 from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
 from domainpar.progress import progress
@@ -66,49 +64,29 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         ``duplicate_rate`` (overall), the settings, and ``events`` (one record
         per event with the same figures and counts).
     """
-    if config.model is not None:
-        exported = load_exported(config.model)
-        loaded = None
-        threshold = config.threshold if config.threshold is not None else exported.threshold
-        node_features, step = exported.num_node_features, exported.sidecar.get("source", {}).get("step")
-    else:
-        exported = None
-        loaded = load_model(config.checkpoint)
-        threshold = config.threshold if config.threshold is not None else (loaded.threshold or 0.5)
-        node_features, step = loaded.model_config.node_features, loaded.step
-    if exported is not None:
-        # The sidecar names the model's input columns: graph files of other features are refused by name too (its
-        # graph stage and edge filter build and prune raw events: load_events reads them from ``exported``).
-        graph_meta = {
-            "node_features": feature_names(exported.sidecar["node_features"]),
-            "edge_features": feature_names(exported.sidecar["edge_features"]) if exported.num_edge_features else None,
-            "build_config": None,
-        }
-    else:
-        graph_meta = loaded.graph
-    events = load_events(config, node_features, graph_meta, exported=exported)
+    # The pipeline reconstruct runs (domainpar.inference.pipeline): the same graphs, scores and track builder.
+    pipeline = load_pipeline(config.checkpoint, config.model, config.edge_filter, config.threshold, config.track_method)
+    exported, loaded, threshold, step = pipeline.exported, pipeline.loaded, pipeline.threshold, pipeline.step
+    events = load_events(config, pipeline.node_features, pipeline.graph_meta, exported=exported)
     if not events:
         raise DomainparError(f"{config.data}: found no events to evaluate")
     graphs = [e.graph for e in events]
     start = time.perf_counter()
     partition_records: list[dict] = [{} for _ in graphs]
-    if exported is not None:
-        for event in events:
-            exported.check_widths(event.source, event.graph.x.shape[1], event.graph.edge_attr.shape[1])
-        bar = progress(graphs, desc="inference", unit="event", enabled=config.progress)
-        logits = [infer_exported(exported, g) for g in bar]
-    elif config.num_parts == 1:
-        logits = [infer_single(loaded, g) for g in progress(graphs, desc="inference", unit="event", enabled=config.progress)]
+    if exported is not None or config.num_parts == 1:
+        bar = progress(events, desc="inference", unit="event", enabled=config.progress)
+        # event_logits' two cases (infer_single is called from here so that it can be replaced in one place by tests).
+        logits = [event_logits(pipeline, e.graph, e.source) if exported is not None else infer_single(loaded, e.graph) for e in bar]
     else:
         logits, partition_records = infer_partitioned(
             Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s
         )
     seconds_inference = time.perf_counter() - start
     evaluations = []
-    for event, event_logits, part_record in progress(
+    for event, logits_of_event, part_record in progress(
         list(zip(events, logits, partition_records)), desc="scoring", unit="event", enabled=config.progress
     ):
-        evaluation = score_event_graph(event, event_logits, config, threshold)
+        evaluation = score_event_graph(event, logits_of_event, config, threshold, pipeline.tracks)
         evaluation.record.update(part_record)
         evaluations.append(evaluation)
     summary = summarise(evaluations, [g.y for g in graphs], pt_min=config.pt_min, min_layers=config.min_layers)

@@ -19,6 +19,7 @@ import pandas as pd
 from domainpar.data.event_graph import EventGraph
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.events import EventInput
+from domainpar.inference.pipeline import event_tracks, sigmoid
 from domainpar.tracks.build import METHODS as TRACK_METHODS
 from domainpar.tracks.build import complete_tracks, submission
 from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
@@ -60,20 +61,23 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _sigmoid(logits: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * logits))  # overflow-free logistic
+def score_event_graph(
+    event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float, tracks: TrackConfig | None = None
+) -> EventEvaluation:
+    """Edge metrics, tracks, TrackML score and tracking metrics of one event.
 
-
-def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float) -> EventEvaluation:
-    """Edge metrics, tracks, TrackML score and tracking metrics of one event."""
+    ``tracks`` is the pipeline's track builder (default: ``config.track_method`` at ``threshold``).
+    """
     graph = event.graph
-    scores = _sigmoid(logits)
+    scores = sigmoid(logits)
     edges = edge_metrics(scores, graph.y, threshold)
     track_scores: dict[str, float | None] = {}
     tracks_by_method: dict[str, np.ndarray] = {}
     # Every method builds through build_candidates; the chosen one's own wall time is what a reconstruction pays.
-    track_config = TrackConfig(method=config.track_method, threshold=threshold)
-    candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, track_config)
+    track_config = tracks if tracks is not None else TrackConfig(method=config.track_method, threshold=threshold)
+    event_hit_id = None if event.truth is None else event.truth["hit_id"].to_numpy()
+    # The candidates and every hit's track id exactly as reconstruct writes them (one pipeline).
+    candidates, full_tracks = event_tracks(track_config, graph, scores, event_hit_id)
     track_id, mask, seconds_tracks = candidates.track_id, candidates.edge_mask, candidates.seconds
     tracks_by_method[config.track_method] = track_id
     for method in TRACK_METHODS:
@@ -88,11 +92,9 @@ def score_event_graph(event: EventInput, logits: np.ndarray, config: EvaluateCon
         for method, tracks in tracks_by_method.items():
             full = complete_tracks(hit_id, graph.hit_id, tracks)
             track_scores[method] = score_arrays(full, particle_id, weight).score
-        full_tracks = complete_tracks(hit_id, graph.hit_id, track_id)
     else:
         hit_id, particle_id, layer = graph.hit_id, graph.particle_id, graph.layer
         track_scores = {method: None for method in TRACK_METHODS}
-        full_tracks = track_id
     tracking = tracking_metrics(
         full_tracks, particle_id, layer, event.particles,
         pt_min=config.pt_min, min_layers=config.min_layers, min_track_hits=config.min_track_hits,

@@ -21,11 +21,21 @@ does), with vectorised (reassociated) sums.
 Activations: relu, silu, tanh, gelu (erf), elu, leaky_relu — by code, see
 :data:`ACTIVATION_CODES`. This module knows nothing about models: arrays in,
 arrays out.
+
+Every (kernel, activation) pair is a kernel of its own, made from one
+template with the activation bound as a global (:func:`_kernel_for`), so that
+numba's on-disk cache serves it to every later process. Passing the
+activation as an argument instead puts its dispatcher's type into the cache
+key, and that type is keyed by the dispatcher object's identity in the
+process that compiled it: the key never matched in another process, every
+process recompiled every kernel it used (5–15 s each) and appended one more
+entry to the cache index (``tests/kernels/test_numba_cache.py``).
 """
 
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 
@@ -50,8 +60,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 
 
-# Activations and their derivatives, passed to the kernels as first-class functions: numba compiles
-# one specialisation per activation with it inlined, so the row loops vectorise.
+# Activations and their derivatives, bound into one kernel per activation (see _kernel_for): numba inlines them,
+# so the row loops vectorise.
 # "not (y <= 0)" rather than "y > 0": a NaN passes through, as in torch.
 
 @njit(inline="always", cache=True)
@@ -135,21 +145,19 @@ def _stats(z, r, width, eps, zero):  # pragma: no cover - compiled
     return mean, 1 / np.sqrt(var + eps)
 
 
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def _forward(z, gamma, beta, eps, norm, act, param, zero, out):  # pragma: no cover - compiled
+def _forward(z, gamma, beta, eps, norm, param, zero, out):  # pragma: no cover - a template: _kernel_for binds act
     rows, width = z.shape
     for r in prange(rows):
         if norm:
             mean, rstd = _stats(z, r, width, eps, zero)
             for j in range(width):
-                out[r, j] = act((z[r, j] - mean) * rstd * gamma[j] + beta[j], param)
+                out[r, j] = act((z[r, j] - mean) * rstd * gamma[j] + beta[j], param)  # noqa: F821 (bound by _kernel_for)
         else:
             for j in range(width):
-                out[r, j] = act(z[r, j], param)
+                out[r, j] = act(z[r, j], param)  # noqa: F821
 
 
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def _backward(z, gamma, beta, eps, norm, act_grad, param, zero, grad_a, grad_z, part_gamma, part_beta, part_bias, block):  # pragma: no cover
+def _backward(z, gamma, beta, eps, norm, param, zero, grad_a, grad_z, part_gamma, part_beta, part_bias, block):  # pragma: no cover - a template
     rows, width = z.shape
     blocks = part_bias.shape[0]
     for b in prange(blocks):
@@ -163,7 +171,7 @@ def _backward(z, gamma, beta, eps, norm, act_grad, param, zero, grad_a, grad_z, 
                 mean, rstd = _stats(z, r, width, eps, zero)
                 for j in range(width):
                     xh = (z[r, j] - mean) * rstd
-                    gy = grad_a[r, j] * act_grad(xh * gamma[j] + beta[j], param)
+                    gy = grad_a[r, j] * act_grad(xh * gamma[j] + beta[j], param)  # noqa: F821
                     acc_gamma[j] += gy * xh
                     acc_beta[j] += gy
                     g[j] = gy * gamma[j]
@@ -181,13 +189,36 @@ def _backward(z, gamma, beta, eps, norm, act_grad, param, zero, grad_a, grad_z, 
                     acc_bias[j] += v
             else:
                 for j in range(width):
-                    v = grad_a[r, j] * act_grad(z[r, j], param)
+                    v = grad_a[r, j] * act_grad(z[r, j], param)  # noqa: F821
                     grad_z[r, j] = v
                     acc_bias[j] += v
         for j in range(width):
             part_gamma[b, j] = acc_gamma[j]
             part_beta[b, j] = acc_beta[j]
             part_bias[b, j] = acc_bias[j]
+
+
+def _kernel_for(template, activation: str, binding: str, function) -> numba.core.registry.CPUDispatcher:
+    """``template`` compiled with ``function`` bound to the global name ``binding``, as a kernel of its own.
+
+    The copy shares the template's bytecode and source file but has its own name (numba's cache files are named
+    by the qualified name, and hold one index per name) and its own globals, in which ``binding`` is
+    ``function``: numba resolves it at compile time and inlines it, and the kernel's signature holds only
+    arrays and scalars, so its cache key is the same in every process.
+    """
+    name = f"{template.__name__}_{activation}"
+    code = template.__code__.replace(co_name=name, co_qualname=name)
+    scope = {**template.__globals__, binding: function}
+    copy = types.FunctionType(code, scope, name, template.__defaults__, template.__closure__)
+    copy.__qualname__ = name
+    copy.__module__ = template.__module__
+    copy.__doc__ = template.__doc__
+    return njit(parallel=True, cache=True, fastmath=_FASTMATH)(copy)
+
+
+#: Kernel code → forward kernel with that activation; code → backward kernel with its derivative.
+_FORWARD = {code: _kernel_for(_forward, name, "act", _FUNCTIONS[code][0]) for name, code in ACTIVATION_CODES.items()}
+_BACKWARD = {code: _kernel_for(_backward, name, "act_grad", _FUNCTIONS[code][1]) for name, code in ACTIVATION_CODES.items()}
 
 
 @njit(cache=True)
@@ -210,7 +241,7 @@ def ln_act_forward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | N
     beta = beta if norm else np.zeros(width, z.dtype)
     _threads()
     zero = z.dtype.type(0)
-    _forward(z, gamma, beta, z.dtype.type(eps), norm, _FUNCTIONS[code][0], z.dtype.type(param), zero, out)
+    _FORWARD[code](z, gamma, beta, z.dtype.type(eps), norm, z.dtype.type(param), zero, out)
     return out
 
 
@@ -228,7 +259,7 @@ def ln_act_backward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | 
     part_bias = np.zeros((blocks, width), np.float64)
     _threads()
     zero = z.dtype.type(0)
-    _backward(z, gamma_, beta_, z.dtype.type(eps), norm, _FUNCTIONS[code][1], z.dtype.type(param), zero, grad_a, grad_z,
+    _BACKWARD[code](z, gamma_, beta_, z.dtype.type(eps), norm, z.dtype.type(param), zero, grad_a, grad_z,
               part_gamma, part_beta, part_bias, BLOCK_ROWS)
     sums = [np.zeros(width, np.float64) for _ in range(3)]
     for part, total in zip((part_gamma, part_beta, part_bias), sums):

@@ -26,7 +26,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 # Defined with the other exceptions at the bottom layer (worker pools and every command raise it too).
-from domainpar.errors import Terminated
+from domainpar.errors import Terminated, note_stop
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
@@ -85,6 +85,7 @@ def name_process(rank: int) -> None:
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    note_stop(signum)
     raise Terminated(signum)
 
 

@@ -55,7 +55,8 @@ from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
 from domainpar.errors import DomainparError, MachineFault, is_fault
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
-from domainpar.launch.lifeline import Terminated, die_with_parent, name_process
+from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
+from domainpar.workers import STOP_SIGNALS, children_start_quietly, start_resource_tracker
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
@@ -341,6 +342,11 @@ def _child(
     """Body of one spawned rank: init the group, run ``fn``, report ("ok", value) or ("error", failure)."""
     die_with_parent(parent_pid)
     name_process(rank)
+    # Started with the stop signals blocked (see spawn): Ctrl-C is the parent's (it stops the ranks), SIGTERM and
+    # SIGHUP unwind this rank (its writers remove their temporaries) and are reported to a parent that is stopping.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    terminate_on_signals()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     report_lock = threading.Lock()
 
     def report(failure: Failure, traceback_text: str = "") -> None:
@@ -388,12 +394,23 @@ def _child(
     results.put((rank, "ok", payload))
 
 
+def _in_bootstrap(pid: int) -> bool:
+    """Whether a spawned child has not reached :func:`_child` yet: it still imports, has written nothing, and
+    holds the stop signals blocked (Linux: its name is not ``domainpar r<rank>`` yet; elsewhere: unknown, False)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return not fh.read().startswith("domainpar r")
+    except OSError:
+        return False
+
+
 def _stop(processes: list) -> None:
     # A process whose start failed (fork refused: EAGAIN) has nothing to stop.
     processes = [p for p in processes if p._popen is not None]
     for process in processes:
         if process.is_alive():
-            process.terminate()
+            # A child still importing would take SIGTERM only once it reaches _child: it is killed at once instead.
+            process.kill() if _in_bootstrap(process.pid) else process.terminate()
     deadline = time.monotonic() + 5.0
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
@@ -487,6 +504,7 @@ def spawn(
     if nprocs < 1:
         raise DomainparError(f"nprocs must be at least 1 (got {nprocs})")
     ctx = mp.get_context("spawn")
+    start_resource_tracker()  # before the queue registers its semaphores with it
     results = ctx.Queue()
     store_dir = None
     if init_method is None:
@@ -504,8 +522,14 @@ def spawn(
     reports: dict[int, tuple[Failure, str]] = {}
     order: list[int] = []
     try:
-        for process in processes:
-            process.start()
+        # The children start with the stop signals blocked until _child has set its own handlers (no traceback from
+        # a child interrupted while it imports), and this process answers a stop only once every child has all its
+        # arguments (a child left with half of them prints an unpickling error).
+        with children_start_quietly() as stopped:
+            for process in processes:
+                if stopped:
+                    break  # the stop is answered as the block ends: no more children to start and then stop
+                process.start()
         deadline = time.monotonic() + timeout_s
         exited_at: dict[int, float] = {}
         trouble_since: float | None = None

@@ -91,8 +91,11 @@ class RunLock:
     """Directories created to hold it, deepest first (removed on release if the run left them empty)."""
 
 
-def acquire(out: str | os.PathLike, option: str = "--out") -> RunLock:
+def acquire(out: str | os.PathLike, option: str = "--out", name: str = LOCK_NAME, what: str = "training run") -> RunLock:
     """Take the lock of ``out`` (created if needed) or raise.
+
+    ``name`` is the lock file's name in ``out`` and ``what`` the kind of run in messages (``domainpar reconstruct``
+    holds ``reconstruct.lock``, a "reconstruction").
 
     Raises:
         DomainparError: another live run holds it, or it is held from another host.
@@ -104,10 +107,10 @@ def acquire(out: str | os.PathLike, option: str = "--out") -> RunLock:
         created.append(missing)
         missing = missing.parent
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LOCK_NAME
+    path = directory / name
     me = {**process_identity(), "since": time.time(), "command": " ".join(sys.argv)[:300]}
     try:
-        _take(path, me, directory, option)
+        _take(path, me, directory, option, what)
     except BaseException:
         _remove_empty(created)
         raise
@@ -122,7 +125,7 @@ def _remove_empty(directories: tuple[Path, ...] | list[Path]) -> None:
             return
 
 
-def _take(path: Path, me: dict, directory: Path, option: str) -> None:
+def _take(path: Path, me: dict, directory: Path, option: str, what: str = "training run") -> None:
     for _ in range(5):
         if _create(path, me):
             return
@@ -132,11 +135,11 @@ def _take(path: Path, me: dict, directory: Path, option: str) -> None:
         if holder and not _holder_is_gone(holder, me):
             if holder.get("host") != me["host"]:
                 raise DomainparError(
-                    f"{option} {directory}: another training run holds {path} ({_describe(holder)}); "
+                    f"{option} {directory}: another {what} holds {path} ({_describe(holder)}); "
                     f"it cannot be checked from host {me['host']}: if that run is dead, delete the lock file"
                 )
             raise DomainparError(
-                f"{option} {directory}: another training run is writing there ({_describe(holder)}); "
+                f"{option} {directory}: another {what} is writing there ({_describe(holder)}); "
                 "wait for it, stop it, or choose another --out"
             )
         if not holder:
@@ -145,7 +148,7 @@ def _take(path: Path, me: dict, directory: Path, option: str) -> None:
             if _read_holder(path) != {}:
                 continue
         # Stale: move it aside under a name of our own (only one contender's rename succeeds), then create.
-        aside = path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}")
+        aside = path.with_name(f".{path.name}.stale-{os.getpid()}")
         try:
             os.replace(path, aside)
         except FileNotFoundError:
@@ -176,9 +179,9 @@ def release(lock: RunLock) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(out: str | os.PathLike, option: str = "--out") -> Iterator[RunLock]:
+def run_lock(out: str | os.PathLike, option: str = "--out", name: str = LOCK_NAME, what: str = "training run") -> Iterator[RunLock]:
     """Hold the lock of ``out`` for the duration of the block."""
-    lock = acquire(out, option)
+    lock = acquire(out, option, name, what)
     try:
         yield lock
     finally:

@@ -31,12 +31,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from domainpar.domains import LOSS_WEIGHT_WHY, MAX_LOSS_WEIGHT, Domain, check_domains
 from domainpar.errors import DomainparError, FieldError
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.part_data import PartData
 
 #: Loss weightings.
 WEIGHTINGS = ("pos_weight", "targets")
+#: Domains of the loss's numeric settings (checked here for a config file, by click for a flag).
+LOSS_DOMAINS = {
+    "target_min_pt": Domain(0, 1e6, why="GeV"),
+    "target_min_hits": Domain(0, None),
+    "primary_max_r": Domain(0, 1e6, why="mm"),
+    "target_weight": Domain(0, MAX_LOSS_WEIGHT, why=LOSS_WEIGHT_WHY),
+    "non_target_weight": Domain(0, MAX_LOSS_WEIGHT, why=LOSS_WEIGHT_WHY),
+    "fake_weight": Domain(0, MAX_LOSS_WEIGHT, why=LOSS_WEIGHT_WHY),
+}
 #: Per-node truth each target selection needs (graph and part file entries).
 SELECTION_NEEDS = {"target_min_pt": "particle_pt", "target_min_hits": "particle_nhits", "target_primary": "particle_vertex"}
 
@@ -73,6 +83,7 @@ class LossConfig:
             raise FieldError("target_min_hits", f"must be a non-negative integer (got {self.target_min_hits!r})")
         if not isinstance(self.target_primary, bool):
             raise FieldError("target_primary", f"must be true or false (got {self.target_primary!r})")
+        check_domains(self, LOSS_DOMAINS)
         if self.weighting == "pos_weight":
             defaults = LossConfig(weighting="targets")
             changed = [name for name in ("target_min_pt", "target_min_hits", "target_primary", "primary_max_r", "target_weight",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from domainpar.data.event_graph import require_edges
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.npzfile import archive_digest
@@ -48,6 +49,7 @@ def partition_file(
     """
     start = time.perf_counter()
     graph = load_graph(graph_path)
+    require_edges(graph.num_edges, graph_path, "partition")
     loaded = time.perf_counter()
     try:
         plan = partition_graph(graph, num_parts, method, seed=seed, option=option)

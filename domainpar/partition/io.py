@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from domainpar.atomic import name_destination, temporary_prefix, write_target
+from domainpar.atomic import aside_prefix, name_destination, temporary_prefix, write_target
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
 from domainpar.npzfile import read_npz, write_npz
@@ -216,7 +216,7 @@ def save_plan(
         (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
         if directory.exists():
             # Two renames: the old plan moves aside, the new one into place, then the old is removed.
-            retired = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+            retired = Path(tempfile.mkdtemp(prefix=aside_prefix(directory.name), dir=directory.parent))
             os.replace(directory, retired / "plan")
             os.replace(staging, directory)
             shutil.rmtree(retired, ignore_errors=True)

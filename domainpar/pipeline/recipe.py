@@ -68,7 +68,11 @@ class SimulationSection:
     val_events: int = 4
     """Held-out validation events (also the held-out simulated test set of the evaluation)."""
     particles: int = 1000
-    """Charged particles per event."""
+    """Charged particles per event from the collisions (SimulationConfig.num_particles; secondaries of
+    interactions in the material come on top)."""
+    particles_spread: float = 0.0
+    """Occupancy mix of the training events: each one's particles scaled by a factor drawn in [1 - s, 1 + s]
+    (SimulationConfig.multiplicity_spread); the validation events keep ``particles``."""
     seed: int = 1
     """Seed of the training events (event i uses the stream (seed, i))."""
     val_seed: int = 10_001
@@ -78,10 +82,10 @@ class SimulationSection:
     validation events use the calibrated model."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.cluster_variation, bool) or not isinstance(self.cluster_variation, (int, float)) or not (
-            0.0 <= self.cluster_variation < 1.0
-        ):
-            raise DomainparError(f"simulation.cluster_variation must be a number in [0, 1) (got {self.cluster_variation!r})")
+        for name in ("cluster_variation", "particles_spread"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise DomainparError(f"simulation.{name} must be a number in [0, 1) (got {value!r})")
         for name, low in (("train_events", 2), ("val_events", 1), ("particles", 10), ("seed", 0), ("val_seed", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -168,7 +172,11 @@ class Recipe:
 
     def training_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the training events."""
-        return SimulationConfig(num_particles=self.simulation.particles, cluster_variation=float(self.simulation.cluster_variation))
+        return SimulationConfig(
+            num_particles=self.simulation.particles,
+            cluster_variation=float(self.simulation.cluster_variation),
+            multiplicity_spread=float(self.simulation.particles_spread),
+        )
 
     def validation_simulation(self):
         """The :class:`~domainpar.sim.config.SimulationConfig` of the validation (held-out) events."""

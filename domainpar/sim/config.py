@@ -20,35 +20,64 @@ class SimulationConfig:
     """
 
     num_particles: int = 10_000
-    """Charged particles per event (primaries plus secondaries)."""
-    secondary_fraction: float = 0.29
-    """Fraction of particles produced at displaced vertices (0.29 of the particles in event 21000 start at r > 1 mm)."""
+    """Charged particles from the collisions: the pile-up vertices' primaries and the charged daughters of their
+    K0S and Lambda decays (event 21000: 9,862). Secondaries of interactions in the material come on top (event
+    21000: 2,808), and decay daughters below ``pt_min`` are not listed, as in the challenge's files."""
+    multiplicity_spread: float = 0.0
+    """Occupancy mix: every event's ``num_particles`` (and ``num_vertices``) is scaled by a factor drawn
+    uniformly in [1 - s, 1 + s] from the event's own random stream (0: every event the same size)."""
     pt_min: float = 0.1
-    """Lowest transverse momentum generated, GeV (the TrackML particles file starts at 0.1 GeV)."""
+    """Lowest transverse momentum listed, GeV (the TrackML particles file starts at 0.1 GeV)."""
     pt_temperature: float = 0.162
     """Tsallis T of the primary spectrum dN/dpT ∝ pT (1 + pT/(n T))^-n, GeV (fitted to event 21000)."""
     pt_power: float = 7.17
     """Tsallis n of the primary spectrum (fitted to event 21000)."""
     hit_pt_min: float = 0.15
-    """Particles below this pT leave no hits, as in the challenge's files (event 21000: 99% of primaries and 67% of secondaries under 0.15 GeV have none)."""
-    secondary_pt_mean: float = 0.18
-    """Mean of the exponential pT excess over ``pt_min`` of secondaries, GeV."""
+    """A particle below this pT ends at the first material surface it reaches, with at most one hit (there, if that
+    surface is a layer), as in the challenge's files: a primary ends in the beam pipe without a hit (event 21000:
+    1 % of its primaries under 0.15 GeV have a hit, 97 % above), a displaced one (a decay daughter, a secondary) on
+    the next layer or support (event 21000: 30 % of its secondaries under 0.15 GeV have one hit, none more)."""
     eta_max: float = 4.0
     """Particles are generated flat in pseudorapidity for |eta| < eta_max."""
-    num_vertices: int = 200
-    """Pile-up collision vertices per event; primaries are shared among them at random."""
+    num_vertices: int = 165
+    """Collision vertices that produce listed charged particles (event 21000: 163 of the 218 it numbers);
+    particles are shared among them by :attr:`vertex_multiplicity_shape`."""
+    vertex_multiplicity_shape: float = 1.4
+    """Shape k of the Gamma distribution of the vertices' shares of the particles: per-vertex counts vary by
+    about 1/sqrt(k) of their mean (event 21000: by 0.84 of the mean); large k shares them evenly."""
     vertex_sigma_z: float = 55.0
-    """Gaussian spread of the collision vertices along the beam, mm."""
+    """Gaussian spread of the collision vertices along the beam, mm (event 21000: 54 mm)."""
     vertex_sigma_xy: float = 0.015
-    """Gaussian transverse spread of the collision vertices, mm."""
-    secondary_central_fraction: float = 0.6
-    """Share of secondaries drawn within |eta| < 1 (the rest flat to eta_max): 69% of event 21000's secondaries are central."""
-    secondary_r_min: float = 20.0
-    """Displaced vertices are log-uniform in transverse distance between r_min ..., mm."""
-    secondary_r_max: float = 1000.0
-    """... and r_max, mm, along the line of flight of a parent from the beam line."""
-    positive_fraction: float = 0.55
-    """Fraction of positively charged particles (0.55 in event 21000)."""
+    """Gaussian transverse spread of the collision vertices, mm (event 21000: 0.015 mm)."""
+    k0s_fraction: float = 0.037
+    """K0S → π+π− decays per collision particle. With ``lambda_fraction``, fitted to event 21000's decay daughters
+    (particles of generation 0 produced off the beam line): 703 pions and 150 protons, half of them at up to
+    20 mm from the beam line and a tenth beyond 114 mm (its pairs at the K0S and Λ masses: 217 and 74)."""
+    lambda_fraction: float = 0.016
+    """Λ → pπ− decays (half of them the charge conjugate) per collision particle (see ``k0s_fraction``)."""
+    interaction_scale: float = 1.0
+    """Scale of the material's nuclear interaction thicknesses (:mod:`domainpar.sim.material`, fitted to event
+    21000's interaction vertices): a crossing of a surface ends its particle in a hadronic interaction with
+    probability 1 − exp(−scale · thickness / |cos incidence|). 0: no interactions, every particle crosses the
+    whole tracker."""
+    secondary_multiplicity: float = 1.90
+    """Mean listed secondaries (pT above ``pt_min``) per interaction, at least one: 1 + Poisson(m − 1) (event
+    21000: 1.90, with 38/40/17/4/1 % of its interactions giving 1/2/3/4/5)."""
+    secondary_p_median: float = 0.23
+    """Median momentum of the secondaries as produced (log-normal), GeV; the listed ones (pT above ``pt_min``)
+    then have event 21000's momenta (quantiles 0.14/0.19/0.27/0.38/0.47 GeV at 10/25/50/75/90 %)."""
+    secondary_p_sigma: float = 0.55
+    """Log-normal width of the secondaries' momenta."""
+    secondary_forward: float = 0.20
+    """Forward bias b of the secondaries' directions: dN/dcos ∝ 1 + b cos, cos to the interacting particle's
+    direction (event 21000: median cos 0.07, nearly isotropic)."""
+    secondary_proton_fraction: float = 0.46
+    """Share of protons among the secondaries, the rest pions of either charge (event 21000: 46 %)."""
+    max_generations: int = 3
+    """Generations of secondaries followed (secondaries of secondaries, ...; event 21000 lists up to 3)."""
+    positive_fraction: float = 0.50
+    """Fraction of positively charged primaries (0.50 of event 21000's beam-line primaries; its secondaries, 46 %
+    protons, are 72 % positive)."""
     field_tesla: float = 2.0
     """Solenoid field along +z, tesla."""
     multiple_scattering: bool = True
@@ -92,18 +121,25 @@ class SimulationConfig:
     def __post_init__(self) -> None:
         checks = {
             "num_particles": self.num_particles >= 0,
-            "secondary_fraction": 0.0 <= self.secondary_fraction <= 1.0,
-            "secondary_central_fraction": 0.0 <= self.secondary_central_fraction <= 1.0,
+            "multiplicity_spread": 0.0 <= self.multiplicity_spread < 1.0,
             "hit_pt_min": self.hit_pt_min >= 0,
             "pt_min": self.pt_min > 0,
             "pt_temperature": self.pt_temperature > 0,
             "pt_power": self.pt_power > 3,
-            "secondary_pt_mean": self.secondary_pt_mean > 0,
             "eta_max": self.eta_max > 0,
-            "num_vertices": self.num_vertices >= 1,
+            "num_vertices": 1 <= self.num_vertices < 4096,
+            "vertex_multiplicity_shape": self.vertex_multiplicity_shape > 0,
             "vertex_sigma_z": self.vertex_sigma_z >= 0,
             "vertex_sigma_xy": self.vertex_sigma_xy >= 0,
-            "secondary_r_min": 0 < self.secondary_r_min < self.secondary_r_max,
+            "k0s_fraction": 0.0 <= self.k0s_fraction,
+            "lambda_fraction": 0.0 <= self.lambda_fraction and 2 * (self.k0s_fraction + self.lambda_fraction) <= 1.0,
+            "interaction_scale": self.interaction_scale >= 0,
+            "secondary_multiplicity": self.secondary_multiplicity >= 1.0,
+            "secondary_p_median": self.secondary_p_median > 0,
+            "secondary_p_sigma": self.secondary_p_sigma >= 0,
+            "secondary_forward": -1.0 <= self.secondary_forward <= 1.0,
+            "secondary_proton_fraction": 0.0 <= self.secondary_proton_fraction <= 1.0,
+            "max_generations": isinstance(self.max_generations, int) and 0 <= self.max_generations < 4096,
             "positive_fraction": 0.0 <= self.positive_fraction <= 1.0,
             "field_tesla": self.field_tesla > 0,
             "support_x0": self.support_x0 >= 0,

@@ -9,10 +9,10 @@ from domainpar.errors import DomainparError
 from domainpar.sim.clusters import cluster_cells, varied_cluster_models
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.geometry import detector_geometry
+from domainpar.sim.interactions import transport
 from domainpar.sim.measurement import measured_positions
-from domainpar.sim.noise import noise_count, noise_hits
-from domainpar.sim.particles import generate_particles
-from domainpar.sim.propagation import propagate
+from domainpar.sim.noise import noise_count, noise_directions, noise_hits
+from domainpar.sim.particles import INTERNAL_COLUMNS, generate_particles
 from domainpar.sim.sensors import detect, land_on_modules
 from domainpar.sim.truth import truth_weights
 
@@ -36,8 +36,7 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     rng = np.random.default_rng([seed, event_id])
     geometry = detector_geometry()
     modules = geometry.modules
-    particles = generate_particles(rng, config)
-    crossings = propagate(rng, particles, config, geometry.layers)
+    particles, crossings = transport(rng, generate_particles(rng, config), config, geometry)
     crossings = land_on_modules(rng, crossings, config, geometry)
     signal = detect(rng, crossings, config, geometry.layers)
     noise_rows, noise_position = noise_hits(rng, noise_count(config, len(signal)), modules)
@@ -48,10 +47,10 @@ def simulate_event(config: SimulationConfig, event_id: int, seed: int) -> dict[s
     particle_id = np.concatenate([particles["particle_id"].to_numpy()[signal.part], np.zeros(num_noise, dtype=np.int64)])
     true_position = np.concatenate([signal.position, noise_position])
     true_momentum = np.concatenate([signal.direction * signal.p[:, None], np.zeros((num_noise, 3))])
-    # A noise hit's cluster is that of a crossing along its module's normal.
-    true_direction = np.concatenate([signal.direction, modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[noise_rows]])
+    true_direction = np.concatenate([signal.direction, noise_directions(noise_position)])
     pt = np.hypot(particles["px"].to_numpy(), particles["py"].to_numpy())
-    weight, nhits = truth_weights(signal.part, pt, particles["secondary"].to_numpy(), num_noise)
+    # As in the challenge's truth (event 1), secondaries of interactions weigh nothing; decay daughters count.
+    weight, nhits = truth_weights(signal.part, pt, particles["generation"].to_numpy() > 0, num_noise)
 
     # From here on every hit is in file order: hit k has hit_id k + 1.
     order = _file_order(rng, modules, rows)
@@ -113,7 +112,7 @@ def _truth_table(
 
 
 def _particles_table(particles: pd.DataFrame, nhits: np.ndarray) -> pd.DataFrame:
-    table = particles.drop(columns="secondary").assign(nhits=nhits.astype(np.int32))
+    table = particles.drop(columns=list(INTERNAL_COLUMNS)).assign(nhits=nhits.astype(np.int32))
     return table.astype({column: np.float32 for column in ("vx", "vy", "vz", "px", "py", "pz")})
 
 

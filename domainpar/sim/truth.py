@@ -32,13 +32,14 @@ def truth_weights(part: np.ndarray, pt: np.ndarray, secondary: np.ndarray, num_n
     """The challenge's weight of every hit, and the hits of every particle.
 
     A particle weighs :func:`pt_weight` of its pT (zero below 4 hits and for
-    secondaries), split over its hits by :func:`order_weights` of their order
+    secondaries of interactions in the material, as in the challenge's truth:
+    decay daughters count), split over its hits by :func:`order_weights` of their order
     along the track; noise hits weigh nothing; the weights sum to 1.
 
     Args:
         part: (K,) particle row of every particle hit, grouped by particle in order along the track.
         pt: (P,) transverse momentum of every particle, GeV.
-        secondary: (P,) whether the particle comes from a displaced vertex.
+        secondary: (P,) whether the particle is a secondary of an interaction in the material.
         num_noise: noise hits, which follow the K particle hits.
 
     Returns:

@@ -18,6 +18,9 @@ objects), so it loads with ``torch.load(weights_only=True)``:
 ``config``         the run's :class:`~domainpar.train.config.TrainConfig` as a dict
 ``inputs``         the training events: ``num_events``, ``digest`` of their contents, feature names
 ``world_size``     ranks of the run that wrote it; ``domain_size`` ranks per domain group
+``logs``           what the run's logs held when it was written: ``metrics`` (the ``metrics.jsonl``
+                   records) and ``steps`` (``steps.jsonl`` as a float64 tensor, one row per step, columns
+                   :data:`STEP_LOG_COLUMNS`), so a resume rebuilds a damaged log instead of skipping it
 =================  ==========================================================
 
 The final ``model.pt`` of a run has the same layout with only
@@ -77,6 +80,8 @@ REQUIRED_KEYS = ("format_version", "step", "epoch", "step_in_epoch", "model", "m
 MODEL_KEYS = ("format_version", "model", "model_config")
 #: Running sums of the epoch in progress that a resumable checkpoint records.
 EPOCH_STATE_KEYS = ("loss_sum", "steps", "seconds", "halo_bytes", "events")
+#: Columns of a checkpoint's ``logs.steps`` tensor (a ``steps.jsonl`` record; ``step`` is the row number + 1).
+STEP_LOG_COLUMNS = ("epoch", "loss", "lr", "grad_norm", "seconds", "data_wait_seconds")
 #: Sub-directory of ``checkpoints/`` where ``--resume-from`` an older checkpoint moves the newer ones.
 SUPERSEDED_DIR = "superseded"
 
@@ -324,6 +329,11 @@ def _kind(value: Any) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
 
 
+def advice_for(path: Path) -> str:
+    """What to do about a damaged checkpoint of a run (one of ``checkpoints/step-*.pt``)."""
+    return "; delete it to resume from the previous one" if checkpoint_step(path) is not None else ""
+
+
 def _fail(path: Path, key: str, expected: str, value: Any, advice: str = "") -> DomainparError:
     return DomainparError(f"{path}: checkpoint entry {key!r} must be {expected} (got {_kind(value)} {shorten(value)}){advice}")
 
@@ -416,6 +426,29 @@ def _finite_number_dict(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) and math.isfinite(v) for k, v in value.items())
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """JSON-like: numbers, strings, booleans, None, and lists/dicts of them (a log record)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    return isinstance(value, dict) and all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+
+
+def _logs_record(value: Any) -> bool:
+    if not isinstance(value, dict) or not isinstance(value.get("metrics"), list):
+        return False
+    steps = value.get("steps")
+    metrics_ok = all(isinstance(r, dict) and _plain(r) and _is_int(r.get("epoch")) and r["epoch"] >= 1 for r in value["metrics"])
+    steps_ok = (
+        isinstance(steps, torch.Tensor) and steps.dtype == torch.float64 and steps.dim() == 2
+        and steps.shape[1] == len(STEP_LOG_COLUMNS)
+    )  # fmt: skip
+    return metrics_ok and steps_ok
+
+
 def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None:
     """Type and range of every entry (resumable: the full set training needs)."""
     non_negative = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
@@ -451,8 +484,24 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
         }.items():
             if key in schedule and not ok(schedule[key]):
                 raise _fail(path, f"schedule.{key}", expected, schedule[key])
+    _check(path, state, "logs", _logs_record,
+           f"a dict of the run's metrics records and a float64 tensor of its steps ({len(STEP_LOG_COLUMNS)} columns)",
+           required=False)  # fmt: skip
     if resumable and state["step_in_epoch"] > state["step"]:
         raise _fail(path, "step_in_epoch", f"at most step ({state['step']})", state["step_in_epoch"])
+    # The records of the run's position must agree with it: a resumed run reports its figures from them.
+    if resumable:
+        step, in_epoch = state["step"], state["step_in_epoch"]
+        counts = [("step_losses", "one loss per step done", step, len(state["step_losses"]) if "step_losses" in state else None),
+                  ("epoch_state.steps", "the steps done in the epoch in progress (step_in_epoch)", in_epoch,
+                   state["epoch_state"]["steps"] if "epoch_state" in state else None),
+                  ("logs.steps", "one row per step done", step, state["logs"]["steps"].shape[0] if "logs" in state else None)]  # fmt: skip
+        for key, what, expected, found in counts:
+            if found is not None and found != expected:
+                raise DomainparError(
+                    f"{path}: checkpoint entry {key!r} must hold {what}, {expected}, as the checkpoint's position says "
+                    f"(got {shorten(found)}); the checkpoint's records disagree with it{advice_for(path)}"
+                )
     floating = {v.dtype for v in state["model"].values() if v.is_floating_point()}
     integral = [k for k, v in state["model"].items() if not v.is_floating_point() and not k.endswith("num_batches_tracked")]
     if integral:

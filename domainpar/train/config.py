@@ -29,10 +29,11 @@ import torch
 import yaml
 
 from domainpar.atomic import atomic_path
+from domainpar.domains import FLOAT32_MAX, LOSS_WEIGHT_WHY, MAX_LOSS_WEIGHT, MAX_TIMEOUT_S, Domain, check_domains
 from domainpar.errors import DomainparError, FieldError, one_line, shorten
 from domainpar.kernels import compile as compiler
 from domainpar.model.config import ACTIVATIONS, ModelConfig
-from domainpar.model.loss import LossConfig
+from domainpar.model.loss import LOSS_DOMAINS, LossConfig
 from domainpar.model.registry import build_model, check_config
 from domainpar.parsing import MAX_BYTES, parse_yaml
 
@@ -62,6 +63,9 @@ class DataConfig:
     """Host memory per rank, GB, for parts kept between epochs (0 = none; a part of a full event at 4 parts is ~20 MB, 4 ranks per node hold 4x this)."""
     workers: int | None = None
     """Processes per rank that build graphs and partition events before training (None: the cores available, shared by the ranks of a node)."""
+
+    def __post_init__(self) -> None:
+        check_section(self, "data")
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,16 @@ class OptimConfig:
     rescale_lr_on_resume: bool = False
     """On a resume with another replica count under linear/sqrt scaling, rescale lr to the new count (False: keep the checkpoint's)."""
 
+    def __post_init__(self) -> None:
+        check_section(self, "optim")
+        decay = _number_or_none(self.lr) and _number_or_none(self.weight_decay)
+        if decay and self.lr * self.weight_decay >= 1:
+            raise FieldError(
+                "weight_decay",
+                f"times the learning rate must be below 1 (got {shorten(self.weight_decay)} x lr {shorten(self.lr)}): AdamW "
+                "multiplies every weight by 1 - lr x weight_decay per step",
+            )
+
 
 @dataclass(frozen=True)
 class ParallelConfig:
@@ -118,6 +132,9 @@ class ParallelConfig:
     """auto (CUDA when available), cpu or cuda; CUDA uses NCCL with one GPU per local rank, CPU uses gloo."""
     threads: int | None = None
     """torch intra-op threads per rank (None: torch's default for one process, cores / ranks for spawned ranks)."""
+
+    def __post_init__(self) -> None:
+        check_section(self, "parallel")
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,9 @@ class RunConfig:
     """Rank 0 shows a progress bar."""
     curves: bool = True
     """Rank 0 redraws <out>/curves.png after every epoch."""
+
+    def __post_init__(self) -> None:
+        check_section(self, "run")
 
 
 @dataclass(frozen=True)
@@ -210,6 +230,58 @@ FIELD_CHOICES = {
     "parallel.device": DEVICES,
     "run.precision": PRECISIONS,
 }
+
+#: Largest learning rate (also once scaled for the replicas): AdamW moves every weight by about lr per step.
+MAX_LR = 10.0
+
+#: Numeric fields and their domains: checked by the dataclasses (config files) and by click (flags) alike.
+FIELD_DOMAINS = {
+    "data.prefetch": Domain(0, 1024, why="events staged ahead of the step that needs them"),
+    "data.cache_gb": Domain(0, 1e6, why="GB of host memory per rank"),
+    "data.workers": Domain(1, None),
+    "optim.lr": Domain(0, MAX_LR, low_open=True, why="AdamW moves every weight by about lr per step"),
+    "optim.weight_decay": Domain(0, FLOAT32_MAX),
+    "optim.beta1": Domain(0, 1, high_open=True, why="AdamW's moment decay"),
+    "optim.beta2": Domain(0, 1, high_open=True, why="AdamW's moment decay"),
+    "optim.eps": Domain(0, 1, low_open=True, why="AdamW divides by sqrt(v) + eps"),
+    "optim.clip": Domain(0, FLOAT32_MAX, why="0 turns clipping off"),
+    "optim.pos_weight": Domain(0, MAX_LOSS_WEIGHT, low_open=True, why=LOSS_WEIGHT_WHY),
+    "optim.batch_events": Domain(1, None),
+    "optim.warmup": Domain(0, None),
+    "optim.min_lr_ratio": Domain(0, 1),
+    "optim.step_size": Domain(1, None),
+    "optim.gamma": Domain(0, 1, low_open=True),
+    "parallel.ranks": Domain(1, None),
+    "parallel.domain_size": Domain(1, None),
+    "parallel.timeout_s": Domain(0, MAX_TIMEOUT_S, low_open=True, why="seconds, at most 30 days"),
+    "parallel.heartbeat_s": Domain(2, 86400, why="seconds; ranks beat once a second"),
+    "parallel.threads": Domain(1, None),
+    "run.epochs": Domain(1, None),
+    "run.max_steps": Domain(1, None),
+    "run.stop_after_steps": Domain(1, None),
+    "run.seed": Domain(0, 2**63, high_open=True),
+    "run.checkpoint_every": Domain(0, None),
+    "run.checkpoint_every_epochs": Domain(1, None),
+    "run.keep": Domain(1, None),
+    "run.threshold": Domain(0, 1, low_open=True, high_open=True, why="a probability cut"),
+}
+
+
+def section_domains(section: str) -> dict[str, Domain]:
+    """``{field: domain}`` of one section of the config (the loss's own, :data:`~domainpar.model.loss.LOSS_DOMAINS`)."""
+    if section == "loss":
+        return dict(LOSS_DOMAINS)
+    return {dotted.partition(".")[2]: d for dotted, d in FIELD_DOMAINS.items() if dotted.startswith(section + ".")}
+
+
+def check_section(instance: Any, section: str) -> None:
+    """The numeric fields of a config section must lie in their domains (raises FieldError naming the field)."""
+    check_domains(instance, section_domains(section))
+
+
+def _number_or_none(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
 
 #: Fields whose flag is not ``--<field-name>`` (kept for the flags users know).
 FLAG_NAMES = {
@@ -594,6 +666,19 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         f"world size {world_size} must be divisible by --domain-size {group} (got remainder {world_size % group})",
     )
     replicas = world_size // group
+    # The rate AdamW really uses is lr x the replica scale: the product must stay in lr's domain too.
+    scale = {"linear": float(replicas), "sqrt": math.sqrt(replicas)}.get(o.lr_scaling, 1.0)
+    peak = o.lr * scale
+    _require(
+        peak <= MAX_LR,
+        f"--lr {o.lr:g} x {scale:g} (--lr-scaling {o.lr_scaling}, {replicas} replicas) = {peak:.4g} must be at most {MAX_LR:g}: "
+        "AdamW moves every weight by about lr per step",
+    )
+    _require(
+        peak * o.weight_decay < 1,
+        f"--weight-decay {o.weight_decay:g} x the learning rate {peak:.4g} (--lr x the replica scale) must be below 1: AdamW "
+        "multiplies every weight by 1 - lr x weight_decay per step",
+    )
     _require(
         o.batch_events is None or o.batch_events % replicas == 0,
         f"--batch-events {o.batch_events} must be a multiple of the number of replicas {replicas} "

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from domainpar.errors import DomainparError
+
 #: Histogram bins over [0, 1] for the ROC AUC (bin width 1e-4).
 NUM_BINS = 10_000
 
@@ -60,7 +62,14 @@ class EdgeCounter:
             scores: (E,) sigmoid scores in [0, 1] of edges this rank owns.
             labels: (E,) 0/1 truth of the same edges.
         """
-        scores = scores.detach().to("cpu", torch.float64).clamp(0.0, 1.0)
+        scores = scores.detach().to("cpu", torch.float64)
+        if not bool(torch.isfinite(scores).all()):
+            # A nan score falls in no histogram bin: the figures would describe edges the model never scored.
+            raise DomainparError(
+                "validation: the model's edge scores are not finite (nan or inf): the training diverged; lower --lr, "
+                "raise --warmup or clip gradients (--clip)"
+            )
+        scores = scores.clamp(0.0, 1.0)
         truth = labels.detach().to("cpu") > 0.5
         bins = torch.clamp((scores * self.num_bins).long(), max=self.num_bins - 1)
         self.hist_true += torch.bincount(bins[truth], minlength=self.num_bins).double()

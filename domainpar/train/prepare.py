@@ -51,7 +51,7 @@ from typing import Any, Callable
 from domainpar.comm import wait
 from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
 from domainpar.data.dataset import event_inputs, graph_target, build_graph_file
-from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES
+from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES, require_edges
 from domainpar.data.graph import CELL_FEATURES, GraphConfig
 from domainpar.data.graph_files import GRAPHS_OR_EVENTS, graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs, is_pyg_dataset, inspect_graph
 from domainpar.data.pyg_files import convert_pyg_files
@@ -260,10 +260,14 @@ def check_plan_source(manifest: dict[str, Any], plan_dir: Path, graph: Path, ori
         )
     found = archive_digest(graph)
     if recorded != found and (origin is None or recorded != archive_digest(origin)):
+        # Name the part files: they are what the ranks would read, and what the user copied or kept.
+        parts = [e.get("name") for e in manifest.get("part_files", []) if isinstance(e, dict) and isinstance(e.get("name"), str)]
+        shown = f"{plan_dir / parts[0]}" + (f" (and {len(parts) - 1} other part file(s))" if len(parts) > 1 else "") if parts else str(plan_dir)
         raise DomainparError(
-            f"--plans {plan_dir}: the plan was made from another version of {Path(origin or graph).name} (graph digest "
-            f"{recorded.partition(':')[2][:12]}…, the file given has {found.partition(':')[2][:12]}…); the graphs were "
-            "rebuilt since: re-run `domainpar partition` on the graphs given to this run"
+            f"--plans {shown}: expected a part file made from {Path(origin or graph).name} as given to this run (graph "
+            f"digest {found.partition(':')[2][:12]}…), got one made from a graph of digest {recorded.partition(':')[2][:12]}… "
+            "(another build of the graphs, or other events with the same ids); re-run `domainpar partition` on the graphs "
+            "given to this run"
         )
 
 
@@ -291,6 +295,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
     header = inspect_graph(graph)  # the file's structure from its headers: a damaged file is named precisely
     if not header.has_labels:
         require_labels(graph)
+    require_edges(header.num_edges, item.origin or item.source, "validate on" if item.kind == "val" else "train on")
     check_loss_inputs(graph, params.get("loss_needs", []))
     widths = params.get("widths")
     if widths is not None:

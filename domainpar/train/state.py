@@ -151,8 +151,10 @@ def checkpoint_state(
     layout: Layout,
     inputs: dict[str, Any] | None = None,
     graph: dict | None = None,
+    logs: dict | None = None,
 ) -> dict[str, Any]:
-    """Everything a resume needs (the layout is :mod:`domainpar.train.checkpoint`'s table)."""
+    """Everything a resume needs (the layout is :mod:`domainpar.train.checkpoint`'s table); ``logs`` is
+    :meth:`~domainpar.train.logs.RunLogs.history`, from which a resume rebuilds damaged logs."""
     return {
         "format_version": CHECKPOINT_FORMAT_VERSION,
         "step": progress.global_step,
@@ -177,6 +179,7 @@ def checkpoint_state(
         "domain_size": layout.domain_size,
         # How the training graphs were built (features, cuts, edge filter): inference and export rebuild the same graph.
         **({"graph": dict(graph)} if graph is not None else {}),
+        **({"logs": logs} if logs is not None else {}),
     }
 
 

@@ -48,7 +48,7 @@ from domainpar.train.checkpoint import (
 from domainpar.train.config import TrainConfig, config_from_dict, domain_size_of, dump_config
 from domainpar.train.events import EventParts, array_shape
 from domainpar.train.feed import Feeder, PartCache
-from domainpar.train.logs import RunLogs
+from domainpar.train.logs import RunLogs, check_resumable_logs
 from domainpar.train.preflight import resolve_defaults
 from domainpar.train.memory import peak_memory_bytes, reset_peak_memory
 from domainpar.train.sampler import BucketSampler, assign_round_robin
@@ -189,6 +189,7 @@ class Trainer:
         self.logs: RunLogs | None = None
         self.resume_note: str | None = None
         self._resume_path: Path | None = None
+        self._resume_logs: dict | None = None
         self._start_at = (0, 0)  # (step, epoch) where this run (re)started
         self._last_step: dict[str, float] = {"lr": 0.0, "data_wait": 0.0}
         self.val_data_wait = 0.0
@@ -204,6 +205,10 @@ class Trainer:
             return None
         check_resume(path, state, self.config, self.model_config, self.total_steps, self.inputs)
         self.progress = restore(path, state, self.model, self.optimizer, self.config, self.device, self.dtype)
+        self._resume_logs = state.get("logs")  # what the logs held at the checkpoint: rebuilt from it where they differ
+        if self._resume_logs is None and self.layout.is_main:
+            # An older checkpoint records no logs: the run's own must be whole up to it, checked before any step.
+            check_resumable_logs(self.out, (self.progress.global_step, self.progress.epoch), path)
         self.lr_replicas, self.resume_note = resumed_lr_replicas(
             state, self.progress.global_step, self.total_steps, self.config, self.layout.num_replicas
         )
@@ -310,7 +315,7 @@ class Trainer:
                 )
         self.logs = RunLogs(self.out, curves=config.run.curves, tensorboard=config.run.tensorboard)
         resumed_at = None if resume_path is None else (start_step, start_epoch)
-        self.logs.start(resumed_at, self.progress.global_step)
+        self.logs.start(resumed_at, self.progress.global_step, history=self._resume_logs, source=resume_path)
 
     def save(self) -> Path | None:
         """Rank 0 writes a checkpoint (every rank holds the same state)."""
@@ -322,6 +327,7 @@ class Trainer:
             self.progress, self.model, self.model_config, self.optimizer,
             total_steps=self.total_steps, lr_replicas=self.lr_replicas, config=self.config,
             data_description=self.data_description, layout=self.layout, inputs=self.inputs, graph=self.graph_metadata,
+            logs=self.logs.history(),
         )  # fmt: skip
         return save_checkpoint(state, checkpoint_dir(self.out), self.config.run.keep)
 

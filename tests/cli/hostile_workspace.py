@@ -440,3 +440,16 @@ def denied(directory: Path):
 
 def python_has(module: str) -> bool:
     return module in sys.modules or __import__("importlib").util.find_spec(module) is not None
+
+
+def write_and_wait(rank: int, world_size: int, directory: str) -> int:
+    """A spawned rank that is half way through writing a file (inside its atomic writer) when it is stopped."""
+    import time
+
+    from domainpar.atomic import atomic_path
+
+    with atomic_path(Path(directory) / f"rank{rank}.bin") as tmp:
+        tmp.write_bytes(b"x" * 1000)
+        Path(directory, f"writing{rank}").touch()
+        time.sleep(120)
+    return rank

@@ -227,7 +227,7 @@ def test_resume_from_unreadable_checkpoint(tmp_path, graph_file, capsys):
 
 def test_evaluate_bad_options_and_outputs(tmp_path, graph_file, a_file, capsys):
     checkpoint = tmp_path / "missing.pt"
-    assert "Invalid value for '--timeout': 0.0 is not in the range x>0" in run_cli(
+    assert "Invalid value for '--timeout': 0.0 is not in the range (0, 2592000]: seconds, at most 30 days" in run_cli(
         capsys, "evaluate", "--checkpoint", checkpoint, "--data", graph_file.parent, "--timeout", "0"
     )
     assert "Invalid value for '--timeout': 'inf' is not a finite number" in run_cli(

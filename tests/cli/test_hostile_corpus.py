@@ -848,47 +848,57 @@ def _train(ws, *extra):
 
 
 for _flag, _value, _expect in [
-    ("--lr", "inf", "command line: --lr must be a finite number"),
-    ("--lr", "nan", "command line: --lr must be a finite number"),
-    ("--lr", "0", "--lr must be positive"),
-    ("--lr", "-0.1", "--lr must be positive"),
-    ("--timeout", "inf", "command line: --timeout must be a finite number"),
-    ("--timeout", "nan", "command line: --timeout must be a finite number"),
-    ("--timeout", "0", "--timeout must be positive seconds"),
-    ("--epochs", "0", "--epochs must be at least 1"),
-    ("--epochs", "-1", "--epochs must be at least 1"),
+    ("--lr", "inf", "Invalid value for '--lr': 'inf' is not a finite number"),
+    ("--lr", "nan", "Invalid value for '--lr': 'nan' is not a finite number"),
+    ("--lr", "0", "Invalid value for '--lr': 0.0 is not in the range (0, 10]"),
+    ("--lr", "-0.1", "Invalid value for '--lr': -0.1 is not in the range (0, 10]"),
+    ("--timeout", "inf", "Invalid value for '--timeout': 'inf' is not a finite number"),
+    ("--timeout", "nan", "Invalid value for '--timeout': 'nan' is not a finite number"),
+    ("--timeout", "0", "Invalid value for '--timeout': 0.0 is not in the range (0, 2592000]"),
+    ("--epochs", "0", "Invalid value for '--epochs': 0 is not in the range >= 1"),
+    ("--epochs", "-1", "Invalid value for '--epochs': -1 is not in the range >= 1"),
     ("--hidden", "0", "command line: --hidden must be a positive integer"),
     ("--hidden", str(10**9), "--hidden must be at most 65536"),
     ("--iterations", "-1", "command line: --iterations must be a non-negative integer"),
-    ("--batch-events", "0", "--batch-events must be at least 1"),
-    ("--threads", "0", "--threads must be at least 1"),
-    ("--threads", "-2", "--threads must be at least 1"),
-    ("--keep", "0", "--keep must be at least 1 checkpoint"),
-    ("--threshold", "1.5", "--threshold must be in (0, 1)"),
-    ("--threshold", "nan", "command line: --threshold must be a finite number"),
-    ("--clip", "-1", "--clip must be non-negative"),
-    ("--clip", "inf", "command line: --clip must be a finite number"),
-    ("--weight-decay", "nan", "command line: --weight-decay must be a finite number"),
-    ("--pos-weight", "inf", "command line: --pos-weight must be a finite number"),
-    ("--warmup", "-1", "--warmup must be non-negative steps"),
-    ("--max-steps", "0", "--max-steps must be at least 1"),
+    ("--batch-events", "0", "Invalid value for '--batch-events': 0 is not in the range >= 1"),
+    ("--threads", "0", "Invalid value for '--threads': 0 is not in the range >= 1"),
+    ("--threads", "-2", "Invalid value for '--threads': -2 is not in the range >= 1"),
+    ("--keep", "0", "Invalid value for '--keep': 0 is not in the range >= 1"),
+    ("--threshold", "1.5", "Invalid value for '--threshold': 1.5 is not in the range (0, 1)"),
+    ("--threshold", "nan", "Invalid value for '--threshold': 'nan' is not a finite number"),
+    ("--clip", "-1", "Invalid value for '--clip': -1.0 is not in the range [0, 3.403e+38]"),
+    ("--clip", "inf", "Invalid value for '--clip': 'inf' is not a finite number"),
+    ("--weight-decay", "nan", "Invalid value for '--weight-decay': 'nan' is not a finite number"),
+    ("--pos-weight", "inf", "Invalid value for '--pos-weight': 'inf' is not a finite number"),
+    ("--warmup", "-1", "Invalid value for '--warmup': -1 is not in the range >= 0"),
+    ("--max-steps", "0", "Invalid value for '--max-steps': 0 is not in the range >= 1"),
     ("--mode", "bogus", "--mode must be one of domain, sectors, single"),
     ("--precision", "fp8", "--precision must be one of fp32, bf16, fp64"),
     ("--device", "tpu", "--device must be one of auto, cpu, cuda"),
     ("--method", "random", "--method must be one of metis, geometric"),
     ("--schedule", "linear", "--schedule must be one of cosine, step, constant"),
     ("--lr-scaling", "cubic", "--lr-scaling must be one of none, linear, sqrt"),
-    ("--ranks", "0", "--ranks must be at least 1"),
-    ("--domain-size", "0", "--domain-size must be at least 1"),
+    ("--ranks", "0", "Invalid value for '--ranks': 0 is not in the range >= 1"),
+    ("--domain-size", "0", "Invalid value for '--domain-size': 0 is not in the range >= 1"),
     ("--cache-events", "-1", "No such option '--cache-events'"),
-    ("--checkpoint-every", "-5", "--checkpoint-every must be non-negative steps"),
-    ("--seed", "-1", "--seed must be in [0, 2^63)"),
-    ("--seed", str(2**70), "command line: --seed must be an integer of at most 64 bits"),
+    ("--checkpoint-every", "-5", "Invalid value for '--checkpoint-every': -5 is not in the range >= 0"),
+    ("--seed", "-1", "Invalid value for '--seed': -1 is not in the range [0, 2^63)"),
+    ("--seed", str(2**70), "Invalid value for '--seed': 1180591620717411303424 is not in the range [0, 2^63)"),
     ("--activation", "softmax", "command line: --activation must be one of elu, gelu, leaky_relu, relu, silu, tanh"),
-    ("--weight-decay", "-1", "--weight-decay must be non-negative"),
+    ("--weight-decay", "-1", "Invalid value for '--weight-decay': -1.0 is not in the range [0, 3.403e+38]"),
     ("--threads", "100000", "--threads must be at most"),
     ("--mlp-layers", "0", "command line: --mlp-layers must be a positive integer"),
     ("--batch-events", str(10**12), "--batch-events 1000000000000 must be at most the number of training events"),
+    # Domains (issue 28): where the computation stays finite and meaningful, refused while the line is parsed.
+    ("--eps", "-1", "Invalid value for '--eps': -1.0 is not in the range (0, 1]: AdamW divides by sqrt(v) + eps"),
+    ("--eps", "1e300", "Invalid value for '--eps': 1e+300 is not in the range (0, 1]: AdamW divides by sqrt(v) + eps"),
+    ("--lr", "1e300", "Invalid value for '--lr': 1e+300 is not in the range (0, 10]: AdamW moves every weight by about lr per step"),
+    ("--pos-weight", "1e300", "Invalid value for '--pos-weight': 1e+300 is not in the range (0, 1000000]: a loss weight; larger ones overflow the float32 loss"),
+    ("--weight-decay", "1e300", "Invalid value for '--weight-decay': 1e+300 is not in the range [0, 3.403e+38]"),
+    ("--cache-gb", "1e300", "Invalid value for '--cache-gb': 1e+300 is not in the range [0, 1000000]: GB of host memory per rank"),
+    ("--timeout", "1e300", "Invalid value for '--timeout': 1e+300 is not in the range (0, 2592000]: seconds, at most 30 days"),
+    ("--target-weight", "1e300", "Invalid value for '--target-weight': 1e+300 is not in the range [0, 1000000]: a loss weight; larger ones overflow the float32 loss"),
+    ("--prefetch", str(10**12), "Invalid value for '--prefetch': 1000000000000 is not in the range [0, 1024]: events staged ahead of the step that needs them"),
 ]:
 
     def _make(ws, flag=_flag, value=_value):
@@ -1781,7 +1791,7 @@ def _(ws):
     return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
 
 
-@case("train-plans-made-from-an-earlier-build", "--plans BASE/plans/event000000001: the plan was made from another version of event000000001.npz")
+@case("train-plans-made-from-an-earlier-build", "--plans BASE/plans/event000000001/part_00000.npz (and 1 other part file(s)): expected a part file made from event000000001.npz as given to this run")
 def _(ws):
     graph = _graph_copy(ws, "rebuilt", x=lambda x: x + 0.25)  # same names, same structure, other feature values
     return [*_train_with_plans(ws, ws.base.plans)[:1], "--data", graph.parent, *_train_with_plans(ws, ws.base.plans)[3:]]
@@ -2097,6 +2107,298 @@ def _(ws):
     return ["demo", "--out", _dangling(ws)]
 
 
+# =============================================================================== issue 28: outputs never replace inputs
+
+APART = "expected a directory apart from the inputs"
+
+
+@case("evaluate-write-scores-dir-holds-the-data-file", f"--write-scores WS/g: {APART}, got the directory holding --data WS/g/event000000001.npz")
+def _(ws):
+    graph = ws.graph()
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", graph, "--write-scores", graph.parent, "--quiet"]
+
+
+@case("evaluate-write-scores-through-a-link-to-the-data-dir", f"--write-scores WS/link: {APART}, got the directory holding --data WS/g/event000000001.npz")
+def _(ws):
+    graph = ws.graph()
+    ws.path("link").symlink_to(graph.parent)
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", graph, "--write-scores", ws.path("link"), "--quiet"]
+
+
+@case("evaluate-write-scores-relative-spelling-of-the-data-dir", f"--write-scores sub/../g: {APART}, got the --data directory g itself")
+def _(ws):
+    ws.graph()
+    ws.path("sub").mkdir()
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", "g", "--write-scores", "sub/../g", "--quiet"]
+
+
+@case("evaluate-json-is-the-checkpoint", "--json WS/ckpt.pt: expected an output apart from the inputs, got --checkpoint WS/ckpt.pt itself")
+def _(ws):
+    checkpoint = ws.checkpoint()
+    return ["evaluate", "--checkpoint", checkpoint, "--data", ws.base.graphs, "--json", checkpoint, "--quiet"]
+
+
+@case("evaluate-submissions-into-the-raw-events-dir", f"--submissions WS/ev: {APART}, got the --data directory WS/ev itself")
+def _(ws):
+    events = ws.event()
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", events, "--submissions", events, "--quiet"]
+
+
+@case("evaluate-plots-into-the-events-dir", f"--plots WS/ev: {APART}, got the --events directory WS/ev itself")
+def _(ws):
+    events = ws.event()
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--events", events, "--plots", events, "--quiet"]
+
+
+@case("export-out-is-the-checkpoint", "--out WS/ckpt.pt: expected an output apart from the inputs, got --checkpoint WS/ckpt.pt itself")
+def _(ws):
+    checkpoint = ws.checkpoint()
+    return ["export", "--checkpoint", checkpoint, "--format", "torchscript", "--out", checkpoint]
+
+
+@case("build-json-is-an-input-csv", "--json WS/ev/event000000001-hits.csv: expected an output apart from the inputs, got --input WS/ev/event000000001-hits.csv itself")
+def _(ws):
+    events = ws.event()
+    return ["build", "--input", events, "--out", ws.path("g"), "--json", events / "event000000001-hits.csv", "--quiet"]
+
+
+@case("build-out-holds-the-event-prefix-files", f"--out WS/ev: {APART}, got the directory holding --input WS/ev/event000000001")
+def _(ws):
+    events = ws.event()
+    return ["build", "--input", events / "event000000001", "--out", events, "--quiet"]
+
+
+@case("partition-json-is-the-graph-relative", "--json g/event000000001.npz: expected an output apart from the inputs, got --graph WS/g/event000000001.npz itself")
+def _(ws):
+    graph = ws.graph()
+    return ["partition", "--graph", graph, "--parts", "2", "--out", ws.path("p"), "--json", "g/./event000000001.npz"]
+
+
+@case("partition-out-is-the-graph-dir", f"--out WS/g: {APART}, got the --graph directory WS/g itself")
+def _(ws):
+    graph = ws.graph()
+    return ["partition", "--graph", graph.parent, "--parts", "2", "--out", graph.parent]
+
+
+@case("train-out-is-the-data-dir", f"--out WS/g: {APART}, got the --data directory WS/g itself")
+def _(ws):
+    graph = ws.graph()
+    return ["train", "--data", graph.parent, "--out", graph.parent, *TINY_TRAIN]
+
+
+@case("train-out-is-the-val-dir", f"--out WS/v: {APART}, got the --val directory WS/v itself")
+def _(ws):
+    graph = ws.graph(name="v")
+    return ["train", "--data", ws.base.graphs, "--val", graph.parent, "--out", graph.parent, *TINY_TRAIN]
+
+
+@case("demo-out-is-the-real-events-dir", f"--out WS/ev: {APART}, got the --real directory WS/ev itself")
+def _(ws):
+    events = ws.event()
+    return ["demo", "--out", events, "--real", events]
+
+
+@case("verify-json-is-the-graph", "--json WS/g/event000000001.npz: expected an output apart from the inputs, got --graph WS/g/event000000001.npz itself")
+def _(ws):
+    graph = ws.graph()
+    return ["verify", "--graph", graph, "--parts", "2", "--hidden", "4", "--iterations", "1", "--json", graph]
+
+
+# =============================================================================== issue 28: what a run reports is what it computed
+
+SIDECAR_EDITED = "WS/exported/model.pt.json: expected the sidecar its model file model.pt records"
+
+
+def _edited_sidecar(ws, edit) -> Path:
+    import json
+
+    model = _exported_copy(ws)
+    side = Path(str(model) + ".json")
+    content = json.loads(side.read_text())
+    edit(content)
+    side.write_text(json.dumps(content, indent=2) + "\n")
+    return model
+
+
+@case("evaluate-exported-model-sidecar-feature-scale-edited", SIDECAR_EDITED)
+def _(ws):
+    return ["evaluate", "--model", _edited_sidecar(ws, lambda s: s["node_features"][0].__setitem__("scale", 100.0)),
+            "--data", ws.base.graphs, "--quiet"]  # fmt: skip
+
+
+@case("evaluate-exported-model-sidecar-threshold-edited", SIDECAR_EDITED)
+def _(ws):
+    def edit(s):
+        s["threshold"] = 0.3
+        for stage in s["stages"]:
+            stage.update({"threshold": 0.3} if stage["stage"] == "edge_classifier" else {})
+
+    return ["evaluate", "--model", _edited_sidecar(ws, edit), "--data", ws.base.graphs, "--quiet"]
+
+
+@case("evaluate-exported-model-sidecar-stage-removed", SIDECAR_EDITED)
+def _(ws):
+    def edit(s):
+        s["stages"] = [stage for stage in s["stages"] if stage["stage"] != "graph"]
+
+    return ["evaluate", "--model", _edited_sidecar(ws, edit), "--data", ws.base.events, "--quiet"]
+
+
+@case("evaluate-exported-model-sidecar-graph-cut-edited", SIDECAR_EDITED)
+def _(ws):
+    def edit(s):
+        for stage in s["stages"]:
+            if stage["stage"] == "graph":
+                stage["cuts"]["phi_slope_max"] = 0.01
+
+    return ["evaluate", "--model", _edited_sidecar(ws, edit), "--data", ws.base.events, "--quiet"]
+
+
+def _no_edges(arrays):
+    arrays["edge_index"] = arrays["edge_index"][:, :0]
+    arrays["edge_attr"] = arrays["edge_attr"][:0]
+    arrays["y"] = arrays["y"][:0]
+
+
+NO_EDGES = "WS/g/event000000001.npz: expected a graph with edges to {}, got one with 0 edges"
+
+
+@case("train-event-without-edges", NO_EDGES.format("train on"))
+def _(ws):
+    return ["train", "--data", ws.graph(_no_edges).parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("train-val-event-without-edges", NO_EDGES.format("validate on"))
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--val", ws.graph(_no_edges).parent, "--out", ws.path("run"), *TINY_TRAIN]
+
+
+@case("evaluate-event-without-edges", NO_EDGES.format("score"))
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.graph(_no_edges), "--quiet"]
+
+
+@case("partition-event-without-edges", NO_EDGES.format("partition"))
+def _(ws):
+    return ["partition", "--graph", ws.graph(_no_edges), "--parts", "2", "--out", ws.path("p")]
+
+
+@case("train-resume-from-step-losses-of-fewer-steps", "ckpt.pt: checkpoint entry 'step_losses' must hold one loss per step done, 2, as the checkpoint's position says (got 1)")
+def _(ws):
+    return _resume_from(ws, ws.checkpoint(lambda s: s.__setitem__("step_losses", s["step_losses"][:1]), source=ws.base.checkpoints[-1]))
+
+
+@case("train-resume-from-epoch-sums-of-other-steps", "ckpt.pt: checkpoint entry 'epoch_state.steps' must hold the steps done in the epoch in progress (step_in_epoch), 0")
+def _(ws):
+    return _resume_from(ws, ws.checkpoint(lambda s: s["epoch_state"].__setitem__("steps", 3), source=ws.base.checkpoints[-1]))
+
+
+@case("train-resume-old-checkpoint-with-a-torn-metrics-line", "WS/run/metrics.jsonl: expected the records of the run up to its checkpoint")
+def _(ws):
+    run = ws.run_copy()
+    newest = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
+    ws.checkpoint(lambda s: s.pop("logs", None), source=newest, name=str(newest.relative_to(ws.tmp)))
+    metrics = run / "metrics.jsonl"
+    first, *rest = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text(first[: len(first) // 2] + "\n" + "".join(rest))
+    return ["train", "--data", ws.base.graphs, "--out", run, *TINY_TRAIN, "--epochs", "2", "--keep", "2", "--resume"]
+
+
+# =============================================================================== issue 28: every option's domain, every path named
+
+_CONFIG_DOMAIN = "WS/run.yaml: optim.lr must be a number in (0, 10] (got 1e+300): AdamW moves every weight by about lr per step"
+
+
+@case("train-config-lr-beyond-its-domain", _CONFIG_DOMAIN)
+def _(ws):
+    return _config(ws, "optim:\n  lr: 1.0e+300\n")
+
+
+@case("train-config-eps-negative", "WS/run.yaml: optim.eps must be a number in (0, 1] (got -1.0): AdamW divides by sqrt(v) + eps")
+def _(ws):
+    return _config(ws, "optim:\n  eps: -1\n")
+
+
+@case("train-config-weight-decay-times-lr-reaches-1", "WS/run.yaml: optim.weight_decay times the learning rate must be below 1 (got 2.0 x lr 1.0)")
+def _(ws):
+    return _config(ws, "optim:\n  lr: 1\n  weight_decay: 2\n")
+
+
+@case("train-config-loss-weight-beyond-float32", "WS/run.yaml: loss.fake_weight must be a number in [0, 1000000] (got 1e+300): a loss weight")
+def _(ws):
+    return _config(ws, "loss:\n  weighting: targets\n  fake_weight: 1.0e+300\n")
+
+
+@case("train-lr-times-replicas-beyond-its-domain", "--lr 9 x 2 (--lr-scaling linear, 2 replicas) = 18 must be at most 10")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", ws.path("run"), "--mode", "domain", "--ranks", "2", "--domain-size", "1",
+            "--lr", "9", "--lr-scaling", "linear", "--hidden", "4", "--iterations", "1", "--no-progress", "--no-curves"]  # fmt: skip
+
+
+@case("evaluate-timeout-beyond-30-days", "Invalid value for '--timeout': 1e+300 is not in the range (0, 2592000]: seconds, at most 30 days")
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--parts", "2", "--timeout", "1e300", "--quiet"]
+
+
+@case("verify-timeout-beyond-30-days", "Invalid value for '--timeout': 1e+300 is not in the range (0, 2592000]: seconds, at most 30 days")
+def _(ws):
+    return ["verify", "--graph", ws.base.graph, "--parts", "2", "--hidden", "4", "--iterations", "1", "--timeout", "1e300"]
+
+
+@case("partition-hidden-beyond-any-model", "--hidden must be at most 65536 (the widest model train accepts)")
+def _(ws):
+    return ["partition", "--graph", ws.base.graph, "--parts", "2", "--out", ws.path("p"), "--hidden", str(10**30)]
+
+
+def _noise_truth(rows):
+    header = rows[0]
+    for row in rows[1:]:
+        row[header.index("particle_id")] = "0"
+        row[header.index("weight")] = "0"
+
+
+NOISE = "WS/ev/event000000001-truth.csv: expected hits of positive weight to score the event's tracks by, got a total weight of 0"
+
+
+@case("evaluate-event-of-noise-hits-only", NOISE)
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.event("truth", _noise_truth), "--quiet"]
+
+
+@case("evaluate-graph-with-the-truth-of-noise-hits-only", NOISE)
+def _(ws):
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.base.graphs, "--events", ws.event("truth", _noise_truth), "--quiet"]
+
+
+@case("simulate-out-name-longer-than-the-file-system-allows", "--out " + "s" * 256 + ": expected a file name of at most 255 bytes (the file system's limit), got 256 bytes")
+def _(ws):
+    return ["simulate", "--out", "s" * 256, "--events", "1", "--particles", "10"]
+
+
+@case("evaluate-json-name-longer-than-the-file-system-allows", "--json " + "j" * 251 + ".json: expected a file name of at most 255 bytes (the file system's limit), got 256 bytes")
+def _(ws):
+    return _evaluate(ws, ws.base.model, "--json", "j" * 251 + ".json")
+
+
+@case("export-out-whose-sidecar-name-is-too-long", "--out " + "e" * 250 + ".pt: expected a name that leaves room for its sidecar")
+def _(ws):
+    return ["export", "--checkpoint", ws.base.model, "--format", "torchscript", "--out", "e" * 250 + ".pt"]
+
+
+@case("partition-plot-whose-per-event-names-are-too-long", "--plot " + "q" * 251 + ".png: expected a name that leaves room for the picture of each event")
+def _(ws):
+    return ["partition", "--graph", ws.base.graphs, "--parts", "2", "--out", ws.path("p"), "--plot", "q" * 251 + ".png"]
+
+
+@case("train-plans-of-other-events-with-the-same-ids", "--plans WS/plans/event000000001/part_00000.npz (and 1 other part file(s)): expected a part file made from event000000001.npz as given to this run")
+def _(ws):
+    # Another event numbered 1 (its hits moved): its plan must not be taken for the plan of the event trained on.
+    other = ws.graph(lambda a: a.__setitem__("x", a["x"] + np.float32(0.01)), name="other")
+    outcome = run_main(["partition", "--graph", other, "--parts", "2", "--out", ws.path("plans", "event000000001")])
+    assert outcome.code == 0, outcome.stderr
+    return _train_with_plans(ws, ws.path("plans"))
+
+
 # =============================================================================== the corpus
 
 
@@ -2190,3 +2492,108 @@ def test_hostile_inputs_through_the_real_entry_point(base, tmp_path):
         assert result.returncode == 2, (name, result.stderr[-2000:])
         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, (name, result.stderr[-2000:])
         assert snapshot(ws.tmp) == before, name
+
+
+# =============================================================================== issue 28: beyond refusals
+
+
+def _whole(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_outputs_of_several_files_appear_together_or_leave_the_old_ones_byte_identical(base, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["evaluate", "--checkpoint", base.model, "--data", base.graphs, "--json", tmp_path / "e.json",
+            "--submissions", tmp_path / "subs", "--write-scores", tmp_path / "scores", "--quiet"]  # fmt: skip
+    assert run_main(argv).code == 0
+    before = _whole(tmp_path)
+    blocked = tmp_path / "scores" / "event000000001.npz"  # an immutable file (chattr +i) among the outputs
+    real_rename = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if os.fspath(src) == str(blocked):
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), os.fspath(src), os.fspath(dst))
+        return real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    outcome = run_main([*argv[:2], base.run / "checkpoints" / sorted(p.name for p in (base.run / "checkpoints").iterdir())[0], *argv[3:]])
+    assert outcome.code == 2 and outcome.stderr == f"error: {blocked}: operation not permitted\n", outcome.stderr
+    assert _whole(tmp_path) == before  # every output as it was: none replaced, no temporary left
+
+
+@pytest.mark.parametrize("options", [
+    lambda t: ["evaluate", "--data", "BASE_GRAPHS", "--checkpoint", "BASE_MODEL", "--quiet", "--json", "n" * 250 + ".json",
+               "--submissions", "s" * 255, "--write-scores", "w" * 255, "--plots", "p" * 255],
+    lambda t: ["partition", "--graph", "BASE_GRAPHS", "--parts", "2", "--out", "p" * 255, "--json", "j" * 250 + ".json",
+               "--plot", "q" * 241 + ".png"],
+    lambda t: ["build", "--input", "BASE_EVENTS", "--out", "b" * 255, "--json", "j" * 250 + ".json", "--quiet"],
+    lambda t: ["export", "--checkpoint", "BASE_MODEL", "--format", "torchscript", "--out", "e" * 247 + ".pt"],
+], ids=["evaluate", "partition", "build", "export"])  # fmt: skip
+def test_output_names_of_255_bytes_are_written(base, tmp_path, monkeypatch, options):
+    from hostile_workspace import snapshot
+
+    monkeypatch.chdir(tmp_path)
+    argv = [{"BASE_GRAPHS": base.graphs, "BASE_MODEL": base.model, "BASE_EVENTS": base.events}.get(a, a) for a in options(tmp_path)]
+    outcome = run_main(argv)
+    assert outcome.code == 0 and "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
+    names = [p.name for p in tmp_path.iterdir()]
+    assert all(len(name.encode()) <= 255 for name in names) and not any(".tmp-" in k for k in snapshot(tmp_path)), names
+    written = [a for a in argv if isinstance(a, str) and len(a) >= 245]
+    assert all((tmp_path / name).exists() for name in written if not name.endswith(".png")), (written, names)
+    assert any(len(name.encode()) == 255 for name in names), names  # the longest legal name was written
+
+
+def _tear(path: Path, line: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    lines[line] = lines[line][: len(lines[line]) // 2]
+    path.write_text("".join(lines[: line + 1]) if line == len(lines) - 1 else "".join(lines))
+
+
+@pytest.mark.parametrize("damage", ["torn-last-metrics-line", "metrics-record-missing", "garbled-first-step-line", "steps-log-deleted"])
+def test_a_resume_rebuilds_damaged_logs_from_its_checkpoint(base, tmp_path, damage):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(base.run, run)
+    metrics, steps = run / "metrics.jsonl", run / "steps.jsonl"
+    original = {"metrics": metrics.read_bytes(), "steps": steps.read_bytes()}
+    if damage == "torn-last-metrics-line":
+        _tear(metrics, 1)
+    elif damage == "metrics-record-missing":
+        metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+    elif damage == "garbled-first-step-line":
+        _tear(steps, 0)
+    else:
+        steps.unlink()
+    # The run is finished: the resume trains nothing and reports the figures of the final model (epoch 2).
+    outcome = run_main(["train", "--data", base.graphs, "--out", run, *TINY_TRAIN, "--epochs", "2", "--keep", "2", "--resume"])
+    assert outcome.code == 0, outcome.stderr
+    assert {"metrics": metrics.read_bytes(), "steps": steps.read_bytes()} == original  # rebuilt, byte for byte
+    assert "  epoch              2\n" in outcome.stdout, outcome.stdout
+    notes = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(notes) == 1 and "rebuilt its" in notes[0] and "from the checkpoint" in notes[0], outcome.stderr
+
+
+def test_a_reindented_sidecar_is_the_same_sidecar(base, tmp_path):
+    import json
+    import shutil
+
+    target = tmp_path / "exported"
+    shutil.copytree(base.exported.parent, target)
+    side = target / (base.exported.name + ".json")
+    side.write_text(json.dumps(json.loads(side.read_text()), indent=4, sort_keys=True))
+    outcome = run_main(["evaluate", "--model", target / base.exported.name, "--data", base.graphs, "--quiet"])
+    assert outcome.code == 0, outcome.stderr
+
+
+def test_the_edge_filter_refuses_a_training_event_without_edges(base, tmp_path):
+    from domainpar.errors import DomainparError
+    from domainpar.filter.edge_filter import FilterConfig, train_filter
+
+    ws = Workspace(base, tmp_path)
+    good, empty = ws.graph(name="a"), ws.graph(_no_edges, name="b")
+    with pytest.raises(DomainparError, match=r"/b/event000000001\.npz: expected a graph with edges to train the edge filter on, got one with 0 edges"):
+        train_filter([good, empty, good], FilterConfig(steps=1, hidden=4, layers=1))

@@ -8,6 +8,10 @@
 * A worker process killed by the system: exit status 1, the event and the worker named.
 * SIGINT or SIGTERM of a command with a worker pool or a long simulation: it stops within seconds with
   130 / 143 and one line, removes its temporaries, and leaves no process behind.
+* An interrupt is the interrupt wherever it lands: inside a package's initialisation (onnxruntime's import
+  turns it into an ImportError), inside an exporter that turns it into its own failure, in a library that swallows
+  it; while local ranks start (no child traceback) or write (they unwind: no temporary); a hang-up of a worker
+  pool's process group (no resource-tracker traceback).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pytest
 from domainpar.cli.main import main
 from domainpar.errors import MachineFault
 from domainpar.workers import run_items
-from hostile_workspace import TINY_TRAIN, make_base
+from hostile_workspace import TINY_TRAIN, make_base, run_main
 
 #: Longest a command may take to stop after SIGINT/SIGTERM.
 STOP_WITHIN_S = 5.0
@@ -127,6 +131,9 @@ def test_a_full_disk_is_a_machine_fault_in_every_writing_command(base, tmp_path)
         assert f"{tmp_path}/{names}" in lines[0], (name, lines[0])  # the output the user asked for, not a temporary
         assert ".tmp-" not in lines[0], (name, lines[0])
     assert _temporaries(tmp_path) == []
+    # No output directory the commands created stays behind empty (a user would take it for a result).
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("cwd-") and p.name != "events")
+    assert left == [], left
 
 
 ALLOCATOR_TEXT = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
@@ -292,3 +299,181 @@ def test_an_interrupted_simulation_leaves_no_temporary(tmp_path, signum):
     assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
     assert _lines(stderr) in (["error: interrupted"], ["error: domainpar simulate stopped by SIGTERM"]), stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no half an event
+
+
+# ----------------------------------------------------------------------------- interrupts that land anywhere
+
+
+def _one_stop_line(outcome, code: int, line: str) -> None:
+    lines = _lines(outcome.stderr)
+    assert outcome.traceback is None, outcome.traceback
+    assert outcome.code == code and lines == [line], (outcome.code, outcome.stderr[-3000:])
+
+
+class _InterruptedImport:
+    """A meta-path finder: importing ``name`` is interrupted by ``signum`` inside the package's initialisation, which
+    turns it into an ImportError (what a pybind11 extension such as onnxruntime's does: "initialization failed")."""
+
+    def __init__(self, name: str, signum: int) -> None:
+        self.name, self.signum = name, signum
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        try:
+            os.kill(os.getpid(), self.signum)
+            time.sleep(5)  # the handler raises here
+        except BaseException as exc:  # noqa: BLE001 - as the extension's initialisation does
+            raise ImportError("initialization failed") from exc
+        raise AssertionError("the signal did not arrive")
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_while_onnxruntime_loads_is_the_stop_not_a_missing_package(base, tmp_path, monkeypatch):
+    for name in [n for n in sys.modules if n == "onnxruntime" or n.startswith("onnxruntime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport("onnxruntime", signal.SIGTERM), *sys.meta_path])
+    outcome = run_main(["export", "--checkpoint", base.model, "--format", "onnx", "--out", tmp_path / "m.onnx"])
+    _one_stop_line(outcome, 143, "error: domainpar export stopped by SIGTERM")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(240)
+def test_sigint_inside_the_onnx_exporter_is_the_stop_not_an_export_failure(base, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    import torch
+
+    def interrupted_export(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except BaseException as exc:  # noqa: BLE001 - the exporter reports any failure as its own
+            raise RuntimeError("Failed to export the model with torch.export") from exc
+        raise AssertionError("the signal did not arrive")
+
+    monkeypatch.setattr(torch.onnx, "export", interrupted_export)
+    outcome = run_main(["export", "--checkpoint", base.model, "--format", "onnx", "--out", tmp_path / "m.onnx"])
+    _one_stop_line(outcome, 130, "error: interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_hangup_a_library_swallowed_still_stops_the_command_before_it_publishes(base, tmp_path, monkeypatch):
+    from domainpar.export import writer
+
+    real = writer.verify_file
+
+    def swallowing(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)
+        except BaseException:  # noqa: BLE001 - a library that swallows the interrupt and carries on
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "verify_file", swallowing)
+    outcome = run_main(["export", "--checkpoint", base.model, "--format", "torchscript", "--out", tmp_path / "m.pt"])
+    _one_stop_line(outcome, 129, "error: domainpar export stopped by SIGHUP")
+    assert list(tmp_path.iterdir()) == []  # neither the model nor its sidecar was published
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["SIGTERM", "SIGINT-to-group"])
+def test_verify_stopped_while_its_ranks_start_prints_no_child_traceback(base, tmp_path, signum, group):
+    process = _start(["verify", "--graph", base.graph, "--parts", "2", "--hidden", "4", "--iterations", "1"], tmp_path)
+    seen: set[int] = set()
+
+    def a_rank(pid: int) -> bool:
+        try:
+            return "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
+        except OSError:
+            return False
+
+    def ranks_starting() -> bool:
+        seen.update(_descendants(process.pid))
+        return any(a_rank(pid) for pid in seen)
+
+    # The first rank exists: it imports while this process hands it its arguments, where a stop used to leave a
+    # rank printing a traceback (an unpickling error, a KeyboardInterrupt in its imports).
+    _wait_for(ranks_starting, 120)
+    elapsed, stderr = _stop(process, signum, group)
+    time.sleep(0.5)
+    assert process.returncode == 128 + signum, stderr[-3000:]
+    assert "Traceback" not in stderr and _lines(stderr) in (["error: interrupted"], ["error: domainpar verify stopped by SIGTERM"]), stderr[-3000:]
+    assert elapsed < 10, elapsed
+    assert [pid for pid in seen if Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]] == []
+
+
+_STOPPED_SPAWN = textwrap.dedent(
+    """
+    import sys
+    from domainpar.cli.main import _stop_on_signals
+    from domainpar.errors import Terminated
+    from domainpar.launch.ranks import spawn
+    from hostile_workspace import write_and_wait
+    try:
+        with _stop_on_signals():
+            spawn(write_and_wait, 2, args=(sys.argv[1],), timeout_s=200)
+    except Terminated as exc:
+        sys.exit(exc.exit_code)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_spawned_ranks_stopped_mid_write_remove_their_temporaries(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", _STOPPED_SPAWN, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True, env=env)  # fmt: skip
+    _wait_for(lambda: len(list(out.glob("writing*"))) == 2, 120)  # both ranks are inside their atomic writers
+    elapsed, stderr = _stop(process, signal.SIGTERM, group=False)
+    time.sleep(0.5)
+    assert process.returncode == 128 + signal.SIGTERM and elapsed < STOP_WITHIN_S + 5, (process.returncode, elapsed, stderr[-3000:])
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert _temporaries(out) == [] and sorted(p.name for p in out.iterdir()) == ["writing0", "writing1"]
+    assert _group_alive(process.pid) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hangup_of_a_worker_pools_group_leaves_no_resource_tracker_traceback(base, tmp_path):
+    import numpy as np
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    with np.load(base.graph, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    for event in range(1, 41):  # distinct events: seconds of work for two workers
+        arrays["event_id"] = np.int64(event)
+        with open(graphs / f"event{event:09d}.npz", "wb") as fh:
+            np.savez(fh, **arrays)
+    out = tmp_path / "plans"
+    process = _start(["partition", "--graph", graphs, "--parts", "2", "--out", out, "--workers", "2", "--quiet"], tmp_path)
+    _wait_for(lambda: out.is_dir() and any(out.glob("event*")), 120)
+    elapsed, stderr = _stop(process, signal.SIGHUP, group=True)
+    time.sleep(1.0)
+    assert process.returncode == 128 + signal.SIGHUP, stderr[-3000:]
+    assert _lines(stderr) == ["error: domainpar partition stopped by SIGHUP"], stderr[-3000:]
+    assert _temporaries(tmp_path) == [] and _group_alive(process.pid) == []

@@ -91,7 +91,7 @@ def test_export_writes_the_filter_and_every_stage(run, fmt, suffix, tmp_path, ca
     main(["export", "--checkpoint", str(run["before"]), "--format", fmt, "--out", str(out)])
     assert "edge filter:" in capsys.readouterr().out
     sidecar = json.loads(out.with_name(out.name + ".json").read_text())
-    assert sidecar["version"] == 2
+    assert sidecar["version"] == 3
     assert [stage["stage"] for stage in sidecar["stages"]] == ["graph", "edge_filter", "edge_classifier"]
     graph, edge_filter, classifier = sidecar["stages"]
     assert graph["cuts"]["phi_slope_max"] == 0.002 and "edge_filter" not in graph["cuts"]

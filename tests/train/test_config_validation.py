@@ -70,8 +70,8 @@ def test_out_of_range_options(tmp_path):
     base = {"data.train": str(data), "run.out": str(tmp_path / "o"), "parallel.mode": "single"}
     for extra, message in [
         ({"model.hidden": 10**6}, r"--hidden must be at most 65536 \(got 1000000\)"),
-        ({"parallel.domain_size": 0}, r"--domain-size must be at least 1 \(got 0\)"),
-        ({"run.seed": -1}, r"--seed must be in \[0, 2\^63\) \(got -1\)"),
+        ({"parallel.domain_size": 0}, r"--domain-size must be an integer >= 1 \(got 0\)"),
+        ({"run.seed": -1}, r"--seed must be an integer in \[0, 2\^63\) \(got -1\)"),
     ]:
         with pytest.raises(DomainparError, match=message):
             validate_config(load_config(None, {**base, **extra}), world_size=1, cuda_available=False)

@@ -1,0 +1,215 @@
+"""What a reconstruction writes for every event, and how a rerun knows an event is done.
+
+Under ``--out``:
+
+* ``submissions/<event>-submission.csv``: the TrackML submission,
+  ``event_id,hit_id,track_id``, every hit of the event exactly once, sorted by
+  hit id (what ``domainpar score`` and the challenge read);
+* ``tracks/<event>-tracks.csv`` (or ``.parquet``): one row per hit of every
+  track candidate, candidate by candidate, each candidate's hits in order
+  along the track from its innermost hit — ``track_id`` (the submission's),
+  ``hit_order``, ``hit_id``, ``edge_score`` (score of the graph edge from the
+  previous hit; empty at a candidate's first hit or where no edge joins them),
+  and the candidate's ``num_hits``, ``fit_chi2_ndf`` and ``fit_pt`` (GeV,
+  helix fit in the 2 T field; empty below 3 hits);
+* ``events/<event>.json``: the event's record, written last: the pipeline's
+  digest, every input file (name, size, modification time, SHA-256 of the bytes
+  read), counts, and the SHA-256 of both files above. An event is done when its
+  record is there, names this run's pipeline and the input files as they are
+  now (:func:`is_done`); its files are then skipped by a rerun, else redone.
+
+Every file is written to a temporary name and renamed; the record comes after
+the two files it names, so an interrupted event has no record and is redone.
+Nothing here depends on timing or on how the run was split, so a run killed
+halfway and rerun leaves the same bytes as a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from domainpar.atomic import atomic_path
+from domainpar.errors import DomainparError
+from domainpar.tracks.candidates import TrackCandidates
+
+#: Formats of the tracks file.
+TRACK_FORMATS = ("csv", "parquet")
+#: Sub-directories of ``--out`` holding per-event outputs.
+SUBMISSIONS, TRACKS, RECORDS = "submissions", "tracks", "events"
+#: Columns of the tracks table.
+TRACK_COLUMNS = ("track_id", "hit_order", "hit_id", "edge_score", "num_hits", "fit_chi2_ndf", "fit_pt")
+
+
+def submission_path(out: Path, name: str) -> Path:
+    return Path(out) / SUBMISSIONS / f"{name}-submission.csv"
+
+
+def tracks_path(out: Path, name: str, fmt: str) -> Path:
+    return Path(out) / TRACKS / f"{name}-tracks.{fmt}"
+
+
+def record_path(out: Path, name: str) -> Path:
+    return Path(out) / RECORDS / f"{name}.json"
+
+
+def parquet_available() -> bool:
+    """Whether pandas can write Parquet here (pyarrow installed)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_track_format(fmt: str) -> None:
+    """Refuse a tracks format this installation cannot write (one line saying what to install)."""
+    if fmt not in TRACK_FORMATS:
+        raise DomainparError(f"--tracks-format: expected one of {', '.join(TRACK_FORMATS)}, got {fmt!r}")
+    if fmt == "parquet" and not parquet_available():
+        raise DomainparError("--tracks-format parquet: expected pyarrow to be installed (pip install pyarrow), got none; "
+                             "or write CSV (the default)")  # fmt: skip
+
+
+def submission_bytes(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> bytes:
+    """The submission CSV of one event (rows sorted by hit id)."""
+    order = np.argsort(hit_id, kind="stable")
+    frame = pd.DataFrame({"event_id": np.full(hit_id.size, int(event_id), dtype=np.int64),
+                          "hit_id": np.asarray(hit_id, dtype=np.int64)[order],
+                          "track_id": np.asarray(track_id, dtype=np.int64)[order]})  # fmt: skip
+    return frame.to_csv(index=False, lineterminator="\n").encode()
+
+
+def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.DataFrame:
+    """One row per hit of every candidate, candidate by candidate, hits in order (see the module docstring)."""
+    sizes = candidates.sizes()
+    track_of_row = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    order = np.arange(candidates.hits.size, dtype=np.int64) - np.repeat(candidates.offsets[:-1], sizes)
+    return pd.DataFrame({
+        "track_id": track_of_row,
+        "hit_order": order,
+        "hit_id": np.asarray(graph_hit_id, dtype=np.int64)[candidates.hits],
+        "edge_score": candidates.edge_score.astype(np.float32),
+        "num_hits": sizes[track_of_row],
+        "fit_chi2_ndf": candidates.fit_chi2_ndf[track_of_row],
+        "fit_pt": candidates.fit_pt[track_of_row],
+    })  # fmt: skip
+
+
+def tracks_bytes(table: pd.DataFrame, fmt: str) -> bytes:
+    """The tracks file's bytes: CSV (scores and fits to 7 significant digits) or Parquet (float32/float64 as is)."""
+    if fmt == "csv":
+        return table.to_csv(index=False, lineterminator="\n", float_format="%.7g", na_rep="").encode()
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False, engine="pyarrow", compression="zstd")
+    return buffer.getvalue()
+
+
+def _write(path: Path, content: bytes) -> dict:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(content)
+    return {"file": f"{path.parent.name}/{path.name}", "bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+
+
+@dataclass(frozen=True)
+class EventOutputs:
+    """An event's outputs, rendered and ready to be written (the record is completed by :func:`write_event`)."""
+
+    name: str
+    """The event's name (``event000021000``)."""
+    submission: bytes
+    """The submission CSV."""
+    tracks: bytes
+    """The tracks file."""
+    record: dict
+    """The event's record without its outputs' digests."""
+
+
+def write_event(out: Path, outputs: EventOutputs, fmt: str) -> dict:
+    """Write the submission, the tracks file and, last, the record (each atomically); the record as written."""
+    record = dict(outputs.record)
+    record["outputs"] = {
+        "submission": _write(submission_path(out, outputs.name), outputs.submission),
+        "tracks": _write(tracks_path(out, outputs.name, fmt), outputs.tracks),
+    }
+    _write(record_path(out, outputs.name), (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    return record
+
+
+def read_record(out: Path, name: str) -> dict | None:
+    """An event's record, None when it is missing or unreadable (the event is then not done)."""
+    try:
+        record = json.loads(record_path(out, name).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def is_done(out: Path, name: str, pipeline: str, stamp: list[dict], fmt: str) -> bool:
+    """Whether an event's outputs are there, whole, made by this pipeline from the input files as they are now."""
+    record = read_record(out, name)
+    if record is None or record.get("pipeline") != pipeline:
+        return False
+    recorded = [{k: item.get(k) for k in ("file", "bytes", "mtime_ns")} for item in record.get("inputs", [])]
+    if recorded != stamp:
+        return False
+    outputs = record.get("outputs") or {}
+    for key, path in (("submission", submission_path(out, name)), ("tracks", tracks_path(out, name, fmt))):
+        entry = outputs.get(key)
+        if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("bytes"):
+            return False
+    return True
+
+
+def remove_event(out: Path, name: str) -> None:
+    """Remove an event's outputs, its record first (so that nothing left names files that are gone)."""
+    paths = [record_path(out, name), submission_path(out, name)] + [tracks_path(out, name, fmt) for fmt in TRACK_FORMATS]
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def outputs_of(out: Path) -> list[str]:
+    """Names of the events that have a record under ``out``."""
+    directory = Path(out) / RECORDS
+    if not directory.is_dir():
+        return []
+    return sorted(p.name[: -len(".json")] for p in directory.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
+
+
+def write_json(path: Path, content: dict) -> None:
+    """A JSON file, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(content, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def data_digest(inputs: list[dict]) -> str:
+    """One SHA-256 over an event's input files' digests (their order fixed by the reading)."""
+    return hashlib.sha256("".join(f"{item['file']}:{item['sha256']};" for item in inputs).encode()).hexdigest()
+
+
+__all__ = [
+    "EventOutputs",
+    "TRACK_FORMATS",
+    "check_track_format",
+    "data_digest",
+    "is_done",
+    "outputs_of",
+    "parquet_available",
+    "read_record",
+    "record_path",
+    "remove_event",
+    "submission_bytes",
+    "submission_path",
+    "tracks_bytes",
+    "tracks_path",
+    "tracks_table",
+    "write_event",
+    "write_json",
+]
+
