@@ -1,29 +1,49 @@
 """Score-ordered track following with a helix fit (a combinatorial-Kalman-filter-like builder), numba.
 
-Knows nothing of events or files: hit positions, a neighbour list with edge
-scores, and seeds in; candidate tracks out. A *track* grows from a seed
-triplet of hits in both directions, one step at a time:
+Knows nothing of events or files: hit positions and resolutions, a
+neighbour list with edge scores, and seeds in; candidate tracks out. A
+*track* is a list of hits in order along the particle's path; it grows from
+a seed triplet of hits, first at its outer end, then at its inner end, one
+step at a time. Every judgement is the chi2 increment ``d`` of a helix fit
+(:func:`~domainpar.kernels.track_fit.helix_fit`) to the ``window`` hits
+around the new hit, which must stay within ``hit_chi2``, that fit's chi2/ndf
+staying within ``max_chi2_ndf`` (the cut of a kept track).
 
 1. *Candidates* of a step are the graph neighbours (either edge direction:
    a curling particle comes back inwards) of the track's last ``reach`` hits
-   at that end that lie ahead of the end hit (along the direction from the
-   nearest track hit on another layer to it), not on the track yet, free (in
-   the claiming mode) and not vetoed by the layer rule below.
-2. Each candidate is judged by the helix fit of the track with it added:
-   its chi2 increment ``d`` (:func:`~domainpar.kernels.track_fit.helix_fit`,
-   the same errors as every fit) must stay below ``hit_chi2``; its cost is
-   ``d - score_weight * ln(score)``, score the best edge score joining it to
-   the track's end. The cheapest candidate joins the track.
-3. *Double hits*: another candidate on the same layer as the one just added,
-   within ``double_distance`` mm of it (overlapping modules), joins too when
-   the fit with both stays within ``hit_chi2`` per added hit.
-4. Layer rule: a candidate on a layer the track already holds is taken only
-   as a double hit of that layer's hit (within ``double_distance``; it may
-   lie a little behind the end), or once the track has turned back inwards
-   (a curler's second half).
+   at the growing end, not on the track yet (and free, in the claiming mode).
+2. *Double hits* first: a candidate on a layer the track holds, within
+   ``double_distance`` of every track hit there and with fewer than
+   ``max_per_layer`` of them (a particle through overlapping modules), goes
+   beside its nearest twin, on the side of the track it lies towards. A
+   curler's hit behind the end on a layer the track holds far away (the
+   track turned back: its radius fell by more than ``TURN_MM`` between two
+   hits) may have been stepped over: it goes between two of the last
+   ``reach`` hits, between them along the track, where it fits best, if it
+   fits there.
+3. *One step ahead*: among the candidates ahead of the end hit (along the
+   fitted helix's tangent there) and within ``gate`` mm of the helix (across
+   the circle, and across the (s, z) line at the arc length to the
+   candidate), the cheapest by ``d - score_weight * ln(score)`` joins the
+   track, score the best edge score joining it to the end. A candidate on a
+   layer the track already holds far away is a curler's way back: the fit
+   and the tangent decide.
+4. *Stepping stones*: when no candidate ahead passes, the neighbours of the
+   candidates and of the hits other tracks hold (within twice the gate, ahead)
+   are tried the same way, skipping one hit: a true continuation whose edge
+   the graph or the GNN lost, or a particle that crosses another's hit.
 
-A track ends when no candidate passes at either end; it is kept when it has
-``min_hits`` hits and its chi2/ndf is at most ``max_chi2_ndf``.
+The seeds are run in passes: the first keeps only long tracks (``passes``),
+so a short wrong track (a noise hit scored high beside a true one) cannot
+claim hits a long one needs; the last keeps every track of ``min_hits``.
+
+A track ends when a step adds nothing. A hit accepted on its own window can
+spoil a neighbouring one; such hits are trimmed (the worst window loses the
+hit whose removal helps it most) until every window's chi2/ndf
+(:func:`~domainpar.kernels.track_fit.window_chi2_ndf`) is at most
+``max_chi2_ndf``. The track is kept when ``min_hits`` hits remain. A seed is
+skipped when its three hits lie on the track kept last for each of them, or
+when each of them seeded a track in this pass already.
 
 Two modes:
 
@@ -46,32 +66,37 @@ from domainpar.kernels.track_fit import helix_fit, window_chi2_ndf
 
 #: Longest track the builder grows (hits); a full-length track has ~ 10-20.
 MAX_HITS = 96
+#: A track whose radius falls by more than this (mm) between two consecutive hits has turned back (a curler).
+TURN_MM = 20.0
 
 
 @numba.njit(cache=True, nogil=True)
-def _chi2(x, y, z, var_t, var_z, var_r, buf, start, count, field, ms):
+def _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, start, count, field, ms):
     if count < 3:
         return 0.0
-    chi2, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, buf[start:], count, field, ms)
+    chi2, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, buf[start:], count, field, ms)
     return chi2
 
 
 @numba.njit(cache=True, nogil=True)
-def _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, i, c, window, field, ms, old=np.nan):
+def _insert_delta(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, i, c, window, field, ms, max_chi2_ndf, old=np.nan):
     """chi2 increment of putting hit c at index i of the track buf[start:end] (start <= i <= end), judged on the
-    ``window`` consecutive hits around it (the last ones at an end); buf is left as it was. ``old``: the chi2 of
-    those hits without c when known (the same for every candidate at one end)."""
+    ``window`` consecutive hits around it (the last ones at an end); inf when the fit of those hits with c has a
+    chi2/ndf above ``max_chi2_ndf`` (the cut every kept track passes). buf is left as it was. ``old``: the chi2
+    of those hits without c when known (the same for every candidate at one end)."""
     lo = max(start, i - (window - 1) // 2)
     hi = min(end + 1, lo + window)
     lo = max(start, hi - window)
     if np.isnan(old):
-        old = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, hi - 1 - lo, field, ms)
+        old = _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, lo, hi - 1 - lo, field, ms)
     for k in range(end, i, -1):
         buf[k] = buf[k - 1]
     buf[i] = c
-    new = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, hi - lo, field, ms)
+    new = _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, lo, hi - lo, field, ms)
     for k in range(i, end):
         buf[k] = buf[k + 1]
+    if hi - lo >= 3 and new > max_chi2_ndf * (2 * (hi - lo) - 5):
+        return np.inf
     return new - old
 
 
@@ -100,7 +125,7 @@ def _add_candidate(c, score, stamp, stamp_id, cand, cand_score, num_cand):
 
 
 @numba.njit(cache=True, nogil=True)
-def _end_state(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms):
+def _end_state(x, y, z, var_t, var_z, var_r, var_m, layer, buf, start, end, direction, window, field, ms):
     """The helix at the growing end, fitted to the last ``window`` hits.
 
     Returns ``(tx, ty, tz, xc, yc, radius)``: the direction of travel at the tip ((tx, ty) a unit vector, tz =
@@ -129,7 +154,7 @@ def _end_state(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, 
     chord_y = cy / norm if norm > 0.0 else 0.0
     if hi - lo < 3:
         return chord_x, chord_y, chord_slope, np.nan, np.nan, np.inf
-    _, _, _, _, xc, yc, _, slope = helix_fit(x, y, z, var_t, var_z, var_r, buf[lo:], hi - lo, field, ms)
+    _, _, _, _, xc, yc, _, slope = helix_fit(x, y, z, var_t, var_z, var_r, var_m, buf[lo:], hi - lo, field, ms)
     # |dz/ds| from the fit, signed like the chord (s runs along the buffer; the chord points along travel).
     tz = abs(slope) if cz >= 0.0 else -abs(slope)
     if not np.isfinite(xc):
@@ -172,9 +197,9 @@ def _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, check_z):
 
 @numba.njit(cache=True, nogil=True)
 def _grow(
-    x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-    direction, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp,
-    stamp_id, cand, cand_score, stones,
+    x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
+    direction, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms,
+    claiming, stamp, stamp_id, cand, cand_score, stones,
 ):  # fmt: skip
     """Grow the track buf[start:end] (ordered along the track) at its end (direction +1) or its start (-1).
 
@@ -201,6 +226,16 @@ def _grow(
                     continue
                 num_cand = _add_candidate(c, nbr_score[j], stamp, stamp_id, cand, cand_score, num_cand)
         added = False
+        # A curler: its radius falls somewhere along the track (a layer may then hold two far-apart hits of it).
+        turned = False
+        for k in range(start + 1, end):
+            r_prev = math.sqrt(x[buf[k - 1]] ** 2 + y[buf[k - 1]] ** 2)
+            r_next = math.sqrt(x[buf[k]] ** 2 + y[buf[k]] ** 2)
+            if (direction > 0 and r_next < r_prev - TURN_MM) or (direction < 0 and r_prev < r_next - TURN_MM):
+                turned = True
+                break
+        tip = buf[end - 1] if direction > 0 else buf[start]
+        tx, ty, tz, xc, yc, radius = _end_state(x, y, z, var_t, var_z, var_r, var_m, layer, buf, start, end, direction, window, field, ms)
         # Double hits first: a candidate on a track layer close to the track's hit there (overlapping modules)
         # goes beside that hit, on the side of the track it lies towards.
         for m in range(num_cand):
@@ -218,6 +253,35 @@ def _grow(
                     if d2 < best_d2:
                         best_d2 = d2
                         twin = idx
+            if twin >= 0 and far and turned:
+                # A curler's hit behind the end that the track stepped over: it goes between two consecutive
+                # hits near this end where it fits best.
+                if (x[c] - x[tip]) * tx + (y[c] - y[tip]) * ty + (z[c] - z[tip]) * tz > 0.0:
+                    continue
+                best_at = -1
+                best_delta = hit_chi2
+                for k in range(1, reach + 1):
+                    at = end - k if direction > 0 else start + k
+                    if at <= start or at >= end:
+                        break
+                    # Only between its two neighbours along the track (the fit alone would take it out of order).
+                    p = buf[at - 1]
+                    q = buf[at]
+                    qx = x[q] - x[p]
+                    qy = y[q] - y[p]
+                    qz = z[q] - z[p]
+                    along = ((x[c] - x[p]) * qx + (y[c] - y[p]) * qy + (z[c] - z[p]) * qz) / max(qx * qx + qy * qy + qz * qz, 1e-12)
+                    if along <= 0.0 or along >= 1.0:
+                        continue
+                    delta = _insert_delta(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, at, c, window, field, ms, max_chi2_ndf)
+                    if delta <= best_delta:
+                        best_delta = delta
+                        best_at = at
+                if best_at >= 0:
+                    end = _insert(buf, end, best_at, c)
+                    member[c] = build_id
+                    added = True
+                continue
             if twin < 0 or far or same >= max_per_layer:
                 continue
             h = buf[twin]
@@ -225,16 +289,17 @@ def _grow(
             sign = 1.0 if twin + 1 < end else -1.0
             proj = (x[c] - x[h]) * (x[ref] - x[h]) + (y[c] - y[h]) * (y[ref] - y[h]) + (z[c] - z[h]) * (z[ref] - z[h])
             at = twin + 1 if proj * sign > 0.0 else twin
-            if _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, at, c, window, field, ms) <= hit_chi2:
+            if _insert_delta(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, at, c, window, field, ms, max_chi2_ndf) <= hit_chi2:
                 end = _insert(buf, end, at, c)
                 member[c] = build_id
                 added = True
         # Then one hit ahead: the cheapest candidate; failing that, one reached through a stepping stone.
-        tip = buf[end - 1] if direction > 0 else buf[start]
-        tx, ty, tz, xc, yc, radius = _end_state(x, y, z, var_t, var_z, var_r, layer, buf, start, end, direction, window, field, ms)
+        if added:
+            tip = buf[end - 1] if direction > 0 else buf[start]
+            tx, ty, tz, xc, yc, radius = _end_state(x, y, z, var_t, var_z, var_r, var_m, layer, buf, start, end, direction, window, field, ms)
         at = end if direction > 0 else start
         lo = max(start, at - (window - 1)) if direction > 0 else start
-        old = _chi2(x, y, z, var_t, var_z, var_r, buf, lo, min(window - 1, end - lo), field, ms)
+        old = _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, lo, min(window - 1, end - lo), field, ms)
         for round in range(2):
             if round == 1:
                 for m in range(num_cand):
@@ -265,7 +330,7 @@ def _grow(
                 if not _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, True):
                     continue
                 # A layer the track holds only beyond double-hit distance on a curler's way back: the fit decides.
-                delta = _insert_delta(x, y, z, var_t, var_z, var_r, buf, start, end, at, c, window, field, ms, old)
+                delta = _insert_delta(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, at, c, window, field, ms, max_chi2_ndf, old)
                 if delta > hit_chi2:
                     continue
                 cost = delta - score_weight * math.log(max(cand_score[m], 1e-6))
@@ -285,6 +350,47 @@ def _grow(
 
 
 @numba.njit(cache=True, nogil=True)
+def _trim(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, window, max_chi2_ndf, min_hits, field, ms):
+    """Drop hits from a grown track until its every window fits (chi2/ndf <= max_chi2_ndf); the new end.
+
+    A hit accepted on its own window can spoil a neighbouring one (a double hit placed in the middle); each round
+    removes, from the worst window, the hit whose removal lowers that window's chi2 most."""
+    while end - start >= min_hits:
+        count = end - start
+        worst = -1.0
+        worst_lo = start
+        size = min(window, count)
+        for lo in range(start, end - size + 1):
+            chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, buf[lo:], size, field, ms)
+            if chi2 / ndf > worst:
+                worst = chi2 / ndf
+                worst_lo = lo
+        if worst <= max_chi2_ndf:
+            break
+        best_k = worst_lo
+        best_chi2 = np.inf
+        for k in range(worst_lo, worst_lo + size):
+            # The window without buf[k]: shift it out, fit, shift back.
+            removed = buf[k]
+            for m in range(k, end - 1):
+                buf[m] = buf[m + 1]
+            if size - 1 >= 3:
+                chi2 = _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, worst_lo, size - 1, field, ms)
+            else:
+                chi2 = 0.0
+            for m in range(end - 1, k, -1):
+                buf[m] = buf[m - 1]
+            buf[k] = removed
+            if chi2 < best_chi2:
+                best_chi2 = chi2
+                best_k = k
+        for m in range(best_k, end - 1):
+            buf[m] = buf[m + 1]
+        end -= 1
+    return end
+
+
+@numba.njit(cache=True, nogil=True)
 def follow_tracks(
     x: np.ndarray,
     y: np.ndarray,
@@ -292,12 +398,14 @@ def follow_tracks(
     var_t: np.ndarray,
     var_z: np.ndarray,
     var_r: np.ndarray,
+    var_m: np.ndarray,
     layer: np.ndarray,
     nbr_ptr: np.ndarray,
     nbr_node: np.ndarray,
     nbr_score: np.ndarray,
     seeds: np.ndarray,
     claiming: bool,
+    passes: np.ndarray,
     reach: int,
     window: int,
     hit_chi2: float,
@@ -321,6 +429,8 @@ def follow_tracks(
             directions) with the edge's score.
         seeds: (3, S) hit triplets, in the order they are tried.
         claiming: claiming mode (True) or shared mode (False).
+        passes: (P,) int64 the seeds are run P times; pass p keeps only tracks of at least passes[p] hits
+            (and ``min_hits``), so long tracks claim their hits before short ones can.
         reach: candidates come from the neighbours of this many hits at the growing end.
         window: the fits that judge a candidate and a finished track span this many consecutive hits.
         hit_chi2: largest chi2 increment of one added hit.
@@ -352,14 +462,21 @@ def follow_tracks(
     out_chi2 = np.empty(n + 1, dtype=np.float64)
     num_out = 0
     num_hits = 0
-    for s in range(seeds.shape[1]):
+    last_track = np.full(n, -1, dtype=np.int64)
+    num_seeds = seeds.shape[1]
+    for p in range(passes.shape[0]):
+      keep_hits = max(passes[p], min_hits)
+      used[:] = 0
+      for s in range(num_seeds):
         a = seeds[0, s]
         b = seeds[1, s]
         c = seeds[2, s]
         if claiming and (owner[a] >= 0 or owner[b] >= 0 or owner[c] >= 0):
             continue
+        if last_track[a] >= 0 and last_track[a] == last_track[b] and last_track[b] == last_track[c]:
+            continue  # it would grow the track it lies on again
         if used[a] > 0 and used[b] > 0 and used[c] > 0:
-            continue  # every hit of it is on a track already, or seeded one that failed
+            continue  # each of its hits seeded a track in this pass already
         used[a] += 1
         used[b] += 1
         used[c] += 1
@@ -368,24 +485,25 @@ def follow_tracks(
         buf[start + 1] = b
         buf[start + 2] = c
         end = start + 3
-        if _chi2(x, y, z, var_t, var_z, var_r, buf, start, 3, field, ms) > seed_chi2:
+        if _chi2(x, y, z, var_t, var_z, var_r, var_m, buf, start, 3, field, ms) > seed_chi2:
             continue
-        build_id = s
+        build_id = p * num_seeds + s
         member[a] = build_id
         member[b] = build_id
         member[c] = build_id
         end, stamp_id = _grow(
-            x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            1, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
+            1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
         end, stamp_id = _grow(
-            x, y, z, var_t, var_z, var_r, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            -1, reach, window, hit_chi2, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
+            -1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
+        end = _trim(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, window, max_chi2_ndf, min_hits, field, ms)
         count = end - start
-        if count < min_hits:
+        if count < keep_hits:
             continue
-        quality = window_chi2_ndf(x, y, z, var_t, var_z, var_r, buf[start:], count, window, field, ms)
+        quality = window_chi2_ndf(x, y, z, var_t, var_z, var_r, var_m, buf[start:], count, window, field, ms)
         if quality > max_chi2_ndf:
             continue
         if num_hits + count > out_hits.shape[0]:
@@ -395,7 +513,7 @@ def follow_tracks(
         for k in range(count):
             h = buf[start + k]
             out_hits[num_hits + k] = h
-            used[h] += 1
+            last_track[h] = num_out
             if claiming:
                 owner[h] = num_out
         num_hits += count

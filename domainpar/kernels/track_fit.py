@@ -21,8 +21,11 @@ fits both to the hits of one candidate, in the order given (innermost first):
 Errors: every hit has its own resolution — ``var_t`` across the track in x–y
 (r·phi), ``var_z`` along z and ``var_r`` along r (mm², from the module's
 pitch: a barrel strip is precise in r·phi and coarse in z, an endcap strip
-coarse in r) — and every hit the same multiple-scattering term ``(ms / pT)^2``
-with pT the fitted one in GeV. The circle fit is unweighted (the transverse
+coarse in r) — and a multiple-scattering term ``var_m (ms s / pT)^2`` with pT
+the fitted one in GeV, s the fitted hits' mean spacing in units of 50 mm
+(scattering displaces hits in proportion to the distance between them) and
+``var_m`` the hit's share of material (1 in the pixel detector; the strip
+detector's modules and supports scatter more). The circle fit is unweighted (the transverse
 resolutions of pixels and strips are alike, and scattering, the same for
 every hit, dominates them below a few GeV). A hit's variance across the
 circle is its r·phi and r variances projected on the circle's normal there
@@ -137,6 +140,7 @@ def helix_fit(
     var_t: np.ndarray,
     var_z: np.ndarray,
     var_r: np.ndarray,
+    var_m: np.ndarray,
     hits: np.ndarray,
     count: int,
     field: float,
@@ -220,7 +224,7 @@ def helix_fit(
         ry = y[h] / rh if rh > 0.0 else 0.0
         radial_n = rx * nx + ry * ny  # r-hat . normal; phi-hat . normal = radial_t (the tangent is the normal turned)
         radial_t = rx * ny - ry * nx
-        var_n[k] = var_t[h] * radial_t * radial_t + var_r[h] * radial_n * radial_n + scatter
+        var_n[k] = var_t[h] * radial_t * radial_t + var_r[h] * radial_n * radial_n + scatter * var_m[h]
         var_s[k] = var_t[h] * radial_n * radial_n + var_r[h] * radial_t * radial_t
     # The sense of rotation is the particle's: s grows from the first hit towards the last.
     if s_values[count - 1] < 0.0:
@@ -237,7 +241,7 @@ def helix_fit(
             w = 1.0
             if weighted:
                 h = hits[k]
-                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter)
+                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter * var_m[h])
             sw += w
             s_sum += w * s_values[k]
             z_sum += w * z[hits[k]]
@@ -249,7 +253,7 @@ def helix_fit(
             w = 1.0
             if weighted:
                 h = hits[k]
-                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter)
+                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter * var_m[h])
             ds = s_values[k] - s_mean
             ss += w * ds * ds
             sz += w * ds * (z[hits[k]] - z_mean)
@@ -260,13 +264,13 @@ def helix_fit(
     for k in range(count):
         h = hits[k]
         e = z[h] - z0 - slope * s_values[k]
-        chi2 += e * e / norm / ((var_z[h] + slope * slope * var_s[k]) / norm + scatter)
+        chi2 += e * e / norm / ((var_z[h] + slope * slope * var_s[k]) / norm + scatter * var_m[h])
         chi2 += eps_xy[k] * eps_xy[k] / var_n[k]
     return chi2, 2.0 * count - 5.0, pt, rho, xc, yc, z0, slope
 
 
 @numba.njit(cache=True, nogil=True)
-def _fit_all(x, y, z, var_t, var_z, var_r, offsets, hits, field, ms) -> tuple:
+def _fit_all(x, y, z, var_t, var_z, var_r, var_m, offsets, hits, field, ms) -> tuple:
     num = offsets.shape[0] - 1
     chi2_ndf = np.full(num, np.nan)
     pt = np.full(num, np.nan)
@@ -274,7 +278,7 @@ def _fit_all(x, y, z, var_t, var_z, var_r, offsets, hits, field, ms) -> tuple:
         count = offsets[t + 1] - offsets[t]
         if count < 3:
             continue
-        chi2, ndf, p, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[offsets[t] :], count, field, ms)
+        chi2, ndf, p, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[offsets[t] :], count, field, ms)
         chi2_ndf[t] = chi2 / ndf
         pt[t] = p
     return chi2_ndf, pt
@@ -287,18 +291,19 @@ def fit_candidates(
 
     Args:
         pos: (N, 3) float hit positions (mm).
-        variances: (N, 3) float every hit's resolution squared across the track in x-y, along z and along r (mm^2).
+        variances: (N, 4) float every hit's resolution squared across the track in x-y, along z and along r (mm^2),
+            and its scattering weight.
         offsets: (T+1,) int64 CSR offsets into ``hits``.
         hits: (H,) int64 node ids, candidate by candidate, each ordered along its track.
         field: solenoid field (T).
-        ms: multiple-scattering term (mm GeV): every hit's variance grows by (ms / pT)^2.
+        ms: multiple-scattering term (mm GeV): every hit's variance grows by var_m (ms s / pT)^2 (module docstring).
 
     Returns:
         ``(chi2_ndf, pt)``, each (T,) float64; nan for candidates below 3 hits.
     """
     pos = np.asarray(pos, dtype=np.float64)
     variances = np.asarray(variances, dtype=np.float64)
-    columns = [np.ascontiguousarray(a[:, i]) for a in (pos, variances) for i in range(3)]
+    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)] + [np.ascontiguousarray(variances[:, i]) for i in range(4)]
     return _fit_all(
         *columns, np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(hits, dtype=np.int64), float(field), float(ms)
     )
@@ -312,6 +317,7 @@ def window_chi2_ndf(
     var_t: np.ndarray,
     var_z: np.ndarray,
     var_r: np.ndarray,
+    var_m: np.ndarray,
     hits: np.ndarray,
     count: int,
     window: int,
@@ -326,22 +332,22 @@ def window_chi2_ndf(
     if count < 3:
         return np.nan
     if count <= window:
-        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits, count, field, ms)
+        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits, count, field, ms)
         return chi2 / ndf
     worst = 0.0
     for k in range(count - window + 1):
-        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[k:], window, field, ms)
+        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[k:], window, field, ms)
         if chi2 / ndf > worst:
             worst = chi2 / ndf
     return worst
 
 
 @numba.njit(cache=True, nogil=True)
-def _window_all(x, y, z, var_t, var_z, var_r, offsets, hits, window, field, ms) -> np.ndarray:
+def _window_all(x, y, z, var_t, var_z, var_r, var_m, offsets, hits, window, field, ms) -> np.ndarray:
     num = offsets.shape[0] - 1
     out = np.full(num, np.nan)
     for t in range(num):
-        out[t] = window_chi2_ndf(x, y, z, var_t, var_z, var_r, hits[offsets[t] :], offsets[t + 1] - offsets[t], window, field, ms)
+        out[t] = window_chi2_ndf(x, y, z, var_t, var_z, var_r, var_m, hits[offsets[t] :], offsets[t + 1] - offsets[t], window, field, ms)
     return out
 
 
@@ -351,8 +357,74 @@ def window_candidates(
     """(T,) :func:`window_chi2_ndf` of every candidate of a CSR hit list (arguments as :func:`fit_candidates`)."""
     pos = np.asarray(pos, dtype=np.float64)
     variances = np.asarray(variances, dtype=np.float64)
-    columns = [np.ascontiguousarray(a[:, i]) for a in (pos, variances) for i in range(3)]
+    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)] + [np.ascontiguousarray(variances[:, i]) for i in range(4)]
     return _window_all(
         *columns, np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(hits, dtype=np.int64),
         int(window), float(field), float(ms),
     )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def perigee(
+    x: np.ndarray,
+    y: np.ndarray,
+    z: np.ndarray,
+    var_t: np.ndarray,
+    var_z: np.ndarray,
+    var_r: np.ndarray,
+    var_m: np.ndarray,
+    hits: np.ndarray,
+    count: int,
+    field: float,
+    ms: float,
+) -> tuple:
+    """The helix fitted to ``hits[:count]`` (in order along the track) at its point of closest approach to the beam
+    line (the z axis): what every piece of one particle's track shares, however far apart the pieces are.
+
+    Returns:
+        ``(kappa, phi0, d0, cot, z0)``: the curvature (1/mm) signed by the sense of rotation along the travel
+        from the first hit to the last (positive: counter-clockwise), the direction of travel there (rad), the
+        signed distance of the beam line from the circle (mm; positive outside it), dz/ds, and z there (mm).
+        nan below 3 hits.
+    """
+    nan = np.nan
+    if count < 3:
+        return nan, nan, nan, nan, nan
+    _, _, _, rho, xc, yc, _, slope = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits, count, field, ms)
+    first = hits[0]
+    last = hits[count - 1]
+    if np.isfinite(xc):
+        radius = 1.0 / abs(rho)
+        # Sense of rotation from the first hit to the last around the centre.
+        cross = (x[first] - xc) * (y[last] - yc) - (y[first] - yc) * (x[last] - xc)
+        sense = 1.0 if cross >= 0.0 else -1.0
+        centre = math.sqrt(xc * xc + yc * yc)
+        if centre > 0.0:
+            px = xc * (1.0 - radius / centre)
+            py = yc * (1.0 - radius / centre)
+        else:
+            px = xc + radius
+            py = yc
+        # Travel direction at the closest approach: the radius vector turned by 90 degrees in the sense of rotation.
+        tx = -sense * (py - yc) / radius
+        ty = sense * (px - xc) / radius
+        a0 = math.atan2(py - yc, px - xc)
+        a1 = math.atan2(y[first] - yc, x[first] - xc)
+        turn = (a1 - a0) * sense
+        while turn < 0.0:
+            turn += 2.0 * math.pi
+        while turn >= 2.0 * math.pi:
+            turn -= 2.0 * math.pi
+        if turn > 1.5 * math.pi:
+            turn -= 2.0 * math.pi  # the first hit lies just before the closest approach (a secondary)
+        s_first = turn * radius
+        return sense / radius, math.atan2(ty, tx), centre - radius, slope, z[first] - slope * s_first
+    dx = x[last] - x[first]
+    dy = y[last] - y[first]
+    norm = math.sqrt(dx * dx + dy * dy)
+    if norm == 0.0:
+        return 0.0, 0.0, 0.0, slope, z[first]
+    tx = dx / norm
+    ty = dy / norm
+    s_first = x[first] * tx + y[first] * ty  # from the closest approach to the first hit, along the line
+    return 0.0, math.atan2(ty, tx), x[first] * ty - y[first] * tx, slope, z[first] - slope * s_first

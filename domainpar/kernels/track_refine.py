@@ -14,7 +14,8 @@ edge scores, and a label per hit (-1: on no track) in; new labels out.
   least one hit take part, so a free hit or pair joins a track here too.
 * :func:`attach_free` — a hit on no track joins the neighbouring track whose
   fit it disturbs least (chi2 increment of the windowed fit around its place
-  at most ``hit_chi2``, with the same layer rule), best edge score first.
+  at most ``hit_chi2``, that fit's chi2/ndf at most ``max_chi2_ndf``, with the
+  same layer rule), best edge score first.
 
 Hits of a track are ordered by their 3-D distance from the origin (the order
 of :func:`~domainpar.tracks.candidates.assemble`): outwards along the track
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from domainpar.kernels.track_fit import circle_distance, helix_fit, karimaki, window_chi2_ndf
+from domainpar.kernels.track_fit import circle_distance, helix_fit, karimaki, perigee, window_chi2_ndf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -70,7 +71,7 @@ def _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_lay
 
 @numba.njit(cache=True, nogil=True)
 def merge_fragments(
-    x, y, z, var_t, var_z, var_r, layer, labels, pair_a, pair_b, max_chi2_ndf, double_distance, max_per_layer, window,
+    x, y, z, var_t, var_z, var_r, var_m, layer, labels, pair_a, pair_b, max_chi2_ndf, double_distance, max_per_layer, window,
     gate, field, ms, max_hits,
 ):  # fmt: skip
     """Merge tracks pair by pair (see the module docstring).
@@ -142,7 +143,7 @@ def merge_fragments(
         nxt[tail[a]] = -1
         if not _layers_compatible(x, y, z, layer, hits, count, double_distance, max_per_layer):
             continue
-        if count >= 3 and window_chi2_ndf(x, y, z, var_t, var_z, var_r, hits, count, window, field, ms) > max_chi2_ndf:
+        if count >= 3 and window_chi2_ndf(x, y, z, var_t, var_z, var_r, var_m, hits, count, window, field, ms) > max_chi2_ndf:
             continue
         nxt[tail[a]] = head[b]
         tail[a] = tail[b]
@@ -163,8 +164,8 @@ def merge_fragments(
 
 @numba.njit(cache=True, nogil=True)
 def attach_free(
-    x, y, z, var_t, var_z, var_r, layer, labels, nbr_ptr, nbr_node, nbr_score, order, hit_chi2, double_distance,
-    max_per_layer, window, gate, field, ms, max_hits,
+    x, y, z, var_t, var_z, var_r, var_m, layer, labels, nbr_ptr, nbr_node, nbr_score, order, hit_chi2, max_chi2_ndf,
+    double_distance, max_per_layer, window, gate, field, ms, max_hits,
 ):  # fmt: skip
     """Attach hits on no track to their best neighbouring track (see the module docstring).
 
@@ -234,18 +235,47 @@ def attach_free(
             lo = max(0, hi - window)
             old = 0.0
             if hi - 1 - lo >= 3:
-                old, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[lo:], hi - 1 - lo, field, ms)
+                old, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[lo:], hi - 1 - lo, field, ms)
             for k in range(count, at, -1):
                 hits[k] = hits[k - 1]
             hits[at] = h
             if hi - lo < 3:
                 continue
-            new, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, hits[lo:], hi - lo, field, ms)
-            if new - old <= best_delta:
+            new, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[lo:], hi - lo, field, ms)
+            if new - old <= best_delta and new <= max_chi2_ndf * ndf:
                 best_delta = new - old
                 best_track = t
         if best_track >= 0:
             out[h] = best_track
             nxt[h] = head[best_track]
             head[best_track] = h
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def track_perigees(x, y, z, var_t, var_z, var_r, var_m, labels, field, ms):
+    """(T, 5) :func:`~domainpar.kernels.track_fit.perigee` of every track (hits ordered by distance from the origin;
+    nan for tracks below 3 hits)."""
+    n = x.shape[0]
+    num_tracks = 0
+    for i in range(n):
+        if labels[i] + 1 > num_tracks:
+            num_tracks = labels[i] + 1
+    head = np.full(num_tracks, -1, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    size = np.zeros(num_tracks, dtype=np.int64)
+    for i in range(n - 1, -1, -1):
+        t = labels[i]
+        if t >= 0:
+            nxt[i] = head[t]
+            head[t] = i
+            size[t] += 1
+    dist = np.sqrt(x * x + y * y + z * z)
+    out = np.full((num_tracks, 5), np.nan)
+    hits = np.empty(max(size.max() if num_tracks else 1, 1), dtype=np.int64)
+    for t in range(num_tracks):
+        if size[t] < 3:
+            continue
+        count = _sorted_hits(head, nxt, dist, t, hits)
+        out[t, 0], out[t, 1], out[t, 2], out[t, 3], out[t, 4] = perigee(x, y, z, var_t, var_z, var_r, var_m, hits, count, field, ms)
     return out

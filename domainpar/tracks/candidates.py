@@ -42,7 +42,11 @@ class TrackConfig:
     """Added in quadrature to every hit's resolution (pitch / sqrt(12) of its layer's modules) in the helix fits (mm)."""
     ms: float = 0.03
     """Multiple-scattering term of the helix fits (mm GeV): every hit's variance grows by (ms / pT)^2."""
-    extend_threshold: float = 0.05
+    seed_threshold: float = 0.05
+    """Following: seed triplets are two edges both scored above it (best first, so the GNN's surest tracks start)."""
+    seed_bucket: float = 0.5
+    """Following: seeds are taken in bands of their weaker edge's score this wide, nearest the beam line first within a band (0: by score alone)."""
+    extend_threshold: float = 0.02
     """Following: edges scored above it may extend a track (the fit judges them)."""
     seeds_per_hit: int = 3
     """Following: the best-scored inner and outer edges of a hit that make seed triplets with it."""
@@ -66,8 +70,16 @@ class TrackConfig:
     """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
     min_hits: int = 3
     """Following: fewest hits of a kept track."""
+    first_pass_hits: int = 5
+    """Following: a first pass over the seeds keeps only tracks of this many hits, before short ones may claim hits."""
     max_shared: int = 1
     """Ambiguity resolution: most hits a kept candidate shares with better ones."""
+    merge_distance: float = 400.0
+    """Refinement: track ends within this (mm) are tried for a merge, and free hits within it of a track hit for
+    attaching, graph edge or not (the graph or its filter loses segments across gaps)."""
+    hole_ratio: float = 1.0
+    """Following: a track with at least this many holes per hit (layers of the event its helix crosses without a
+    hit on them) is dropped, its hits singletons: a piece of a longer track, or no particle's (0: no cut)."""
     refine: bool = True
     """Following: merge fragments and attach free hits by their helix fits after building."""
 
@@ -79,12 +91,15 @@ class TrackConfig:
         _check_number("sigma_hit", self.sigma_hit, 0.0, None)
         _check_number("ms", self.ms, 0.0, None, low_open=False)
         _check_number("extend_threshold", self.extend_threshold, 0.0, 1.0, low_open=False, high_open=True)
-        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
+        _check_number("seed_threshold", self.seed_threshold, 0.0, 1.0, low_open=False, high_open=True)
+        _check_number("seed_bucket", self.seed_bucket, 0.0, 1.0, low_open=False)
+        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate", "merge_distance"):
             _check_number(name, getattr(self, name), 0.0, None)
         _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
         if not isinstance(self.refine, bool):
             raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
-        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("min_hits", 3), ("max_shared", 0)):
+        _check_number("hole_ratio", self.hole_ratio, 0.0, None, low_open=False)
+        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("first_pass_hits", 3), ("min_hits", 3), ("max_shared", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")
@@ -160,11 +175,20 @@ def check_inputs(pos, layer, edge_index, scores) -> tuple[np.ndarray, np.ndarray
     return pos, layer.astype(np.int64, copy=False), edge_index.astype(np.int64, copy=False), scores
 
 
+#: Scattering weight of a hit by detector: the strip detector's modules and supports scatter more than the pixel
+#: detector's (measured on simulated truth: docs/tracks.md).
+STRIP_SCATTERING = 6.0
+#: Volumes of the pixel detector (scattering weight 1).
+PIXEL_VOLUMES = (7, 8, 9)
+
+
 def hit_variances(layer: np.ndarray, sigma_hit: float) -> np.ndarray:
-    """(N, 3) every hit's resolution squared across the track in x-y, along z and along r (mm^2).
+    """(N, 4) every hit's resolution squared across the track in x-y, along z and along r (mm^2), and its
+    scattering weight (:mod:`domainpar.kernels.track_fit`).
 
     From its layer's module pitches (:func:`~domainpar.data.detector.layer_table`, pitch / sqrt(12)): u is
     r·phi; v is z on a barrel layer and r on an endcap disc. ``sigma_hit`` is added in quadrature to all three.
+    The scattering weight is 1 in the pixel detector and :data:`STRIP_SCATTERING` in the strips.
     """
     table = layer_table()
     if layer.size and layer.max() >= len(table):
@@ -173,8 +197,10 @@ def hit_variances(layer: np.ndarray, sigma_hit: float) -> np.ndarray:
     u = by_index["pitch_u"].to_numpy(np.float64)[layer] ** 2 / 12.0
     v = by_index["pitch_v"].to_numpy(np.float64)[layer] ** 2 / 12.0
     barrel = by_index["barrel"].to_numpy(bool)[layer]
+    pixel = np.isin(by_index["volume_id"].to_numpy(), PIXEL_VOLUMES)[layer]
     floor = sigma_hit * sigma_hit
-    return np.stack([u + floor, np.where(barrel, v, 0.0) + floor, np.where(barrel, 0.0, v) + floor], axis=1)
+    weight = np.where(pixel, 1.0, STRIP_SCATTERING)
+    return np.stack([u + floor, np.where(barrel, v, 0.0) + floor, np.where(barrel, 0.0, v) + floor, weight], axis=1)
 
 
 def renumber(labels: np.ndarray) -> np.ndarray:
@@ -224,7 +250,7 @@ def assemble(
         pos: (N, 3) hit positions (mm).
         edge_index: (2, E) graph edges.
         scores: (E,) edge scores.
-        variances: (N, 3) hit resolutions squared (:func:`hit_variances`).
+        variances: (N, 4) hit resolutions squared and scattering weights (:func:`hit_variances`).
         labels: (N,) any integer label per hit; equal labels = one candidate.
         config: fit settings.
         started: ``time.perf_counter()`` when the build began (for ``seconds``).

@@ -4,8 +4,11 @@ The Python side of :mod:`domainpar.kernels.track_ckf`: the neighbour lists
 and the seeds it reads, and the labels it gives back.
 
 Seeds are triplets of hits a → b → c joined by two graph edges both scored
-above the threshold, ordered by their weaker edge's score (best first; ties:
-the stronger edge, then the lower hit ids). At most ``seeds_per_hit`` inner
+above ``seed_threshold``. They are taken in bands of their weaker edge's
+score (``seed_bucket`` wide, the best band first); within a band, the seed
+whose circle passes nearest the beam line first (a triplet that jumps
+between two crossing particles curls away from it), then by the weaker and
+the stronger score, then the lower hit ids. At most ``seeds_per_hit`` inner
 and as many outer edges (the best-scored) of every middle hit b make seeds.
 """
 
@@ -13,9 +16,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from scipy.spatial import cKDTree
 
 from domainpar.kernels.track_ckf import MAX_HITS, follow_tracks, resolve_shared
-from domainpar.kernels.track_refine import attach_free, merge_fragments
+from domainpar.data.detector import layer_table
+from domainpar.kernels.track_holes import count_holes
+from domainpar.kernels.track_refine import attach_free, merge_fragments, track_perigees
+
+#: Nearest neighbours looked at per track end (merging) and per free hit (attaching).
+NEIGHBOURS = 8
+#: A layer crossed within this of its edge (mm) is not counted as a hole (modules do not reach the edge exactly).
+HOLE_MARGIN = 5.0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -83,14 +94,36 @@ def _triplets(in_ptr, in_node, in_score, out_ptr, out_node, out_score, per_hit):
     return seeds, weak, strong
 
 
-def seed_triplets(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray, threshold: float, per_hit: int) -> np.ndarray:
+def _impact(pos: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """(S,) distance (mm) of the beam line (the z axis) from the circle through each seed's three hits in x-y."""
+    a, b, c = (pos[seeds[k], :2] for k in range(3))
+    # Circumcentre of the triangle a, b, c (a straight line: infinitely far, impact = distance to the line).
+    ax, ay, bx, by, cx, cy = a[:, 0], a[:, 1], b[:, 0], b[:, 1], c[:, 0], c[:, 1]
+    d = 2.0 * (ax * (by - cy) + bx * (cy - ay) + cx * (ay - by))
+    a2, b2, c2 = ax * ax + ay * ay, bx * bx + by * by, cx * cx + cy * cy
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ux = (a2 * (by - cy) + b2 * (cy - ay) + c2 * (ay - by)) / d
+        uy = (a2 * (cx - bx) + b2 * (ax - cx) + c2 * (bx - ax)) / d
+        radius = np.hypot(ax - ux, ay - uy)
+        circle = np.abs(np.hypot(ux, uy) - radius)
+        dx, dy = cx - ax, cy - ay
+        line = np.abs(ax * dy - ay * dx) / np.maximum(np.hypot(dx, dy), 1e-12)
+    return np.where(np.isfinite(circle) & (np.abs(d) > 1e-9), circle, line)
+
+
+def seed_triplets(
+    pos: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, threshold: float, per_hit: int, bucket: float
+) -> np.ndarray:
     """(3, S) seed triplets, best first (see the module docstring)."""
+    num_nodes = pos.shape[0]
     keep = np.flatnonzero(scores > threshold)
     src, dst, score = edge_index[0, keep], edge_index[1, keep], scores[keep].astype(np.float64)
     out_ptr, out_node, out_score = _csr_best_first(num_nodes, src, dst, score)
     in_ptr, in_node, in_score = _csr_best_first(num_nodes, dst, src, score)
     seeds, weak, strong = _triplets(in_ptr, in_node, in_score, out_ptr, out_node, out_score, per_hit)
-    order = np.lexsort((seeds[2], seeds[1], seeds[0], -strong, -weak))
+    impact = _impact(pos, seeds)
+    level = np.floor(weak / bucket) if bucket > 0 else weak
+    order = np.lexsort((seeds[2], seeds[1], seeds[0], -strong, -weak, impact, -level))
     return np.ascontiguousarray(seeds[:, order])
 
 
@@ -106,10 +139,11 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
     """
     n = pos.shape[0]
     ptr, node, score = neighbours(n, edge_index, scores, config.extend_threshold)
-    seeds = seed_triplets(n, edge_index, scores, config.threshold, config.seeds_per_hit)
-    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(3)]
+    seeds = seed_triplets(pos, edge_index, scores, config.seed_threshold, config.seeds_per_hit, config.seed_bucket)
+    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
     tracks_ptr, tracks_hits, chi2_ndf = follow_tracks(
-        *columns, np.ascontiguousarray(layer, dtype=np.int64), ptr, node, score, seeds, not shared, config.reach,
+        *columns, np.ascontiguousarray(layer, dtype=np.int64), ptr, node, score, seeds, not shared,
+        np.array(sorted({config.first_pass_hits, config.min_hits}, reverse=True), dtype=np.int64), config.reach,
         config.window, config.hit_chi2, config.seed_chi2, config.max_chi2_ndf, config.score_weight, config.double_distance,
         config.max_per_layer, config.gate, config.min_hits, config.field, config.ms,
     )  # fmt: skip
@@ -131,12 +165,123 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
         labels = np.unique(labels, return_inverse=True)[1].ravel() - (1 if (labels < 0).any() else 0)
     if config.refine:
         labels = refine(pos, variances, layer, edge_index, scores, labels, config)
+    if config.hole_ratio > 0:
+        labels = drop_holed(pos, variances, layer, labels, config)
     fragment[labels < 0] = -1
     return labels, fragment, rank
 
 
+def layer_surfaces() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(barrel, position, low, high)`` (L,) of every detector layer (:mod:`domainpar.kernels.track_holes`)."""
+    table = layer_table().set_index("layer_index").sort_index()
+    barrel = table["barrel"].to_numpy(bool)
+    position = np.where(barrel, table["r"], table["z"]).astype(np.float64)
+    low = np.where(barrel, table["z_min"], table["r_min"]).astype(np.float64)
+    high = np.where(barrel, table["z_max"], table["r_max"]).astype(np.float64)
+    return barrel, position, low, high
+
+
+def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.ndarray]:
+    """(T,) layers crossed and holes of every track (labels 0..T-1; -1 where a track has no helix), counting only
+    the layers the event has hits on (a pixel-only event has no strip layers to miss)."""
+    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    perigees = track_perigees(*columns, labels, config.field, config.ms)
+    on = np.flatnonzero(labels >= 0)
+    hits = on[np.argsort(labels[on], kind="stable")]
+    offsets = np.zeros(perigees.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels[on], minlength=perigees.shape[0]), out=offsets[1:])
+    barrel, position, low, high = layer_surfaces()
+    present = np.zeros(barrel.size, dtype=bool)
+    present[np.unique(layer)] = True
+    return count_holes(perigees, offsets, hits, np.ascontiguousarray(layer, dtype=np.int64), barrel, position, low, high,
+                       present, HOLE_MARGIN)  # fmt: skip
+
+
+def drop_holed(pos, variances, layer, labels, config) -> np.ndarray:
+    """Labels with the tracks of at least ``config.hole_ratio`` holes per hit dissolved (-1): a track whose helix
+    crosses as many layers of the event without a hit on them as with one is a piece of a longer track, or no
+    particle's."""
+    if not (labels >= 0).any():
+        return labels
+    _, holes = track_holes(pos, variances, layer, labels, config)
+    hits = np.bincount(labels[labels >= 0], minlength=holes.size)
+    bad = (holes >= 0) & (holes >= config.hole_ratio * hits)
+    out = labels.copy()
+    out[(labels >= 0) & bad[np.maximum(labels, 0)]] = -1
+    return out
+
+
+def _edge_pairs(labels: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, min_score: float) -> np.ndarray:
+    """(2, P) track pairs joined by graph edges scored above ``min_score``: most edges first, then the higher summed score."""
+    keep = scores > min_score
+    a, b = labels[edge_index[0, keep]], labels[edge_index[1, keep]]
+    cross = (a >= 0) & (b >= 0) & (a != b)
+    if not cross.any():
+        return np.zeros((2, 0), dtype=np.int64)
+    lo, hi = np.minimum(a[cross], b[cross]), np.maximum(a[cross], b[cross])
+    num_tracks = int(labels.max()) + 1
+    keys, inverse, count = np.unique(lo * num_tracks + hi, return_inverse=True, return_counts=True)
+    total = np.bincount(inverse.ravel(), scores[keep][cross], minlength=keys.size)
+    keys = keys[np.lexsort((keys, -total, -count))]
+    return np.stack([keys // num_tracks, keys % num_tracks])
+
+
+#: Scales of the perigee parameters in the search for pieces of one particle: curvature (1/mm), direction (rad),
+#: impact parameter (mm), asinh(dz/ds) (the pseudorapidity), z at the closest approach (mm).
+PERIGEE_SCALES = (3e-4, 0.03, 10.0, 0.03, 20.0)
+#: Pairs further apart than this in the scaled parameters are not tried.
+PERIGEE_REACH = 4.0
+
+
+def _perigee_pairs(columns, labels: np.ndarray, config) -> np.ndarray:
+    """(2, P) track pairs with alike helices at the beam line (:func:`~domainpar.kernels.track_fit.perigee`):
+    the NEIGHBOURS nearest tracks of each in the scaled parameters, within PERIGEE_REACH, nearest first. Pieces
+    of one particle share its helix however far apart they lie, graph edge or not."""
+    if not (labels >= 0).any():
+        return np.zeros((2, 0), dtype=np.int64)
+    params = track_perigees(*columns, labels, config.field, config.ms)
+    valid = np.flatnonzero(np.isfinite(params).all(axis=1))
+    if valid.size < 2:
+        return np.zeros((2, 0), dtype=np.int64)
+    kappa, phi, d0, cot, z0 = params[valid].T
+    k_s, phi_s, d_s, eta_s, z_s = PERIGEE_SCALES
+    features = np.stack([kappa / k_s, np.cos(phi) / phi_s, np.sin(phi) / phi_s, d0 / d_s, np.arcsinh(cot) / eta_s, z0 / z_s], 1)
+    k = min(NEIGHBOURS + 1, valid.size)
+    gaps, found = cKDTree(features).query(features, k=k, distance_upper_bound=PERIGEE_REACH)
+    src = np.repeat(np.arange(valid.size), k)
+    hit = found.ravel()
+    ok = (hit < valid.size) & (hit != src)
+    a, b, d = valid[src[ok]], valid[hit[ok]], gaps.ravel()[ok]
+    num_tracks = params.shape[0]
+    keys = np.minimum(a, b) * num_tracks + np.maximum(a, b)
+    order = np.lexsort((keys, d))
+    keys, first_seen = np.unique(keys[order], return_index=True)
+    keys = keys[np.argsort(first_seen, kind="stable")]
+    return np.stack([keys // num_tracks, keys % num_tracks])
+
+
+def _near_track_hits(pos: np.ndarray, labels: np.ndarray, free: np.ndarray, distance: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(free hit, track hit)`` pairs: the NEIGHBOURS hits on tracks nearest each free hit, within ``distance``."""
+    on = np.flatnonzero(labels >= 0)
+    if on.size == 0 or free.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    k = min(NEIGHBOURS, on.size)
+    _, found = cKDTree(pos[on]).query(pos[free], k=k, distance_upper_bound=distance)
+    found = np.atleast_2d(found).reshape(free.size, k)
+    src = np.repeat(free, k)
+    hit = found.ravel()
+    ok = hit < on.size
+    return src[ok], on[hit[ok]]
+
+
 def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndarray:
     """Fragments merged and free hits attached by their helix fits (:mod:`domainpar.kernels.track_refine`).
+
+    Merges are tried first between tracks joined by graph edges (scored above ``extend_threshold``), then between
+    tracks whose ends lie within ``merge_distance`` (the graph or its filter lost every edge across a gap); free
+    hits are tried with the tracks of their graph neighbours and of the nearest track hits within
+    ``merge_distance``.
 
     Args:
         labels: (N,) track of every hit, -1 for none.
@@ -145,31 +290,32 @@ def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndar
         (N,) new labels, tracks below ``config.min_hits`` hits dissolved (-1).
     """
     n = pos.shape[0]
-    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(3)]
+    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
     layer = np.ascontiguousarray(layer, dtype=np.int64)
-    keep = scores > config.extend_threshold
-    a, b = labels[edge_index[0, keep]], labels[edge_index[1, keep]]
-    cross = (a >= 0) & (b >= 0) & (a != b)
-    if cross.any():
-        lo, hi = np.minimum(a[cross], b[cross]), np.maximum(a[cross], b[cross])
-        num_tracks = int(labels.max()) + 1
-        keys, inverse, count = np.unique(lo * num_tracks + hi, return_inverse=True, return_counts=True)
-        pairs = np.stack([keys // num_tracks, keys % num_tracks])
-        total = np.bincount(inverse.ravel(), scores[keep][cross], minlength=keys.size)
-        order = np.lexsort((keys, -total, -count))
+    pairs = np.concatenate(
+        [_edge_pairs(labels, edge_index, scores, config.extend_threshold), _perigee_pairs(columns, labels, config)], axis=1
+    )
+    if pairs.shape[1]:
         labels = merge_fragments(
-            *columns, layer, np.ascontiguousarray(labels, dtype=np.int64), np.ascontiguousarray(pairs[0, order]),
-            np.ascontiguousarray(pairs[1, order]), config.max_chi2_ndf, config.double_distance, config.max_per_layer, config.window,
+            *columns, layer, np.ascontiguousarray(labels, dtype=np.int64), np.ascontiguousarray(pairs[0]),
+            np.ascontiguousarray(pairs[1]), config.max_chi2_ndf, config.double_distance, config.max_per_layer, config.window,
             config.gate, config.field, config.ms, MAX_HITS,
         )  # fmt: skip
-    ptr, node, score = neighbours(n, edge_index, scores, config.extend_threshold)
     free = np.flatnonzero(labels < 0)
+    keep = np.flatnonzero(scores > config.extend_threshold)
+    near_src, near_dst = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # Graph neighbours (both directions, their edge's score) and the nearest track hits (score 0: ordering only).
+    src = np.concatenate([edge_index[0, keep], edge_index[1, keep], near_src])
+    dst = np.concatenate([edge_index[1, keep], edge_index[0, keep], near_dst])
+    score = np.concatenate([scores[keep], scores[keep], np.zeros(near_src.size)]).astype(np.float64)
+    ptr, node, score = _csr_best_first(n, src, dst, score)
     best = np.full(n, -np.inf)
-    np.maximum.at(best, np.repeat(np.arange(n), np.diff(ptr)), score) if score.size else None
+    if score.size:
+        np.maximum.at(best, np.repeat(np.arange(n), np.diff(ptr)), score)
     free = free[np.lexsort((free, -best[free]))]
     labels = attach_free(
         *columns, layer, np.ascontiguousarray(labels, dtype=np.int64), ptr, node, score, free, config.hit_chi2,
-        config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
+        config.max_chi2_ndf, config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
     )  # fmt: skip
     sizes = np.bincount(labels[labels >= 0], minlength=1)
     small = (labels >= 0) & (sizes[np.maximum(labels, 0)] < config.min_hits)

@@ -8,4 +8,4 @@ from __future__ import annotations
 #: Every track-building method, in the order the documentation compares them.
 METHODS = ("components", "walk", "ckf", "ambiguity")
 #: The method used unless told otherwise: the measured best (docs/tracks.md).
-DEFAULT_METHOD = "ambiguity"
+DEFAULT_METHOD = "ckf"

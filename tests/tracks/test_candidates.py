@@ -34,7 +34,7 @@ def _fit(points: np.ndarray, sigma: float, order=None):
     """helix_fit of the points in order, the same resolution in every direction, no scattering term."""
     order = np.arange(len(points)) if order is None else np.asarray(order)
     var = np.full(len(points), sigma**2)
-    return helix_fit(points[:, 0], points[:, 1], points[:, 2], var, var, var, order, len(order), 2.0, 0.0)
+    return helix_fit(points[:, 0], points[:, 1], points[:, 2], var, var, var, np.ones(len(points)), order, len(order), 2.0, 0.0)
 
 
 @pytest.mark.parametrize("pt", [0.2, 1.0, 10.0, 1e4])
@@ -68,7 +68,7 @@ def test_helix_fit_chi2_per_ndf_is_one_for_the_stated_resolution():
 
 def test_fit_candidates_nan_below_three_hits():
     points = helix_points(1.0, 0.3, 1, 0.5)
-    chi2, pt = fit_candidates(points, np.full((6, 3), 0.05**2), np.array([0, 2, 6]), np.arange(6), 2.0, 0.0)
+    chi2, pt = fit_candidates(points, np.concatenate([np.full((6, 3), 0.05**2), np.ones((6, 1))], axis=1), np.array([0, 2, 6]), np.arange(6), 2.0, 0.0)
     assert np.isnan(chi2[0]) and np.isnan(pt[0])
     assert chi2[1] < 1e-9 and pt[1] == pytest.approx(1.0, rel=1e-5)
 
