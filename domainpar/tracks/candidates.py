@@ -74,9 +74,6 @@ class TrackConfig:
     """Following: a first pass over the seeds keeps only tracks of this many hits, before short ones may claim hits."""
     max_shared: int = 1
     """Ambiguity resolution: most hits a kept candidate shares with better ones."""
-    merge_distance: float = 400.0
-    """Refinement: track ends within this (mm) are tried for a merge, and free hits within it of a track hit for
-    attaching, graph edge or not (the graph or its filter loses segments across gaps)."""
     hole_ratio: float = 1.0
     """Following: a track with at least this many holes per hit (layers of the event its helix crosses without a
     hit on them) is dropped, its hits singletons: a piece of a longer track, or no particle's (0: no cut)."""
@@ -93,7 +90,7 @@ class TrackConfig:
         _check_number("extend_threshold", self.extend_threshold, 0.0, 1.0, low_open=False, high_open=True)
         _check_number("seed_threshold", self.seed_threshold, 0.0, 1.0, low_open=False, high_open=True)
         _check_number("seed_bucket", self.seed_bucket, 0.0, 1.0, low_open=False)
-        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate", "merge_distance"):
+        for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
             _check_number(name, getattr(self, name), 0.0, None)
         _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
         if not isinstance(self.refine, bool):

@@ -134,7 +134,7 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
     it was followed on (-1: attached later, or none) and its position along that one (for
     :func:`~domainpar.kernels.track_order.order_keys`).
 
-    ``variances`` (N, 3): :func:`~domainpar.tracks.candidates.hit_variances`; ``config`` a
+    ``variances`` (N, 4): :func:`~domainpar.tracks.candidates.hit_variances`; ``config`` a
     :class:`~domainpar.tracks.candidates.TrackConfig`.
     """
     n = pos.shape[0]
@@ -261,27 +261,12 @@ def _perigee_pairs(columns, labels: np.ndarray, config) -> np.ndarray:
     return np.stack([keys // num_tracks, keys % num_tracks])
 
 
-def _near_track_hits(pos: np.ndarray, labels: np.ndarray, free: np.ndarray, distance: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(free hit, track hit)`` pairs: the NEIGHBOURS hits on tracks nearest each free hit, within ``distance``."""
-    on = np.flatnonzero(labels >= 0)
-    if on.size == 0 or free.size == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    k = min(NEIGHBOURS, on.size)
-    _, found = cKDTree(pos[on]).query(pos[free], k=k, distance_upper_bound=distance)
-    found = np.atleast_2d(found).reshape(free.size, k)
-    src = np.repeat(free, k)
-    hit = found.ravel()
-    ok = hit < on.size
-    return src[ok], on[hit[ok]]
-
-
 def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndarray:
     """Fragments merged and free hits attached by their helix fits (:mod:`domainpar.kernels.track_refine`).
 
-    Merges are tried first between tracks joined by graph edges (scored above ``extend_threshold``), then between
-    tracks whose ends lie within ``merge_distance`` (the graph or its filter lost every edge across a gap); free
-    hits are tried with the tracks of their graph neighbours and of the nearest track hits within
-    ``merge_distance``.
+    Merges are tried between tracks joined by graph edges (scored above ``extend_threshold``), then between tracks
+    whose helices at the beam line are near (pieces of one particle, the graph or its filter lost every edge across
+    a gap); free hits are tried with the tracks of their graph neighbours.
 
     Args:
         labels: (N,) track of every hit, -1 for none.
@@ -303,11 +288,10 @@ def refine(pos, variances, layer, edge_index, scores, labels, config) -> np.ndar
         )  # fmt: skip
     free = np.flatnonzero(labels < 0)
     keep = np.flatnonzero(scores > config.extend_threshold)
-    near_src, near_dst = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    # Graph neighbours (both directions, their edge's score) and the nearest track hits (score 0: ordering only).
-    src = np.concatenate([edge_index[0, keep], edge_index[1, keep], near_src])
-    dst = np.concatenate([edge_index[1, keep], edge_index[0, keep], near_dst])
-    score = np.concatenate([scores[keep], scores[keep], np.zeros(near_src.size)]).astype(np.float64)
+    # Graph neighbours, both directions, each with its edge's score.
+    src = np.concatenate([edge_index[0, keep], edge_index[1, keep]])
+    dst = np.concatenate([edge_index[1, keep], edge_index[0, keep]])
+    score = np.concatenate([scores[keep], scores[keep]]).astype(np.float64)
     ptr, node, score = _csr_best_first(n, src, dst, score)
     best = np.full(n, -np.inf)
     if score.size:
