@@ -396,6 +396,12 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
         processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
         _stop_workers(processes, directories)
         pool.shutdown(wait=False, cancel_futures=True)
+        # The pool's manager thread closes its wake-up pipe as it winds down; left running, it races the
+        # interpreter's exit hook, which writes to that pipe ("Exception ignored ... Bad file descriptor" under the
+        # command's one line). Its workers are gone: it ends at once.
+        manager = getattr(pool, "_executor_manager_thread", None)
+        if manager is not None:
+            manager.join(STOP_GRACE_S)
         started.close()
         raise
     pool.shutdown(wait=True)
