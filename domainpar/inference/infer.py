@@ -53,14 +53,18 @@ def _partitioned_worker(rank: int, world_size: int, checkpoint: str, part_paths:
 
 
 def check_partitionable(checkpoint: Path, graph: EventGraph, num_parts: int) -> None:
-    """Refuse, in one line, a checkpoint's model that is not a built-in and not local: its outputs on a slice of
+    """:func:`require_partitionable` of a checkpoint's model."""
+    require_partitionable(load_model(checkpoint), graph, num_parts)
+
+
+def require_partitionable(loaded: LoadedModel, graph: EventGraph, num_parts: int) -> None:
+    """Refuse, in one line, a loaded model that is not a built-in and not local: its outputs on a slice of
     ``graph`` split into parts must be one process's (:mod:`domainpar.verification.locality`), or partitioned
     inference would score edges otherwise than one process.
 
     Raises:
         DomainparError: naming the model and the output that differs.
     """
-    loaded = load_model(checkpoint)
     if known_local(loaded.model_config.name):
         return
     require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,

@@ -375,19 +375,6 @@ def _score(pipeline: Pipeline, prepared: Prepared, layout: Any, config: Reconstr
     return host_logits(pipeline.loaded, layout, prepared.graph, config.method, config.seed)
 
 
-def _require_local(pipeline: Pipeline, graph: Any, num_parts: int) -> None:
-    """Refuse, in one line, a checkpoint's model that is not a built-in and whose outputs on a split slice of ``graph``
-    differ from one process's (:mod:`domainpar.verification.locality`)."""
-    from domainpar.verification.locality import check_parts, known_local, require_local
-
-    loaded = pipeline.loaded
-    if known_local(loaded.model_config.name):
-        return
-    require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
-                  consequence=f"--parts {num_parts} would score edges otherwise than one process",
-                  skip="--skip-locality-check", state=loaded.model.state_dict())  # fmt: skip
-
-
 def _reconstruct_event(pipeline: Pipeline, digest: str, prepared: Prepared, layout: Any, config: ReconstructConfig) -> Outcome:
     """Score, track and write one prepared event; its Outcome (timings and counts)."""
     seconds = dict(prepared.seconds)
@@ -464,7 +451,9 @@ def run_host(
                 if not outcomes and layout is not None and config.num_parts > 1 and not config.skip_locality_check:
                     # Before the first partitioned event, once: a model that is not local would score every event
                     # otherwise than one process. A refusal ends the job (no event of this pipeline is right).
-                    _require_local(pipeline, prepared.graph, config.num_parts)
+                    from domainpar.inference.infer import require_partitionable
+
+                    require_partitionable(pipeline.loaded, prepared.graph, config.num_parts)
                 try:
                     outcome = _reconstruct_event(pipeline, digest, prepared, layout, config)
                 except DomainparError as exc:

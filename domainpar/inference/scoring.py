@@ -9,7 +9,6 @@ the per-event scores (as the challenge ranked submissions).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
