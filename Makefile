@@ -28,13 +28,18 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/domainpar demo --out runs/demo
 
+# Two pytest-xdist workers (TEST_WORKERS=0: all in this process): a test file stays in one worker, so its module
+# fixtures are made once (tests/conftest.py's scheduler groups the files).
+TEST_WORKERS ?= 2
+PYTEST        = $(PY) -m pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
+
 # The whole suite (what CI runs, .ci/run), with the 25 slowest tests listed at the end.
 test: install
-	$(PY) -m pytest -q --durations=25
+	$(PYTEST) --durations=25
 
 # The edit loop, under 3 minutes on 2 cores: every test but those marked slow (pyproject.toml's markers).
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" --durations=25
+	$(PYTEST) -m "not slow" --durations=25
 
 clean:
 	rm -rf $(VENV) runs

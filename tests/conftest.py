@@ -9,6 +9,7 @@ installed ``domainpar``).
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,44 @@ import pytest
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
+
+
+#: Names that make a test file share one expensive session-wide object with other files: the session fixture
+#: ``checkpointed_run`` (below) and ``engine_jobs``, whose functions cache the 4-process exactness job.
+_SESSION_SHARED = ("checkpointed_run", "engine_jobs")
+#: Tests that need nothing made for their file's other tests and each run for minutes: xdist may give them to
+#: different workers (node id prefixes).
+_INDEPENDENT = ("tests/examples/test_docs_commands.py::test_the_commands_of_an_example_run_as_written[",)
+
+
+@lru_cache(maxsize=None)
+def _scope_of_file(path: str) -> str:
+    """The worker group of a test file: the session-shared names it uses, else the file itself."""
+    try:
+        text = (Path(_REPO) / path).read_text()
+    except OSError:
+        return path
+    shared = [name for name in _SESSION_SHARED if name in text]
+    return "+".join(shared) or path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s two pytest-xdist workers: a whole test file goes to one worker, so its module fixtures are
+    made once; files that use the same session-wide object (:data:`_SESSION_SHARED`) go to the same worker, so it
+    is made once too; the long :data:`_INDEPENDENT` tests spread over the workers. Another ``--dist`` than the
+    default is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(_INDEPENDENT):
+                return nodeid
+            return _scope_of_file(nodeid.split("::", 1)[0])
+
+    return FileGroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

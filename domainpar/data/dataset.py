@@ -17,7 +17,6 @@ from typing import Sequence
 from domainpar.data.features import build_description
 from domainpar.data.graph import GraphConfig, GraphStats, build_event_graph
 from domainpar.data.graph_files import GRAPH_FORMATS, save_event_graph
-from domainpar.data.trackml import event_id_of, event_prefixes
 from domainpar.errors import DomainparError
 from domainpar.workers import ItemResult, failure_summary, run_items
 
@@ -28,6 +27,8 @@ def event_inputs(input_path: str | os.PathLike) -> list[Path]:
     Raises:
         DomainparError: neither a directory of TrackML events nor an event prefix.
     """
+    from domainpar.data.trackml import event_prefixes  # pandas loads where events are read, not in every rank
+
     input_path = Path(input_path)
     if input_path.is_dir():
         prefixes = event_prefixes(input_path)
@@ -46,6 +47,8 @@ def graph_file_name(event_id: int, fmt: str = "npz") -> str:
 
 def graph_target(prefix: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "npz") -> Path:
     """Where the graph of raw event ``prefix`` goes: ``<out_dir>/event<id:09d>.<fmt>``."""
+    from domainpar.data.trackml import event_id_of
+
     return Path(out_dir) / graph_file_name(event_id_of(prefix), fmt)
 
 

@@ -15,11 +15,14 @@ import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from domainpar.errors import DomainparError, one_line
+
+if TYPE_CHECKING:  # pandas loads when the detector is read, not when a training rank imports the graph config
+    import pandas as pd
 
 MODULE_COLUMNS = (
     "volume_id", "layer_id", "module_id", "cx", "cy", "cz",
@@ -45,6 +48,8 @@ def load_detector(path: str | os.PathLike | None = None) -> pd.DataFrame:
     Returns:
         One row per module with the columns of :data:`MODULE_COLUMNS`.
     """
+    import pandas as pd
+
     path = default_detector_path() if path is None else Path(path)
     if not path.is_file():
         raise DomainparError(f"{path}: detector description not found")

@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from domainpar.errors import DomainparError
-from domainpar.kernels.triplets import best_triplets
+
+if TYPE_CHECKING:  # a training rank reads features from graph files: neither pandas nor the numba kernels at import
+    import pandas as pd
 
 #: Bumped when the layout of a description changes.
 DESCRIPTION_VERSION = 1
@@ -321,8 +322,12 @@ def compute_features(
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     x = node_feature_matrix(tuple(node_features), r, phi, pos[:, 2], clusters)
     return x, edge_feature_matrix(tuple(edge_features), pos, np.asarray(edge_index))
+
+
 def _triplet_columns(x, y, z, r, phi, src, dst, num_nodes: int) -> np.ndarray:
     """(E, 8) raw triplet columns in :data:`TRIPLET_FEATURES` order (distance as m, not yet log(1 + m))."""
+    from domainpar.kernels.triplets import best_triplets  # numba loads only where graphs are built
+
     dr = r[dst] - r[src]
     dx, dy = x[dst] - x[src], y[dst] - y[src]
     ell = np.hypot(dx, dy)

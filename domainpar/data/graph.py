@@ -47,9 +47,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from domainpar.data import features as feature_catalogue
 from domainpar.data.detector import layer_index_of, layer_table
@@ -57,7 +57,9 @@ from domainpar.data.event_graph import EventGraph
 from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs, layers_between
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
-from domainpar.kernels.segments import bridged, find_segments
+
+if TYPE_CHECKING:  # training ranks import GraphConfig only: pandas and the numba kernels load where graphs are built
+    import pandas as pd
 
 #: Names of the extra node features appended with ``GraphConfig(cell_features=True)``.
 CELL_FEATURES = ("cell_count", "cell_charge")
@@ -259,6 +261,10 @@ def _search_edges(
     r: np.ndarray, phi: np.ndarray, z: np.ndarray, layer: np.ndarray, config: GraphConfig
 ) -> np.ndarray:
     """(2, E) int64 inner → outer node indices of every candidate segment, sorted by (src, dst)."""
+    import pandas as pd
+
+    from domainpar.kernels.segments import find_segments
+
     table = layer_table()
     num_layers = len(table)
     num_bins = int(config.num_phi_bins)
@@ -333,6 +339,8 @@ def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np
     b of a track that did leave one still bridges the fake jumps from its
     earlier hits.
     """
+    from domainpar.kernels.segments import bridged
+
     jumping = crossed == 1
     if not jumping.any():
         return src, dst

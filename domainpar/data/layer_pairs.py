@@ -33,11 +33,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from domainpar.data.detector import layer_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Solenoid field of the TrackML detector, tesla.
 MAGNETIC_FIELD_T = 2.0

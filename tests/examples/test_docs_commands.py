@@ -2,10 +2,11 @@
 
 * Every ``bash`` block of ``examples/*.md`` is executed, in order, in a fresh
   workspace (``examples/`` and ``tests/`` of the repository linked in, as in a
-  clone), scaled down by :data:`SCALE_DOWN` — sizes only, never options or
-  paths. Docs that name data they do not make get it from a fixture: TrackML
-  events in ``data/train`` (ids 1000 …) and ``data/val`` (1100), and for the
-  acorn page those events as PyG files in ``acorn/gnn_input/{trainset,valset,testset}``.
+  clone), scaled down by :data:`SCALE_DOWN` (:data:`SCALE_DOWN_ENV` for the
+  scripts a doc runs) — sizes only, never options or paths. Docs that name
+  data they do not make get it from a fixture: TrackML events in
+  ``data/train`` (ids 1000 …) and ``data/val`` (1100), and for the acorn page
+  those events as PyG files in ``acorn/gnn_input/{trainset,valset,testset}``.
   Lines that set up the environment (``make install``, ``source``) are skipped:
   the test runs with this environment's ``domainpar``.
 * Every ``domainpar`` call in README.md, ``docs/*.md``, ``examples/*.md`` and
@@ -32,6 +33,8 @@ EXAMPLES = REPO / "examples"
 #: Sizes that make a doc's commands run in a minute or two on two cores (pattern → replacement).
 SCALE_DOWN = [(r"--particles \d+", "--particles 150"), (r"--epochs \d+", "--epochs 1"),
               (r"PARTICLES=\d+", "PARTICLES=150"), (r"EPOCHS=\d+", "EPOCHS=1")]  # fmt: skip
+#: The same sizes for scripts that read them from the environment.
+SCALE_DOWN_ENV = {"PARTICLES": "150", "EPOCHS": "1"}
 #: Environment set-up lines of the docs (the test already runs in an environment with domainpar).
 SETUP_LINES = ("make ", "source ")
 #: Which data a doc uses without making it itself.
@@ -152,6 +155,7 @@ def test_the_commands_of_an_example_run_as_written(doc, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["OMP_NUM_THREADS"] = "1"
+    env.update(SCALE_DOWN_ENV)  # a script the doc runs (examples/quickstart.sh) reads its sizes from these
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, env=env, capture_output=True,
                           text=True, timeout=1700)
     assert done.returncode == 0, f"{doc}:\n{script}\n--- stderr:\n{done.stderr[-4000:]}"
