@@ -28,7 +28,7 @@ def _tiny(recipe):
     return replace(
         recipe,
         filter=replace(recipe.filter, steps=20, holdout_every=3),
-        train=recipe.train.replace(**{"model.hidden": 8, "model.num_iterations": 1, "parallel.threads": 1}),
+        train=recipe.train.replace(**{"model.hidden": 8, "model.num_iterations": 1, "parallel.threads": 1, "run.curves": False}),
     )
 
 
