@@ -1,7 +1,7 @@
 """The track builders' CPU time per event and the figure of their tracks on a scored event (``docs/tracks.md``).
 
     python -m bench.tools.track_study timing --scores runs/scores/sim_val \\
-        [--methods components,walk,ckf,ambiguity] [--repeat 3]
+        [--methods components,walk,ckf,ambiguity] [--repeat 3] [--set FIELD=VALUE ...]
     python -m bench.tools.track_study examples --scores runs/scores/real_pixel/event000021000.npz \\
         [--method ckf] [--out docs/figures/track_examples_real.png]
 
@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.errors import DomainparError
 from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.tracks.compare import _parse_setting
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 from domainpar.tracks.plots import plot_track_examples
 
@@ -61,18 +63,19 @@ def _model(record: dict) -> str:
     return f"{name} {sha}, step {record.get('checkpoint_step')}"
 
 
-def timing(scores_dir: Path, methods: list[str], repeat: int) -> int:
+def timing(scores_dir: Path, methods: list[str], repeat: int, settings: dict | None = None) -> int:
     paths = sorted(scores_dir.glob("*.npz"))
     if not paths:
         raise DomainparError(f"{scores_dir}: expected scored graph files (*.npz), got none")
     events = [load_scored_graph(p) for p in paths]
     print(f"load before {Path('/proc/loadavg').read_text().strip()}")
     print(f"{len(events)} event(s) of {scores_dir}, scores of {_model(events[0][2])}, {repeat} repeat(s)")
-    print(f"{'method':>12} {'cpu_s':>7} {'wall_s':>7}  (median per event)")
+    print(f"settings {settings or 'default'}")
+    print(f"{'method':>12} {'cpu_s':>7} {'wall_s':>7} {'cpu_max':>7}  (median per event; cpu_max: the slowest build)")
     for method in methods:
         cpu, wall = [], []
         for graph, scores, record in events:
-            config = TrackConfig(method=method, threshold=float(record["threshold"]))
+            config = replace(TrackConfig(method=method, threshold=float(record["threshold"])), **(settings or {}))
             args = (graph.pos, graph.layer, graph.edge_index, scores, config)
             if not cpu:
                 build_candidates(*args)  # compile (or load the cached kernels) outside the timings
@@ -81,7 +84,7 @@ def timing(scores_dir: Path, methods: list[str], repeat: int) -> int:
                 built = build_candidates(*args)
                 cpu.append(time.process_time() - started)
                 wall.append(built.seconds)
-        print(f"{method:>12} {np.median(cpu):7.3f} {np.median(wall):7.3f}")
+        print(f"{method:>12} {np.median(cpu):7.3f} {np.median(wall):7.3f} {np.max(cpu):7.3f}")
     print(f"load after {Path('/proc/loadavg').read_text().strip()}")
     return 0
 
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--scores", required=True, type=Path, help="directory of graphs written by evaluate --write-scores")
     t.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     t.add_argument("--repeat", type=int, default=3, help="timed builds per event and method")
+    t.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrackConfig (repeatable), as in domainpar.tracks.compare")
     e = sub.add_parser("examples", help="figure of built tracks whole, broken and fake")
     e.add_argument("--scores", required=True, type=Path, help="one graph written by evaluate --write-scores")
     e.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS, help="track builder")
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise DomainparError(f"--methods: expected names from {', '.join(METHODS)}, got {', '.join(unknown)}")
             if args.repeat < 1:
                 raise DomainparError(f"--repeat: expected an integer >= 1, got {args.repeat}")
-            return timing(args.scores, methods, args.repeat)
+            return timing(args.scores, methods, args.repeat, dict(_parse_setting(x) for x in args.set))
         if args.count < 1:
             raise DomainparError(f"--count: expected an integer >= 1, got {args.count}")
         return examples(args.scores, args.method, args.count, args.out)

@@ -79,6 +79,15 @@ class TrackConfig:
     hit on them) is dropped, its hits singletons: a piece of a longer track, or no particle's (0: no cut)."""
     refine: bool = True
     """Following: merge fragments and attach free hits by their helix fits after building."""
+    short_layers: int = 3
+    """Following: a candidate on at most this many layers is short, and kept only when it passes the three cuts
+    below (0: no cut). Three hits fix a circle, so its fit can hardly tell a particle from a chance triplet."""
+    short_min_score: float = 0.1
+    """Following: lowest mean edge score along a short candidate (a missing edge counts 0): the GNN must back it."""
+    short_min_pt: float = 0.2
+    """Following: lowest fitted pT (GeV) of a short candidate: chance triplets of the dense low-pT hits curl."""
+    short_max_chi2_ndf: float = 2.0
+    """Following: largest helix-fit chi2/ndf of a short candidate (tighter than ``max_chi2_ndf``: it has few hits)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -96,7 +105,10 @@ class TrackConfig:
         if not isinstance(self.refine, bool):
             raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
         _check_number("hole_ratio", self.hole_ratio, 0.0, None, low_open=False)
-        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("first_pass_hits", 3), ("min_hits", 3), ("max_shared", 0)):
+        _check_number("short_min_score", self.short_min_score, 0.0, 1.0, low_open=False)
+        _check_number("short_min_pt", self.short_min_pt, 0.0, None, low_open=False)
+        _check_number("short_max_chi2_ndf", self.short_max_chi2_ndf, 0.0, None)
+        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("first_pass_hits", 3), ("min_hits", 3), ("max_shared", 0), ("short_layers", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")
@@ -289,6 +301,42 @@ def assemble(
     )
 
 
+def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config: TrackConfig) -> np.ndarray:
+    """(T,) bool: candidates of 3 hits or more on at most ``config.short_layers`` layers that fail a short-track cut.
+
+    A short candidate's fit has almost no degrees of freedom (three hits fix a circle), so the fit alone cannot
+    tell a particle from three hits of different particles that happen to line up; in a dense event such chance
+    triplets are the most frequent fakes (on the real event 21000 four in five fakes lie on at most 3 layers,
+    docs/tracks.md). A short candidate is kept only when the GNN backs it (mean score of the edges between its
+    consecutive hits, a missing edge counting 0, at least ``short_min_score``), its helix is not a tight curl
+    (fitted pT at least ``short_min_pt``) and it fits well (chi2/ndf at most ``short_max_chi2_ndf``). Longer
+    candidates are left alone: their fits judge them.
+
+    Args:
+        candidates: the built candidates (ordered hits, edge scores along them, fits).
+        layer: (N,) layer code of every hit.
+        config: the cut's settings.
+    """
+    sizes = candidates.sizes()
+    if config.short_layers <= 0 or sizes.size == 0:
+        return np.zeros(sizes.size, dtype=bool)
+    track = candidates.track_id[candidates.hits]
+    # Distinct layers per candidate.
+    pairs = np.unique(np.stack([candidates.track_id, np.asarray(layer, dtype=np.int64)]), axis=1)
+    layers = np.bincount(pairs[0], minlength=sizes.size)
+    # Mean score of the edges between consecutive hits (no edge: 0); a candidate's first hit has none before it.
+    step = np.nan_to_num(candidates.edge_score.astype(np.float64), nan=0.0)
+    step[candidates.offsets[:-1]] = 0.0
+    mean_score = np.bincount(track, step, minlength=sizes.size) / np.maximum(sizes - 1, 1)
+    with np.errstate(invalid="ignore"):
+        weak = (
+            (mean_score < config.short_min_score)
+            | ~(candidates.fit_pt >= config.short_min_pt)
+            | ~(candidates.fit_chi2_ndf <= config.short_max_chi2_ndf)
+        )
+    return (sizes >= 3) & (layers <= config.short_layers) & weak
+
+
 def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None = None) -> TrackCandidates:
     """Track candidates of one event from its edge scores.
 
@@ -315,6 +363,15 @@ def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None 
         labels, fragment, rank = follow(pos, variances, layer, edge_index, scores, config, shared=config.method == "ambiguity")
         free = np.flatnonzero(labels < 0)
         labels[free] = n + free  # hits on no track: singletons
+        candidates = assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
+        weak = short_and_weak(candidates, layer, config)
+        if not weak.any():
+            return candidates
+        # Dissolve them into singletons and lay the candidates out again (numbering, order and fits).
+        dropped = np.flatnonzero(weak[candidates.track_id])
+        labels = candidates.track_id.copy()
+        labels[dropped] = n + dropped
+        fragment[dropped] = -1
         return assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
     else:  # pragma: no cover - TrackConfig admits only METHODS
         raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {config.method!r}")

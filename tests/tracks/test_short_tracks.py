@@ -1,0 +1,88 @@
+"""The default builder's short-track cut on hand-made pixel events (issue 26).
+
+A candidate on three layers or fewer has a fit with almost no degrees of freedom, so three hits of different
+particles (or noise) that happen to lie on a circle pass it; on the real event 21000 such chance triplets are
+most of the fakes. The default builder keeps a short candidate only when the GNN backs it, its helix is not a
+tight curl and it fits well; a genuine short particle with well-scored edges stays a track.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from domainpar.tracks.candidates import TrackConfig, build_candidates
+
+from handmade import HandEvent, helix_at, whole
+
+#: Pixel barrel layers only (a pixel-only event: the hole cut counts no strip layer).
+PIXEL = [7, 8, 9, 10]
+
+
+def _event(chance: dict, score: float) -> HandEvent:
+    """A particle through the four pixel barrel layers, a short genuine particle on three of them, and three noise
+    hits on layers 8-10 lying exactly on the helix ``chance`` (a chance alignment), joined by edges of ``score``."""
+    ev = HandEvent()
+    long = ev.track(1, pt=2.0, phi0=0.5, charge=1, cot=0.4, layers=PIXEL)
+    ev.chain([long[c] for c in PIXEL], 0.95)
+    short = ev.track(2, pt=1.5, phi0=-2.0, charge=-1, cot=-0.3, layers=[7, 8, 9])
+    ev.chain([short[c] for c in (7, 8, 9)], 0.9)
+    radii = {8: 72.0, 9: 116.0, 10: 172.0}
+    noise = [ev.hit(helix_at(radius=r, **chance), code, 0) for code, r in radii.items()]
+    ev.chain(noise, score)
+    return ev
+
+
+#: The chance triplets: a tight curl the GNN scores fairly (0.3), and a stiff helix the GNN barely scores (0.06).
+CHANCE = {
+    "a tight curl (pT 0.1 GeV)": (dict(pt=0.1, phi0=2.2, charge=1, cot=0.8), 0.3),
+    "weakly scored edges (mean 0.06)": (dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06),
+}
+
+
+def _build(ev: HandEvent, config: TrackConfig):
+    pos, layer, edge_index, scores, particle = ev.arrays()
+    return build_candidates(pos, layer, edge_index, scores, config).track_id, particle
+
+
+def _noise_on_one_candidate(track_id: np.ndarray, particle: np.ndarray) -> bool:
+    noise = np.flatnonzero(particle == 0)
+    return np.unique(track_id[noise]).size == 1
+
+
+@pytest.mark.parametrize("case", list(CHANCE))
+def test_default_builder_drops_a_chance_triplet(case):
+    helix, score = CHANCE[case]
+    track_id, particle = _build(_event(helix, score), TrackConfig())
+    # Each noise hit is a singleton, not a fake candidate of three hits.
+    assert not _noise_on_one_candidate(track_id, particle)
+    assert whole(track_id, particle, 1) and whole(track_id, particle, 2)
+
+
+@pytest.mark.parametrize("case", list(CHANCE))
+def test_without_the_cut_the_chance_triplet_is_a_track(case):
+    # The fit alone accepts it: what the cut is for.
+    helix, score = CHANCE[case]
+    track_id, particle = _build(_event(helix, score), replace(TrackConfig(), short_layers=0))
+    assert _noise_on_one_candidate(track_id, particle)
+
+
+def test_a_long_candidate_is_not_judged_by_the_short_cut():
+    # The same weakly scored chance helix on four layers: not short, so the cut leaves it to the fit.
+    ev = _event(dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06)
+    inner = ev.hit(helix_at(pt=1.0, phi0=2.2, charge=1, cot=0.8, radius=32.0), 7, 0)
+    ev.edge(inner, int(np.flatnonzero(np.array(ev.particle) == 0)[0]), 0.06)
+    track_id, particle = _build(ev, TrackConfig())
+    assert _noise_on_one_candidate(track_id, particle)
+
+
+@pytest.mark.parametrize(
+    "field, value", [("short_layers", -1), ("short_layers", 1.5), ("short_min_score", 1.5), ("short_min_pt", -0.1), ("short_max_chi2_ndf", 0.0)]
+)
+def test_short_cut_settings_are_checked(field, value):
+    from domainpar.errors import DomainparError
+
+    with pytest.raises(DomainparError, match=field):
+        TrackConfig(**{field: value})
