@@ -20,8 +20,8 @@ from domainpar.launch.env import planned_job
 from domainpar.launch.lifeline import Terminated, terminate_on_signals
 from domainpar.cli.inputs import all_inputs
 from domainpar.output_paths import check_apart, check_output_dir
-from domainpar.train.config import (DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, domain_size_of, flag_name, load_config,
-                                    section_domains)
+from domainpar.train.config import (DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, SettingError, domain_size_of, flag_name,
+                                    load_config, section_domains)
 from domainpar.train.preflight import check_run
 
 
@@ -73,6 +73,14 @@ def _check_out_apart(config) -> None:
     check_apart("--out", config.run.out, "dir", inputs)
 
 
+def _as_the_user_set_it(exc: BaseException, config_path: Path | None, given: dict) -> BaseException:
+    """A refused setting named as the user set it: its flag when given on the command line (or left at its
+    default), else the config file's key (``run.yaml: optim.warmup must be …``)."""
+    if not isinstance(exc, SettingError) or config_path is None or exc.dotted in given:
+        return exc
+    return DomainparError(f"{config_path}: {exc.dotted} {exc.message}")
+
+
 def _end_of_failed_run(exc: BaseException, launcher) -> None:
     """How a run that did not finish ends: an interrupt as the stop (whatever it made of the run on its way out: a
     rank's error, a refused collective), a rank's failure as its line, anything else raised for the command's line."""
@@ -119,14 +127,17 @@ def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> No
     # Imported when the command runs: the training stack (pandas, the kernels) is not needed for --help.
     from domainpar.train.run import train as run_training
 
+    given = given_fields(options)
     if dry_run:
-        config = load_config(config_path, given_fields(options))
+        config = load_config(config_path, given)
         _check_out_apart(config)
-        _dry_run(config)
+        try:
+            _dry_run(config)
+        except SettingError as exc:
+            raise _as_the_user_set_it(exc, config_path, given) from None
         return
     launcher = detect_launcher()
     launched_rank = launcher.joins
-    given = given_fields(options)
     if quiet:
         given["run.progress"] = False
     # SIGTERM/SIGHUP unwind this process: a launcher stops the ranks it spawned and releases the --out lock;
@@ -143,7 +154,7 @@ def train(config_path: Path | None, quiet: bool, dry_run: bool, **options) -> No
         _check_out_apart(config)
         summary = run_training(config, launcher)
     except BaseException as exc:  # noqa: BLE001 - every way out is named once (below)
-        _end_of_failed_run(exc, launcher)
+        _end_of_failed_run(_as_the_user_set_it(exc, config_path, given), launcher)
     if summary.get("rank", 0) != 0:
         return
     if summary.get("paused"):

@@ -8,9 +8,10 @@ Two ways in:
   what the tests, ``domainpar verify`` and single-node training use. When a
   rank fails, ``spawn`` stops the others and raises :class:`SpawnError`
   naming the job's *first* failure in one line (the rank that raised, with
-  its traceback, or the rank that died and the signal that killed it); a job
-  that outlives ``timeout_s`` is killed and the error names the ranks that
-  had not finished.
+  its traceback, or the rank that died and the signal that killed it, also
+  one that died while it read its start-up arguments:
+  :mod:`domainpar.launch.bootstrap`); a job that outlives ``timeout_s`` is
+  killed and the error names the ranks that had not finished.
 * :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``;
   :func:`fail_rank` ends such a rank after an exception, naming the job's
   first failure once on stderr (and in torchrun's error file, so torchrun's
@@ -54,6 +55,7 @@ import torch.multiprocessing as mp
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
 from domainpar.errors import DomainparError, MachineFault, is_fault
+from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
 from domainpar.workers import STOP_SIGNALS, children_start_quietly, start_resource_tracker
@@ -426,10 +428,22 @@ def _signal_name(exitcode: int) -> str:
         return f"signal {-exitcode}"
 
 
-def _died(rank: int, nprocs: int, exitcode: int) -> str:
+#: How a rank that died before it ran any of our code is named (after how it died).
+_STARTING = "while reading its start-up arguments"
+
+
+def _died(rank: int, nprocs: int, exitcode: int, reason: str | None = None, starting: bool = False) -> str:
+    """The line of a rank that died without reporting: how it died, and when it died starting, why (``reason``,
+    what its start-up guard wrote) or that it did (``starting``)."""
     if exitcode < 0:
-        return f"rank {rank} of {nprocs} died (killed by {_signal_name(exitcode)})"
-    return f"rank {rank} of {nprocs} died (exit code {exitcode}) without reporting an error"
+        how = f"rank {rank} of {nprocs} died (killed by {_signal_name(exitcode)})"
+    elif reason is None and not starting:
+        return f"rank {rank} of {nprocs} died (exit code {exitcode}) without reporting an error"
+    else:
+        how = f"rank {rank} of {nprocs} died (exit code {exitcode})"
+    if reason is not None:
+        return f"{how} {_STARTING}: {reason}"
+    return f"{how} {_STARTING}" if starting else how
 
 
 def _in_world(message: str, rank: int, nprocs: int) -> str:
@@ -441,12 +455,18 @@ def _in_world(message: str, rank: int, nprocs: int) -> str:
 
 
 def _verdict(
-    reports: dict[int, tuple[Failure, str]], order: list[int], dead: dict[int, float], exitcodes: list, nprocs: int
+    reports: dict[int, tuple[Failure, str]],
+    order: list[int],
+    dead: dict[int, float],
+    exitcodes: list,
+    nprocs: int,
+    reasons: dict[int, str] | None = None,
 ) -> SpawnError:
-    """The error of a failed job: the first failure its ranks agreed on, else the first rank seen dead."""
+    """The error of a failed job: the first failure its ranks agreed on, else the first rank seen dead (with what
+    it wrote when it died starting: ``reasons``)."""
     if not order:
         rank = min(dead, key=dead.__getitem__)
-        line = _died(rank, nprocs, exitcodes[rank])
+        line = _died(rank, nprocs, exitcodes[rank], (reasons or {}).get(rank))
         return SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
     failure = reports[order[0]][0]
     root = failure.rank
@@ -506,18 +526,25 @@ def spawn(
     ctx = mp.get_context("spawn")
     start_resource_tracker()  # before the queue registers its semaphores with it
     results = ctx.Queue()
-    store_dir = None
+    # Private: the rendezvous store (unless given) and what a rank that dies starting writes (bootstrap).
+    store_dir = tempfile.mkdtemp(prefix="domainpar-rdzv-")
     if init_method is None:
-        store_dir = tempfile.mkdtemp(prefix="domainpar-rdzv-")
         init_method = "file://" + os.path.join(store_dir, "store")
-    processes = [
-        ctx.Process(
+    processes = []
+    for rank in range(nprocs):
+        process = RankProcess(
             target=_child,
             args=(rank, nprocs, fn, args, init_method, backend, timeout_s, num_threads, results, os.getpid(), watchdog),
             daemon=False,
         )
-        for rank in range(nprocs)
-    ]
+        process.reason_path = os.path.join(store_dir, f"start-failure-{rank}.txt")
+        processes.append(process)
+
+    def reasons() -> dict[int, str]:
+        """What the ranks that died starting wrote (their one line, instead of spawn_main's traceback)."""
+        found = {rank: start_reason(p.reason_path) for rank, p in enumerate(processes)}
+        return {rank: text for rank, text in found.items() if text is not None}
+
     values: dict[int, Any] = {}
     reports: dict[int, tuple[Failure, str]] = {}
     order: list[int] = []
@@ -525,11 +552,22 @@ def spawn(
         # The children start with the stop signals blocked until _child has set its own handlers (no traceback from
         # a child interrupted while it imports), and this process answers a stop only once every child has all its
         # arguments (a child left with half of them prints an unpickling error).
+        failed_start: tuple[int, int] | None = None
         with children_start_quietly() as stopped:
-            for process in processes:
+            for rank, process in enumerate(processes):
                 if stopped:
                     break  # the stop is answered as the block ends: no more children to start and then stop
-                process.start()
+                try:
+                    process.start()
+                except StartFailed as exc:
+                    # Died before it had all its arguments (bootstrap): no later rank is started, the started ones
+                    # are stopped below.
+                    failed_start = (rank, exc.exitcode)
+                    break
+        if failed_start is not None:
+            rank, code = failed_start
+            line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
+            raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
         deadline = time.monotonic() + timeout_s
         exited_at: dict[int, float] = {}
         trouble_since: float | None = None
@@ -557,7 +595,7 @@ def spawn(
             if trouble_since is not None:
                 settled = all(r in values or r in reports or r in dead for r in range(nprocs))
                 if settled or now - trouble_since > settle_s:
-                    error = _verdict(reports, order, dead, [p.exitcode for p in processes], nprocs)
+                    error = _verdict(reports, order, dead, [p.exitcode for p in processes], nprocs, reasons())
                     _stop(processes)
                     raise error
             if now > deadline:
@@ -572,6 +610,5 @@ def spawn(
     finally:
         _stop(processes)
         results.close()
-        if store_dir is not None:
-            shutil.rmtree(store_dir, ignore_errors=True)
+        shutil.rmtree(store_dir, ignore_errors=True)
     return [values[rank] for rank in range(nprocs)]

@@ -190,7 +190,11 @@ class Recipe:
         particles: int | None = None,
         filter_steps: int | None = None,
     ) -> "Recipe":
-        """The same recipe on fewer (or more) events, epochs and edge-filter steps (``make run``'s budget, smoke tests)."""
+        """The same recipe on fewer (or more) events, epochs and edge-filter steps (``make run``'s budget, smoke tests).
+
+        A warm-up that would take the whole of the scaled run (``domainpar train`` refuses it) keeps its share of
+        the recipe's schedule instead (rounded down): the physics recipe's 20 of 600 steps become 0 of 3.
+        """
         simulation = replace(
             self.simulation,
             train_events=train_events,
@@ -198,6 +202,7 @@ class Recipe:
             particles=self.simulation.particles if particles is None else particles,
         )
         train = self.train if epochs is None else self.train.replace(**{"run.epochs": epochs})
+        train = _scaled_warmup(train, self.train.run.epochs * self.simulation.train_events, train_events)
         edge_filter = self.filter
         if filter_steps is not None and edge_filter is not None:
             edge_filter = replace(edge_filter, steps=filter_steps)
@@ -217,6 +222,24 @@ class Recipe:
             "tracks": asdict(self.tracks),
             "evaluation": {**asdict(self.evaluation), "subsets": {k: list(v) for k, v in self.evaluation.subsets.items()}},
         }
+
+
+def _scaled_warmup(train: TrainConfig, recipe_event_passes: int, train_events: int) -> TrainConfig:
+    """``train`` (already scaled to its epochs) with a warm-up shorter than its run of ``train_events`` events.
+
+    The steps are counted as the trainer counts them with the recipe's global batch (one event a step when it
+    leaves it to the world: an upper bound, the check before training has the last word).
+    """
+    warmup = train.optim.warmup
+    batch = train.optim.batch_events or 1
+    steps = train.run.epochs * (train_events // batch)
+    if train.run.max_steps is not None:
+        steps = min(steps, train.run.max_steps)
+    if warmup < steps:
+        return train
+    # Its share of the recipe's run (events x epochs; the batch is the same), which is fewer than the scaled steps.
+    share = warmup * train.run.epochs * train_events // max(1, recipe_event_passes)
+    return train.replace(**{"optim.warmup": min(share, max(0, steps - 1))})
 
 
 def _section(nested: Mapping[str, Any], name: str, source: str) -> dict | None:

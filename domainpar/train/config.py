@@ -306,6 +306,23 @@ def flag_name(dotted: str) -> str:
     return FLAG_NAMES.get(dotted) or "--" + dotted.partition(".")[2].replace("_", "-")
 
 
+class SettingError(DomainparError):
+    """A setting refused for what it means in this run (not for its own range), named by its flag.
+
+    The value may have come from a YAML file rather than the command line: the command, which knows which,
+    names the file's key instead (``run.yaml: optim.warmup must be …``).
+
+    Args:
+        dotted: the field's dotted name (e.g. ``"optim.warmup"``).
+        message: what was expected and found, without the field's name.
+    """
+
+    def __init__(self, dotted: str, message: str) -> None:
+        super().__init__(f"{flag_name(dotted)} {message}")
+        self.dotted = dotted
+        self.message = message
+
+
 def _display_name(dotted: str, source: str) -> str:
     """How an error names a field: its flag on the command line, its dotted key in a file."""
     if dotted.startswith("model.options.") and source == "command line":

@@ -13,7 +13,8 @@ ends instead at once with one line naming the flag:
   (domain size divides the world, batch a multiple of the replicas, ...);
 * every check in :data:`RUN_CHECKS`, each given a :class:`RunInputsView` of
   the run (the resolved config, world and group sizes, the launcher, the
-  first training graph): enough training events for one batch, hit positions
+  first training graph): enough training events for one batch, a warm-up
+  shorter than the run, hit positions
   for geometric or sectors partitioning, ``--plans`` with one part per rank of
   a domain group, GPUs for the local ranks, the local process limit.
 
@@ -38,7 +39,7 @@ from domainpar.data.pyg_files import is_pyg_file
 from domainpar.errors import DomainparError
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.io import read_manifest
-from domainpar.train.config import TrainConfig, domain_size_of, validate_config
+from domainpar.train.config import SettingError, TrainConfig, domain_size_of, validate_config
 from domainpar.train.events import plan_directory
 from domainpar.launch.env import LauncherEnv, detect
 
@@ -137,6 +138,35 @@ def enough_events_for_a_batch(view: RunInputsView) -> None:
             + ("; it defaults to one event per replica: use fewer replicas (--domain-size) or more events"
                if view.replicas > 1 else "")
         )
+
+
+def optimiser_steps(view: RunInputsView) -> int:
+    """The run's length in optimiser steps, as the trainer counts it (its learning-rate schedule spans these):
+    ``epochs`` x full batches of ``batch_events`` per epoch, or ``--max-steps`` when that is fewer."""
+    config = view.config
+    steps = config.run.epochs * (view.num_train_events // config.optim.batch_events)
+    return steps if config.run.max_steps is None else min(steps, config.run.max_steps)
+
+
+@run_check
+def warmup_ends_before_the_run(view: RunInputsView) -> None:
+    """A warm-up of the run's length or longer never lets the learning rate reach its peak (--lr): the run would
+    train a schedule other than the one asked for. A resume has the same length (a cosine schedule's length is
+    compared with its checkpoint's), so a run accepted here resumes."""
+    warmup = view.config.optim.warmup
+    steps = optimiser_steps(view)
+    if warmup < steps:
+        return
+    config = view.config
+    per_epoch = view.num_train_events // config.optim.batch_events
+    if config.run.max_steps is not None and config.run.max_steps == steps:
+        how = f"--max-steps {steps}"
+    else:
+        how = f"{config.run.epochs} epoch(s) x {per_epoch} step(s) of {config.optim.batch_events} event(s)"
+    raise SettingError(
+        "optim.warmup",
+        f"must be fewer than the run's {steps} optimiser steps (got {warmup}): {how}; the warm-up would take the whole run",
+    )
 
 
 @run_check
@@ -259,4 +289,4 @@ def check_run(config: TrainConfig, world_size: int, launcher: LauncherEnv | None
     return config
 
 
-__all__ = ["RUN_CHECKS", "RunInputsView", "check_run", "resolve_defaults", "run_check"]
+__all__ = ["RUN_CHECKS", "RunInputsView", "check_run", "optimiser_steps", "resolve_defaults", "run_check"]

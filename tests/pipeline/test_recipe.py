@@ -46,6 +46,16 @@ def test_scaled_recipe_keeps_everything_but_the_sizes():
     assert fewer.filter.steps == 7 and replace(fewer.filter, steps=recipe.filter.steps) == recipe.filter
 
 
+def test_a_scaled_recipe_keeps_a_warmup_shorter_than_its_run():
+    """domainpar train refuses a warm-up of the whole run: a smoke-sized recipe keeps its share (rounded down)."""
+    recipe = load_recipe(RECIPE)
+    assert recipe.train.optim.warmup == 20 and recipe.train.run.epochs * recipe.simulation.train_events == 600
+    assert recipe.scaled(train_events=6, val_events=1, epochs=12).train.optim.warmup == 20  # the demo's 72 steps
+    assert recipe.scaled(train_events=3, val_events=1, epochs=1).train.optim.warmup == 0
+    assert recipe.scaled(train_events=20, val_events=1, epochs=1).train.optim.warmup == 0  # 20 of 600 -> 0 of 20
+    assert recipe.scaled(train_events=21, val_events=1, epochs=1).train.optim.warmup == 20  # shorter than 21 steps
+
+
 def _write(tmp_path: Path, change) -> Path:
     nested = yaml.safe_load(RECIPE.read_text())
     change(nested)

@@ -23,7 +23,8 @@ from domainpar.data.event_graph import save_graph
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.launch import ranks as launch
-from domainpar.train.config import load_config
+from domainpar.cli.main import main
+from domainpar.train.config import SettingError, load_config
 from domainpar.launch.env import detect
 from domainpar.train.preflight import check_run, resolve_defaults
 from domainpar.train.run import train
@@ -103,9 +104,12 @@ def test_shipped_slurm_configs_pass_the_checks_at_every_layout_their_comments_su
              ("config_cpu_only.yaml", 8, 4)]  # fmt: skip
     write_graphs(tmp_path / "many", 8)
     for name, world, group in cases:
+        # The configs' warm-ups (50 and 200 steps) are sized for real datasets of thousands of events: 8 events
+        # make runs of 20 to 160 steps, which the warm-up check rightly refuses; the layouts are what is checked here.
         config = load_config(REPO / "slurm" / name, {"data.train": str(tmp_path / "many"), "data.val": None,
                                                      "parallel.domain_size": group, "parallel.device": "cpu",
-                                                     "run.precision": "fp32", "run.out": str(tmp_path / "out")})
+                                                     "run.precision": "fp32", "run.out": str(tmp_path / "out"),
+                                                     "optim.warmup": 0})
         env = {"RANK": "0", "WORLD_SIZE": str(world), "LOCAL_RANK": "0"}
         resolved = check_run(config, world, detect(env))
         assert resolved.optim.batch_events % (world // group) == 0, (name, world, group)
@@ -128,6 +132,57 @@ def test_world_size_mistakes_stop_before_any_rank_starts(graphs, tmp_path, no_ra
     with pytest.raises(DomainparError, match=message):
         train(_config(graphs, tmp_path / "run", **{"parallel.ranks": world, **extra}))
     assert not (tmp_path / "run").exists()
+
+
+def _refused_by_the_command(capsys, *argv) -> list[str]:
+    """``domainpar train argv`` in-process: it must exit 2; its stderr lines."""
+    with pytest.raises(SystemExit) as info:
+        main(["train", *map(str, argv)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err, err
+    return err.strip().splitlines()
+
+
+#: 4 training events, one per step (one replica), 3 epochs: 12 optimiser steps.
+_TWELVE_STEPS = "3 epoch(s) x 4 step(s) of 1 event(s); the warm-up would take the whole run"
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_warmup_flag_as_long_as_the_run_stops_before_any_rank(graphs, tmp_path, no_ranks_may_start, capsys, dry_run):
+    out = tmp_path / "run"
+    lines = _refused_by_the_command(capsys, "--data", graphs, "--ranks", 2, "--epochs", 3, "--warmup", 20, "--hidden", 4,
+                                    "--device", "cpu", "--out", out, *(["--dry-run"] if dry_run else []))
+    assert lines == [f"error: --warmup must be fewer than the run's 12 optimiser steps (got 20): {_TWELVE_STEPS}"]
+    assert not out.exists()
+
+
+def test_a_warmup_set_in_the_config_file_is_named_as_its_key(graphs, tmp_path, no_ranks_may_start, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data:\n  train: {graphs}\noptim:\n  warmup: 12\nparallel:\n  device: cpu\nrun:\n  epochs: 3\n")
+    out = tmp_path / "run"
+    lines = _refused_by_the_command(capsys, "--config", config, "--out", out, "--mode", "single", "--hidden", 4)
+    assert lines == [f"error: {config}: optim.warmup must be fewer than the run's 12 optimiser steps (got 12): {_TWELVE_STEPS}"]
+    assert not out.exists()
+    # Given on the command line too, the flag is what the user set last: it is named.
+    lines = _refused_by_the_command(capsys, "--config", config, "--out", out, "--mode", "single", "--warmup", 13)
+    assert lines == [f"error: --warmup must be fewer than the run's 12 optimiser steps (got 13): {_TWELVE_STEPS}"]
+
+
+def test_a_warmup_counts_the_steps_the_trainer_runs(graphs, tmp_path):
+    """Steps per epoch follow the global batch (a resumed run's, when resuming) and --max-steps cuts the run."""
+    assert check_run(_config(graphs, tmp_path / "a", **{"run.epochs": 3, "optim.warmup": 11}), 1).optim.warmup == 11
+    with pytest.raises(SettingError, match=r"^--warmup must be fewer than the run's 6 optimiser steps \(got 6\): 3 epoch\(s\) x 2 step\(s\) of 2 event\(s\);"):
+        check_run(_config(graphs, tmp_path / "b", **{"run.epochs": 3, "optim.warmup": 6, "optim.batch_events": 2}), 1)
+    with pytest.raises(SettingError, match=r"^--warmup must be fewer than the run's 5 optimiser steps \(got 5\): --max-steps 5;"):
+        check_run(_config(graphs, tmp_path / "c", **{"run.epochs": 3, "optim.warmup": 5, "run.max_steps": 5}), 1)
+    # A resume trains with the batch of the run it continues (2 events a step: 6 steps), and is accepted below it.
+    out = tmp_path / "resumed"
+    out.mkdir()
+    (out / "config.yaml").write_text("optim:\n  batch_events: 2\n")
+    resumed = _config(graphs, out, **{"run.resume": True, "run.epochs": 3, "parallel.domain_size": 1})
+    assert check_run(resumed.replace(**{"optim.warmup": 5}), 1).optim.batch_events == 2
+    with pytest.raises(SettingError, match=r"^--warmup must be fewer than the run's 6 optimiser steps \(got 6\)"):
+        check_run(resumed.replace(**{"optim.warmup": 6}), 1)
 
 
 def test_geometric_plans_of_graphs_without_positions_stop_before_any_rank(graphs, tmp_path, no_ranks_may_start):
