@@ -42,7 +42,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from domainpar.comm.failure import STORE_PREFIX, Failure, FailureChannel, PeerFailed, raised
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, stop_received
 
 #: Messages of communication errors caused by a peer going away (gloo, NCCL, TCPStore); their rank is a bystander.
 _PEER_GONE_HINTS = (
@@ -74,6 +74,9 @@ class WatchdogConfig:
     """After a peer's failure, seconds the main thread gets to report and exit before the watchdog ends the process."""
     linger_s: float = 10.0
     """Longest the rank that hosts the store waits for its peers to read a failure before exiting."""
+    launcher_wait_s: float = 5.0
+    """Under torchrun, longest a rank stopped by a peer's failure waits for the agent's stop signal before exiting,
+    so that the agent sees the peer's failure first and its summary names it as the root cause."""
     finish_s: float = 120.0
     """Longest the rank that hosts the store waits for its peers to finish a successful run before exiting."""
 
@@ -319,6 +322,17 @@ class Watchdog:
             if readers:
                 time.sleep(0.05)
 
+    def await_launcher(self, failure: Failure) -> None:
+        """Under torchrun, a rank stopped by a peer's failure stays until the agent's stop signal (at most
+        ``launcher_wait_s``). The agent names as root cause the earliest failure among the ranks that have exited
+        when it looks; a rank that noticed the peer's death first and left at once, on a loaded machine, would be
+        that one, and the summary would blame the rank that only reported."""
+        if failure.rank == self.rank or not os.environ.get("TORCHELASTIC_RUN_ID"):
+            return
+        deadline = time.monotonic() + self.config.launcher_wait_s
+        while stop_received() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def finish_failed(self, failure: Failure, exit_code: int = 1, linger: bool = True) -> None:
         """The end of a failed rank: report (once), let the peers read the failure, abort the groups, exit now."""
         self._main_done.set()
@@ -326,6 +340,7 @@ class Watchdog:
         if linger:
             self.linger_for_readers(failure)
         abort_process_groups()
+        self.await_launcher(failure)
         self._exit(exit_code)
 
     # ---------------------------------------------------------------- thread
@@ -489,6 +504,7 @@ class Watchdog:
         # The main thread usually unwinds now (an aborted or broken collective raises); a blocked gloo op may not.
         if not self._main_done.wait(self.config.grace_s):
             self.linger_for_readers(failure)
+            self.await_launcher(failure)
             self._exit(1)
 
     def _exit(self, code: int) -> None:

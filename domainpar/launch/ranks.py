@@ -54,7 +54,7 @@ import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
-from domainpar.errors import DomainparError, MachineFault, is_fault
+from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
@@ -222,7 +222,7 @@ def _hold_stop_signals() -> None:
         return
     for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if signum is not None:
-            signal.signal(signum, lambda *_: None)
+            signal.signal(signum, lambda signum, _frame: note_stop(signum))  # noted: Watchdog.await_launcher
 
 
 def fail_rank(exc: BaseException) -> None:

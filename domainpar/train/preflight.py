@@ -141,28 +141,26 @@ def enough_events_for_a_batch(view: RunInputsView) -> None:
 
 
 def optimiser_steps(view: RunInputsView) -> int:
-    """The run's length in optimiser steps, as the trainer counts it (its learning-rate schedule spans these):
-    ``epochs`` x full batches of ``batch_events`` per epoch, or ``--max-steps`` when that is fewer."""
+    """The run's scheduled length in optimiser steps, as the trainer counts it: ``epochs`` x full batches of
+    ``batch_events`` per epoch (``--max-steps`` cuts a run short of it, and is not counted)."""
     config = view.config
-    steps = config.run.epochs * (view.num_train_events // config.optim.batch_events)
-    return steps if config.run.max_steps is None else min(steps, config.run.max_steps)
+    return config.run.epochs * (view.num_train_events // config.optim.batch_events)
 
 
 @run_check
 def warmup_ends_before_the_run(view: RunInputsView) -> None:
     """A warm-up of the run's length or longer never lets the learning rate reach its peak (--lr): the run would
     train a schedule other than the one asked for. A resume has the same length (a cosine schedule's length is
-    compared with its checkpoint's), so a run accepted here resumes."""
+    compared with its checkpoint's), so a run accepted here resumes. A run cut short by ``--max-steps`` is a
+    deliberate short run (a check of a production config on a few steps): its cap is not held against the
+    warm-up."""
     warmup = view.config.optim.warmup
     steps = optimiser_steps(view)
     if warmup < steps:
         return
     config = view.config
     per_epoch = view.num_train_events // config.optim.batch_events
-    if config.run.max_steps is not None and config.run.max_steps == steps:
-        how = f"--max-steps {steps}"
-    else:
-        how = f"{config.run.epochs} epoch(s) x {per_epoch} step(s) of {config.optim.batch_events} event(s)"
+    how = f"{config.run.epochs} epoch(s) x {per_epoch} step(s) of {config.optim.batch_events} event(s)"
     raise SettingError(
         "optim.warmup",
         f"must be fewer than the run's {steps} optimiser steps (got {warmup}): {how}; the warm-up would take the whole run",

@@ -30,9 +30,11 @@ from domainpar.cli.main import COMMANDS
 from fixtures import REPO
 
 EXAMPLES = REPO / "examples"
-#: Sizes that make a doc's commands run in a minute or two on two cores (pattern → replacement).
+#: Sizes that make a doc's commands run in a minute or two on two cores (pattern → replacement): events, epochs,
+#: and the width of a run (4 ranks or parts, a 4-GPU node's, are 2 on the test machine's 2 cores).
 SCALE_DOWN = [(r"--particles \d+", "--particles 150"), (r"--epochs \d+", "--epochs 1"),
-              (r"PARTICLES=\d+", "PARTICLES=150"), (r"EPOCHS=\d+", "EPOCHS=1")]  # fmt: skip
+              (r"PARTICLES=\d+", "PARTICLES=150"), (r"EPOCHS=\d+", "EPOCHS=1"),
+              (r"--ranks 4\b", "--ranks 2"), (r"--parts 4\b", "--parts 2")]  # fmt: skip
 #: The same sizes for scripts that read them from the environment.
 SCALE_DOWN_ENV = {"PARTICLES": "150", "EPOCHS": "1"}
 #: Environment set-up lines of the docs (the test already runs in an environment with domainpar).
