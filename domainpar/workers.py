@@ -353,6 +353,28 @@ def _stop_workers(processes: list, directories: list) -> None:
         remove_temporaries_of(directories, [p.pid for p in processes if p.pid is not None])
 
 
+def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
+    """Make the pool's wake-up of its manager thread a no-op once the manager has closed the pipe.
+
+    Python 3.11's exit hook wakes every pool's manager thread without the pool's lock, so a manager that winds
+    down at that moment (a stopped run whose manager outlived the grace period) closes the pipe between the hook's
+    "is it closed?" and its write, and the interpreter prints an ignored ``OSError: Bad file descriptor`` traceback
+    under the command's one line. A wake-up nobody is left to read needs no delivery.
+    """
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    send = getattr(wakeup, "wakeup", None)
+    if send is None:
+        return
+
+    def wake() -> None:
+        try:
+            send()
+        except (OSError, ValueError):  # closed under us: the manager thread has already stopped
+            pass
+
+    wakeup.wakeup = wake
+
+
 def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
@@ -360,6 +382,7 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
     # A SimpleQueue writes synchronously: a worker killed right after saying what it starts has said it.
     started = context.SimpleQueue()
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(started,))
+    _tolerate_a_closed_wakeup(pool)
     processes: list = []
     running: dict[int, str] = {}
 
@@ -395,11 +418,12 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
     except BaseException:
         processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
         _stop_workers(processes, directories)
+        # Taken before shutdown(), which drops the pool's reference to its manager thread.
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         # The pool's manager thread closes its wake-up pipe as it winds down; left running, it races the
         # interpreter's exit hook, which writes to that pipe ("Exception ignored ... Bad file descriptor" under the
         # command's one line). Its workers are gone: it ends at once.
-        manager = getattr(pool, "_executor_manager_thread", None)
         if manager is not None:
             manager.join(STOP_GRACE_S)
         started.close()

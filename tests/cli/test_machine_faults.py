@@ -24,6 +24,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import process as cf_process
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,24 @@ def _killed_for_item(item: int) -> int:
 def test_a_killed_worker_is_a_machine_fault_naming_the_event():
     with pytest.raises(MachineFault, match=r"^event1: a worker process was killed by SIGKILL \(by the system's out-of-memory killer\?\); try fewer --workers$"):
         run_items(_killed_for_item, [0, 1, 2, 3], names=[f"event{i}" for i in range(4)], workers=2, progress=False)
+
+
+def test_waking_a_pool_whose_manager_closed_its_pipe_is_silent():
+    # Python 3.11's exit hook wakes a stopped pool's manager thread without the pool's lock; a manager winding down
+    # at that moment closed the pipe under it, and CI showed "Exception ignored ... Bad file descriptor" under
+    # `build`'s one line after SIGTERM.
+    from domainpar.workers import _tolerate_a_closed_wakeup
+
+    pool = cf_process.ProcessPoolExecutor(max_workers=1)
+    wakeup = pool._executor_manager_thread_wakeup
+    _tolerate_a_closed_wakeup(pool)
+    # The manager's close() landing between the exit hook's "closed?" check and its write: the descriptor is gone.
+    os.close(wakeup._writer.fileno())
+    wakeup.wakeup()  # Python's own wake-up raises OSError: [Errno 9] Bad file descriptor here
+    wakeup._writer._handle = None  # already closed above: keep the pool's own close from closing it twice
+    wakeup._closed = True
+    wakeup._reader.close()
+    pool.shutdown(wait=True)
 
 
 # ----------------------------------------------------------------------------- interrupts
