@@ -227,14 +227,14 @@ class Recipe:
 def _scaled_warmup(train: TrainConfig, recipe_event_passes: int, train_events: int) -> TrainConfig:
     """``train`` (already scaled to its epochs) with a warm-up shorter than its run of ``train_events`` events.
 
-    The steps are counted as the trainer counts them with the recipe's global batch (one event a step when it
-    leaves it to the world: an upper bound, the check before training has the last word).
+    The steps are counted as the trainer's check counts them (:func:`~domainpar.train.preflight.scheduled_steps`:
+    a ``max_steps`` cap is a deliberate short run, not counted) with the recipe's global batch (one event a step
+    when it leaves it to the world: an upper bound, the check before training has the last word).
     """
+    from domainpar.train.preflight import scheduled_steps
+
     warmup = train.optim.warmup
-    batch = train.optim.batch_events or 1
-    steps = train.run.epochs * (train_events // batch)
-    if train.run.max_steps is not None:
-        steps = min(steps, train.run.max_steps)
+    steps = scheduled_steps(train.run.epochs, train_events, train.optim.batch_events or 1)
     if warmup < steps:
         return train
     # Its share of the recipe's run (events x epochs; the batch is the same), which is fewer than the scaled steps.

@@ -140,11 +140,16 @@ def enough_events_for_a_batch(view: RunInputsView) -> None:
         )
 
 
-def optimiser_steps(view: RunInputsView) -> int:
-    """The run's scheduled length in optimiser steps, as the trainer counts it: ``epochs`` x full batches of
+def scheduled_steps(epochs: int, num_train_events: int, batch_events: int) -> int:
+    """A run's scheduled length in optimiser steps, as the trainer counts it: ``epochs`` x full batches of
     ``batch_events`` per epoch (``--max-steps`` cuts a run short of it, and is not counted)."""
+    return epochs * (num_train_events // batch_events)
+
+
+def optimiser_steps(view: RunInputsView) -> int:
+    """The checked run's scheduled length in optimiser steps (:func:`scheduled_steps`)."""
     config = view.config
-    return config.run.epochs * (view.num_train_events // config.optim.batch_events)
+    return scheduled_steps(config.run.epochs, view.num_train_events, config.optim.batch_events)
 
 
 @run_check
