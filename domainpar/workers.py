@@ -375,6 +375,50 @@ def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
     wakeup.wakeup = wake
 
 
+@contextlib.contextmanager
+def _stops_at_safe_points() -> Iterator[Callable[[], None]]:
+    """Hold this process's stop signals until the caller says it is at a safe point.
+
+    A stop signal's handler raises (``KeyboardInterrupt``, ``Terminated``) wherever the main thread is; inside
+    ``concurrent.futures.wait`` that is often while it holds the locks of many futures (it takes them one by one
+    and releases them in ``__exit__``, neither of which an exception raised half way completes). The pool's
+    manager thread then blocks for ever on the first future it cancels or completes, and the interpreter's exit
+    hook joins that thread: the command printed its line and never exited. Here the handlers only note the
+    signal; the caller calls the yielded function between waits, where the command's own handler is restored
+    and the signal raised again to it. A signal still held when the block ends is raised to it then.
+
+    Yields:
+        ``answer()``: raise the first held signal to the command's handler (a no-op while none arrived).
+    """
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            current = signal.getsignal(signum)
+            if current in (signal.SIG_IGN, None):  # ignored stays ignored; None: set outside Python, leave it
+                continue
+            with contextlib.suppress(ValueError, OSError):
+                previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        previous.clear()
+
+    def answer() -> None:
+        if held:
+            restore()
+            signal.raise_signal(held[0])  # the command's handler raises here, where no lock is held
+
+    try:
+        yield answer
+    finally:
+        restore()
+        if held:
+            signal.raise_signal(held[0])
+
+
 def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
@@ -391,45 +435,49 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
             pid, name = started.get()
             running[pid] = name
 
-    try:
-        # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
-        # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
-        with children_start_quietly():
-            futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
-            # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
-            processes = list((getattr(pool, "_processes", None) or {}).values())
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+    # Stop signals are answered between waits, never inside one (see _stops_at_safe_points).
+    with _stops_at_safe_points() as answer_stops:
+        try:
+            # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
+            # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
+            with children_start_quietly():
+                futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
+                # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
+                processes = list((getattr(pool, "_processes", None) or {}).values())
+            pending = set(futures)
+            while pending:
+                answer_stops()
+                done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+                processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
+                for future in done:
+                    index = futures[future]
+                    try:
+                        result = future.result()
+                    except cf.process.BrokenProcessPool:
+                        note_started()
+                        result = _worker_death(names[index], processes, running)
+                    except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
+                        result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
+                    finish(index, result)
+                answer_stops()
+                stop = should_stop() if should_stop is not None else None
+                if stop is not None:
+                    raise stop
+        except BaseException:
             processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
-            for future in done:
-                index = futures[future]
-                try:
-                    result = future.result()
-                except cf.process.BrokenProcessPool:
-                    note_started()
-                    result = _worker_death(names[index], processes, running)
-                except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
-                    result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
-                finish(index, result)
-            stop = should_stop() if should_stop is not None else None
-            if stop is not None:
-                raise stop
-    except BaseException:
-        processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
-        _stop_workers(processes, directories)
-        # Taken before shutdown(), which drops the pool's reference to its manager thread.
-        manager = getattr(pool, "_executor_manager_thread", None)
-        pool.shutdown(wait=False, cancel_futures=True)
-        # The pool's manager thread closes its wake-up pipe as it winds down; left running, it races the
-        # interpreter's exit hook, which writes to that pipe ("Exception ignored ... Bad file descriptor" under the
-        # command's one line). Its workers are gone: it ends at once.
-        if manager is not None:
-            manager.join(STOP_GRACE_S)
+            _stop_workers(processes, directories)
+            # Taken before shutdown(), which drops the pool's reference to its manager thread.
+            manager = getattr(pool, "_executor_manager_thread", None)
+            pool.shutdown(wait=False, cancel_futures=True)
+            # The pool's manager thread closes its wake-up pipe as it winds down; left running, it races the
+            # interpreter's exit hook, which writes to that pipe ("Exception ignored ... Bad file descriptor" under
+            # the command's one line). Its workers are gone: it ends at once.
+            if manager is not None:
+                manager.join(STOP_GRACE_S)
+            started.close()
+            raise
+        pool.shutdown(wait=True)
         started.close()
-        raise
-    pool.shutdown(wait=True)
-    started.close()
 
 
 def failure_summary(results: Iterable[ItemResult], what: str = "events", names_chars: int = 300) -> str | None:
