@@ -40,7 +40,7 @@ class TrackConfig:
     """Solenoid field along z (T), for the helix fits' pT."""
     sigma_hit: float = 0.01
     """Added in quadrature to every hit's resolution (pitch / sqrt(12) of its layer's modules) in the helix fits (mm)."""
-    ms: float = 0.03
+    ms: float = 0.02
     """Multiple-scattering term of the helix fits (mm GeV): every hit's variance grows by (ms / pT)^2."""
     seed_threshold: float = 0.05
     """Following: seed triplets are two edges both scored above it (best first, so the GNN's surest tracks start)."""
@@ -52,7 +52,7 @@ class TrackConfig:
     """Following: the best-scored inner and outer edges of a hit that make seed triplets with it."""
     reach: int = 3
     """Following: candidates come from the neighbours of this many hits at the growing end."""
-    window: int = 5
+    window: int = 7
     """Following: the fits that judge a candidate hit and a finished track span this many consecutive hits."""
     hit_chi2: float = 16.0
     """Following: largest chi2 increment of one added hit."""
@@ -64,7 +64,7 @@ class TrackConfig:
     """Following: weight of -ln(edge score) beside the chi2 increment in a candidate's cost."""
     double_distance: float = 20.0
     """Following: largest distance (mm) of two hits of one particle on one layer (overlapping modules)."""
-    gate: float = 3.0
+    gate: float = 6.0
     """Following: a candidate hit further than this (mm) from the helix at the track's end is not fitted."""
     max_per_layer: int = 3
     """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
@@ -186,7 +186,7 @@ def check_inputs(pos, layer, edge_index, scores) -> tuple[np.ndarray, np.ndarray
 
 #: Scattering weight of a hit by detector: the strip detector's modules and supports scatter more than the pixel
 #: detector's (measured on simulated truth: docs/tracks.md).
-STRIP_SCATTERING = 6.0
+STRIP_SCATTERING = 13.5
 #: Volumes of the pixel detector (scattering weight 1).
 PIXEL_VOLUMES = (7, 8, 9)
 
@@ -324,10 +324,17 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config: Track
     # Distinct layers per candidate.
     pairs = np.unique(np.stack([candidates.track_id, np.asarray(layer, dtype=np.int64)]), axis=1)
     layers = np.bincount(pairs[0], minlength=sizes.size)
-    # Mean score of the edges between consecutive hits (no edge: 0); a candidate's first hit has none before it.
-    step = np.nan_to_num(candidates.edge_score.astype(np.float64), nan=0.0)
-    step[candidates.offsets[:-1]] = 0.0
-    mean_score = np.bincount(track, step, minlength=sizes.size) / np.maximum(sizes - 1, 1)
+    # Mean score of the steps between consecutive hits on different layers (no edge: 0). A step within one layer
+    # (the double hit of overlapping modules) has no edge by construction (the graph joins layers): counted as 0,
+    # it would sink a true candidate with doubles below the cut (on event 21000 one in ten it dropped was a
+    # particle of pT > 1 GeV). A candidate's first hit has no step before it.
+    hit_layer = np.asarray(layer, dtype=np.int64)[candidates.hits]
+    crossing = np.ones(hit_layer.size, dtype=bool)
+    crossing[1:] = hit_layer[1:] != hit_layer[:-1]
+    crossing[candidates.offsets[:-1]] = False
+    step = np.where(crossing, np.nan_to_num(candidates.edge_score.astype(np.float64), nan=0.0), 0.0)
+    steps = np.bincount(track, crossing.astype(np.float64), minlength=sizes.size)
+    mean_score = np.bincount(track, step, minlength=sizes.size) / np.maximum(steps, 1)
     with np.errstate(invalid="ignore"):
         weak = (
             (mean_score < config.short_min_score)
