@@ -83,7 +83,7 @@ class TrackConfig:
     """Following: a candidate on at most this many layers is short, and kept only when it passes the three cuts
     below (0: no cut). Three hits fix a circle, so its fit can hardly tell a particle from a chance triplet."""
     short_min_score: float = 0.1
-    """Following: lowest mean edge score along a short candidate (a missing edge counts 0): the GNN must back it."""
+    """Following: lowest mean edge score of a short candidate's layer crossings (a missing edge counts 0): the GNN must back it."""
     short_min_pt: float = 0.2
     """Following: lowest fitted pT (GeV) of a short candidate: chance triplets of the dense low-pT hits curl."""
     short_max_chi2_ndf: float = 2.0
@@ -308,7 +308,7 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config: Track
     tell a particle from three hits of different particles that happen to line up; in a dense event such chance
     triplets are the most frequent fakes (on the real event 21000 four in five fakes lie on at most 3 layers,
     docs/tracks.md). A short candidate is kept only when the GNN backs it (mean score of the edges between its
-    consecutive hits, a missing edge counting 0, at least ``short_min_score``), its helix is not a tight curl
+    consecutive hits on different layers, a missing edge counting 0, at least ``short_min_score``), its helix is not a tight curl
     (fitted pT at least ``short_min_pt``) and it fits well (chi2/ndf at most ``short_max_chi2_ndf``). Longer
     candidates are left alone: their fits judge them.
 

@@ -78,6 +78,26 @@ def test_a_long_candidate_is_not_judged_by_the_short_cut():
     assert _noise_on_one_candidate(track_id, particle)
 
 
+def test_a_short_particle_with_double_hits_is_judged_by_its_layer_crossings():
+    # Overlapping modules give a particle two hits on a layer, and the graph joins layers only: the step between
+    # the two hits has no edge. The GNN backs this particle's every crossing (0.15, above short_min_score 0.1);
+    # counting its within-layer steps as 0 (mean 0.075) dropped it, as it dropped true particles of event 21000.
+    ev = HandEvent()
+    long = ev.track(1, pt=2.0, phi0=0.5, charge=1, cot=0.4, layers=PIXEL)
+    ev.chain([long[c] for c in PIXEL], 0.95)
+    p = dict(pt=1.5, phi0=-2.0, charge=-1, cot=-0.3)
+    short = ev.track(2, layers=[7, 8, 9], **p)
+    second = {code: ev.hit(helix_at(radius=radius + 2.0, **p), code, 2) for code, radius in ((8, 72.0), (9, 116.0))}
+    layers = [[short[7]], [short[8], second[8]], [short[9], second[9]]]
+    for inner, outer in zip(layers[:-1], layers[1:]):
+        for a in inner:
+            for b in outer:
+                ev.edge(a, b, 0.15)
+    track_id, particle = _build(ev, TrackConfig())
+    assert whole(track_id, particle, 2) and whole(track_id, particle, 1)
+    assert np.count_nonzero(track_id == track_id[short[7]]) == 5
+
+
 @pytest.mark.parametrize(
     "field, value", [("short_layers", -1), ("short_layers", 1.5), ("short_min_score", 1.5), ("short_min_pt", -0.1), ("short_max_chi2_ndf", 0.0)]
 )
