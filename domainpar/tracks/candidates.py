@@ -52,7 +52,7 @@ class TrackConfig:
     """Following: the best-scored inner and outer edges of a hit that make seed triplets with it."""
     reach: int = 3
     """Following: candidates come from the neighbours of this many hits at the growing end."""
-    window: int = 7
+    window: int = 6
     """Following: the fits that judge a candidate hit and a finished track span this many consecutive hits."""
     hit_chi2: float = 16.0
     """Following: largest chi2 increment of one added hit."""
