@@ -24,6 +24,9 @@ _CHILD = textwrap.dedent(
         return i
 
     if __name__ == "__main__":
+        # As a command does (domainpar.cli.main): answered, even where the launcher left SIGINT ignored (a shell's
+        # background job, some CI runners).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         acquire = base._AcquireFutures.__enter__
         calls = [0]
 
