@@ -408,8 +408,10 @@ def _stops_at_safe_points() -> Iterator[Callable[[], None]]:
 
     def answer() -> None:
         if held:
+            signum = held[0]
+            held.clear()  # answered: not raised again as the block ends
             restore()
-            signal.raise_signal(held[0])  # the command's handler raises here, where no lock is held
+            signal.raise_signal(signum)  # the command's handler raises here, where no lock is held
 
     try:
         yield answer

@@ -44,8 +44,10 @@ _CHILD = textwrap.dedent(
         base._AcquireFutures.__enter__ = enter
         try:
             run_items(item, list(range(400)), workers=2, progress=False)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             print("interrupted", file=sys.stderr)
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                print("and raised a second time", file=sys.stderr)  # the held signal must be answered once
             sys.exit(130)
         sys.exit(3)
     """
