@@ -24,7 +24,7 @@ from domainpar.errors import DomainparError
 from domainpar.kernels.track_fit import fit_candidates
 from domainpar.kernels.track_order import order_keys
 from domainpar.tracks.build import components_of, walk_edges
-from domainpar.tracks.follow import follow
+from domainpar.tracks.follow import attach_at_holes, follow, holed, variances_columns
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
 
@@ -77,6 +77,12 @@ class TrackConfig:
     hole_ratio: float = 1.0
     """Following: a track with at least this many holes per hit (layers of the event its helix crosses without a
     hit on them) is dropped, its hits singletons: a piece of a longer track, or no particle's (0: no cut)."""
+    hole_reach: float = 5.0
+    """Following: a hole beyond a track's last hit is evident (its particle may have gone on) when a hit of the event lies within this (mm) of the helix there."""
+    ended_hole_ratio: float = 0.34
+    """Following: a track over ``hole_ratio`` is kept when it has fewer evident holes per hit than this and fits well: its particle ended (0: never)."""
+    ended_chi2_ndf: float = 1.0
+    """Following: largest helix-fit chi2/ndf of a track kept as ended (``ended_hole_ratio``)."""
     refine: bool = True
     """Following: merge fragments and attach free hits by their helix fits after building."""
     short_layers: int = 3
@@ -105,6 +111,9 @@ class TrackConfig:
         if not isinstance(self.refine, bool):
             raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
         _check_number("hole_ratio", self.hole_ratio, 0.0, None, low_open=False)
+        _check_number("hole_reach", self.hole_reach, 0.0, None)
+        _check_number("ended_hole_ratio", self.ended_hole_ratio, 0.0, None, low_open=False)
+        _check_number("ended_chi2_ndf", self.ended_chi2_ndf, 0.0, None)
         _check_number("short_min_score", self.short_min_score, 0.0, 1.0, low_open=False)
         _check_number("short_min_pt", self.short_min_pt, 0.0, None, low_open=False)
         _check_number("short_max_chi2_ndf", self.short_max_chi2_ndf, 0.0, None)
@@ -371,14 +380,16 @@ def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None 
         free = np.flatnonzero(labels < 0)
         labels[free] = n + free  # hits on no track: singletons
         candidates = assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
-        weak = short_and_weak(candidates, layer, config)
-        if not weak.any():
-            return candidates
-        # Dissolve them into singletons and lay the candidates out again (numbering, order and fits).
-        dropped = np.flatnonzero(weak[candidates.track_id])
-        labels = candidates.track_id.copy()
-        labels[dropped] = n + dropped
-        fragment[dropped] = -1
+        weak = holed(pos, variances, layer, candidates.track_id, candidates.fit_chi2_ndf, config) | short_and_weak(candidates, layer, config)
+        # Dissolve them, attach free hits at the holes of the tracks kept, and lay the candidates out again.
+        kept = ~weak & (candidates.sizes() >= 2)
+        on = kept[candidates.track_id]
+        labels = np.where(on, np.cumsum(kept)[candidates.track_id] - 1, -1)
+        fragment[~on] = -1
+        if config.refine:
+            labels = attach_at_holes(variances_columns(pos, variances), layer, labels, config)
+        free = np.flatnonzero(labels < 0)
+        labels[free] = n + free
         return assemble(pos, edge_index, scores, variances, labels, config, started, fragment, rank)
     else:  # pragma: no cover - TrackConfig admits only METHODS
         raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {config.method!r}")

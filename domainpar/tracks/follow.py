@@ -20,7 +20,7 @@ from scipy.spatial import cKDTree
 
 from domainpar.kernels.track_ckf import MAX_HITS, follow_tracks, resolve_shared
 from domainpar.data.detector import layer_table
-from domainpar.kernels.track_holes import count_holes
+from domainpar.kernels.track_holes import count_holes, hole_hits
 from domainpar.kernels.track_refine import attach_free, merge_fragments, track_perigees
 
 #: Nearest neighbours looked at per track end (merging) and per free hit (attaching).
@@ -165,8 +165,6 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
         labels = np.unique(labels, return_inverse=True)[1].ravel() - (1 if (labels < 0).any() else 0)
     if config.refine:
         labels = refine(pos, variances, layer, edge_index, scores, labels, config)
-    if config.hole_ratio > 0:
-        labels = drop_holed(pos, variances, layer, labels, config)
     fragment[labels < 0] = -1
     return labels, fragment, rank
 
@@ -181,11 +179,27 @@ def layer_surfaces() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return barrel, position, low, high
 
 
-def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.ndarray]:
-    """(T,) layers crossed and holes of every track (labels 0..T-1; -1 where a track has no helix), counting only
-    the layers the event has hits on (a pixel-only event has no strip layers to miss)."""
+def variances_columns(pos: np.ndarray, variances: np.ndarray) -> list[np.ndarray]:
+    """x, y, z and the four variance columns, each (N,) contiguous float64: the kernels' hit arguments."""
+    return [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
+
+
+def layer_hits(pos: np.ndarray, layer: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(layer_ptr, sorted_phi, sorted_hits)``: every hit by layer, then azimuth (:func:`~domainpar.kernels.track_holes.hit_near`)."""
+    phi = np.arctan2(pos[:, 1], pos[:, 0])
+    order = np.lexsort((phi, layer)).astype(np.int64)
+    layer_ptr = np.zeros(num_layers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(layer, minlength=num_layers), out=layer_ptr[1:])
+    return layer_ptr, np.ascontiguousarray(phi[order], dtype=np.float64), order
+
+
+def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(T,) layers crossed, holes and evident holes of every track (labels 0..T-1, -1: on none; -1 where a track
+    has no helix: below 3 hits), counting only the layers the event has hits on (a pixel-only event has no strip
+    layers to miss). Evident: :mod:`~domainpar.kernels.track_holes`, within ``config.hole_reach``."""
     columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
+    layer = np.ascontiguousarray(layer, dtype=np.int64)
     perigees = track_perigees(*columns, labels, config.field, config.ms)
     on = np.flatnonzero(labels >= 0)
     hits = on[np.argsort(labels[on], kind="stable")]
@@ -194,22 +208,76 @@ def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.n
     barrel, position, low, high = layer_surfaces()
     present = np.zeros(barrel.size, dtype=bool)
     present[np.unique(layer)] = True
-    return count_holes(perigees, offsets, hits, np.ascontiguousarray(layer, dtype=np.int64), barrel, position, low, high,
-                       present, HOLE_MARGIN)  # fmt: skip
+    layer_ptr, sorted_phi, sorted_hits = layer_hits(pos, layer, barrel.size)
+    return count_holes(perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3],
+                       layer_ptr, sorted_phi, sorted_hits, config.hole_reach)  # fmt: skip
 
 
-def drop_holed(pos, variances, layer, labels, config) -> np.ndarray:
-    """Labels with the tracks of at least ``config.hole_ratio`` holes per hit dissolved (-1): a track whose helix
-    crosses as many layers of the event without a hit on them as with one is a piece of a longer track, or no
-    particle's."""
-    if not (labels >= 0).any():
+def attach_at_holes(columns, layer: np.ndarray, labels: np.ndarray, config) -> np.ndarray:
+    """Labels with free hits attached where tracks have holes, judged as :func:`~domainpar.kernels.track_refine.attach_free`.
+
+    The graph may hold no edge between a particle's hit and the rest of its track (the innermost pixel layer, the
+    outer strip layers), so attaching by edges never tries it; the track's helix still passes through it. At
+    every hole of every track the free hit of that layer nearest the helix within ``config.gate`` mm is tried.
+
+    Args:
+        columns: the hits' x, y, z and variances (:func:`refine`'s columns).
+        layer: (N,) int64 layer of every hit.
+        labels: (N,) track of every hit, -1 for none.
+    """
+    free = labels < 0
+    if not free.any() or free.all():
         return labels
-    _, holes = track_holes(pos, variances, layer, labels, config)
-    hits = np.bincount(labels[labels >= 0], minlength=holes.size)
-    bad = (holes >= 0) & (holes >= config.hole_ratio * hits)
-    out = labels.copy()
-    out[(labels >= 0) & bad[np.maximum(labels, 0)]] = -1
-    return out
+    perigees = track_perigees(*columns, labels, config.field, config.ms)
+    on = np.flatnonzero(~free)
+    hits = on[np.argsort(labels[on], kind="stable")]
+    offsets = np.zeros(perigees.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels[on], minlength=perigees.shape[0]), out=offsets[1:])
+    barrel, position, low, high = layer_surfaces()
+    present = np.zeros(barrel.size, dtype=bool)
+    present[np.unique(layer)] = True
+    pos = np.stack(columns[:3], axis=1)
+    layer_ptr, sorted_phi, sorted_hits = layer_hits(pos, layer, barrel.size)
+    hit, track = hole_hits(perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3],
+                           layer_ptr, sorted_phi, sorted_hits, free, config.gate)  # fmt: skip
+    if hit.size == 0:
+        return labels
+    # Each free hit's "neighbours": one hit of every track it may join (attach_free reads their tracks).
+    order = np.argsort(hit, kind="stable")
+    ptr = np.zeros(labels.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(hit, minlength=labels.size), out=ptr[1:])
+    node = hits[offsets[track[order]]]
+    return attach_free(
+        *columns, layer, labels, ptr, node, np.zeros(node.size), np.unique(hit), config.hit_chi2, config.max_chi2_ndf,
+        config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
+    )  # fmt: skip
+
+
+def holed(pos, variances, layer, track_id, fit_chi2_ndf, config) -> np.ndarray:
+    """(T,) bool: tracks of at least ``config.hole_ratio`` holes per hit, unless they ended (below).
+
+    A track whose helix crosses as many layers of the event without a hit on them as with one is a piece of a
+    longer track, or no particle's. Or its particle ended: a hadron interacts in the material, a particle decays,
+    and a stiff particle of 5 hits then crosses the rest of the detector as holes (on simulated full events one
+    track in three this cut dropped was a particle's whole, docs/tracks.md). Such a track is kept when its holes
+    are few but for crossings beyond its last hit with no hit of the event near them (fewer than
+    ``config.ended_hole_ratio`` evident holes per hit) and its helix fits well (chi2/ndf at most
+    ``config.ended_chi2_ndf``).
+
+    Args:
+        pos, variances, layer: (N, 3), (N, 4), (N,) the hits (:func:`~domainpar.tracks.candidates.hit_variances`).
+        track_id: (N,) candidate of every hit (0..T-1).
+        fit_chi2_ndf: (T,) helix-fit chi2/ndf of every candidate (nan: none).
+        config: the cut's settings (:class:`~domainpar.tracks.candidates.TrackConfig`).
+    """
+    num_tracks = int(track_id.max()) + 1 if track_id.size else 0
+    if config.hole_ratio <= 0 or num_tracks == 0:
+        return np.zeros(num_tracks, dtype=bool)
+    _, holes, evident = track_holes(pos, variances, layer, track_id, config)
+    hits = np.bincount(track_id, minlength=num_tracks)
+    with np.errstate(invalid="ignore"):
+        ended = (evident < config.ended_hole_ratio * hits) & (fit_chi2_ndf <= config.ended_chi2_ndf)
+    return (holes >= 0) & (holes >= config.hole_ratio * hits) & ~ended
 
 
 def _edge_pairs(labels: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, min_score: float) -> np.ndarray:
