@@ -14,6 +14,7 @@ A hole is *evident* when the particle was surely there: before the track's first
 along the helix, or beyond its last hit where the event has a hit within ``reach`` mm of the helix on that
 layer (the particle may have gone on, its hits on another track or free). A crossing beyond the last hit with
 no hit near it is where a particle that ended (an interaction, a decay) would leave nothing: a hole, not evident.
+:func:`hole_hits` gives, at every hole, the free hit nearest the helix (a hit the track may take).
 """
 
 from __future__ import annotations
@@ -148,47 +149,6 @@ def helix_point(kappa: float, phi0: float, d0: float, cot: float, z0: float, s: 
     return x, y, z0 + cot * s
 
 
-@numba.njit(cache=True, nogil=True)
-def _near_in(lo: int, hi: int, phi_low: float, phi_high: float, px: float, py: float, pz: float, reach: float,
-             sorted_phi: np.ndarray, sorted_hits: np.ndarray, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> bool:  # fmt: skip
-    """A hit of ``sorted_hits[lo:hi]`` (sorted by phi) with phi in [phi_low, phi_high] within ``reach`` of p."""
-    k = lo + np.searchsorted(sorted_phi[lo:hi], phi_low)
-    while k < hi and sorted_phi[k] <= phi_high:
-        h = sorted_hits[k]
-        dx = x[h] - px
-        dy = y[h] - py
-        dz = z[h] - pz
-        if dx * dx + dy * dy + dz * dz <= reach * reach:
-            return True
-        k += 1
-    return False
-
-
-@numba.njit(cache=True, nogil=True)
-def hit_near(layer: int, px: float, py: float, pz: float, reach: float, layer_ptr: np.ndarray, sorted_phi: np.ndarray,
-             sorted_hits: np.ndarray, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> bool:  # fmt: skip
-    """Whether a hit of ``layer`` lies within ``reach`` (mm) of the point p (hits by layer, then phi: ``layer_ptr``)."""
-    lo = layer_ptr[layer]
-    hi = layer_ptr[layer + 1]
-    if lo == hi:
-        return False
-    r = math.sqrt(px * px + py * py)
-    phi = math.atan2(py, px)
-    # Every point within reach of p lies within this azimuth of it.
-    dphi = math.asin(reach / r) if r > reach else math.pi
-    if dphi >= math.pi:
-        return _near_in(lo, hi, -math.inf, math.inf, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z)
-    low = phi - dphi
-    high = phi + dphi
-    if low < -math.pi:
-        return _near_in(lo, hi, low + 2.0 * math.pi, math.inf, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z) or _near_in(
-            lo, hi, -math.inf, high, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z)  # fmt: skip
-    if high > math.pi:
-        return _near_in(lo, hi, low, math.inf, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z) or _near_in(
-            lo, hi, -math.inf, high - 2.0 * math.pi, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z)  # fmt: skip
-    return _near_in(lo, hi, low, high, px, py, pz, reach, sorted_phi, sorted_hits, x, y, z)
-
-
 #: A crossing within this path length (mm) of the track's first or last hit is not before or beyond it.
 PATH_TOLERANCE = 1.0
 
@@ -219,6 +179,7 @@ def count_holes(
     scratch = np.empty(barrel.shape[0], dtype=np.int64)
     scratch_s = np.empty(barrel.shape[0], dtype=np.float64)
     held = np.zeros(barrel.shape[0], dtype=np.bool_)
+    every = np.ones(x.shape[0], dtype=np.bool_)  # any hit of the event may show the particle went on
     for t in range(num):
         p = perigees[t]
         if not (np.isfinite(p[0]) and np.isfinite(p[1]) and np.isfinite(p[2]) and np.isfinite(p[3]) and np.isfinite(p[4])):
@@ -238,7 +199,7 @@ def count_holes(
                 sure += 1
                 continue
             px, py, pz = helix_point(p[0], p[1], p[2], p[3], p[4], scratch_s[k])
-            if hit_near(scratch[k], px, py, pz, reach, layer_ptr, sorted_phi, sorted_hits, x, y, z):
+            if nearest_free(scratch[k], px, py, pz, reach, layer_ptr, sorted_phi, sorted_hits, x, y, z, every) >= 0:
                 sure += 1
         for k in range(offsets[t], offsets[t + 1]):
             held[hit_layer[hits[k]]] = False
@@ -270,14 +231,18 @@ def _nearest_free_in(lo: int, hi: int, phi_low: float, phi_high: float, px: floa
 @numba.njit(cache=True, nogil=True)
 def nearest_free(layer: int, px: float, py: float, pz: float, reach: float, layer_ptr: np.ndarray, sorted_phi: np.ndarray,
                  sorted_hits: np.ndarray, x: np.ndarray, y: np.ndarray, z: np.ndarray, free: np.ndarray) -> int:  # fmt: skip
-    """The free hit of ``layer`` nearest the point p within ``reach`` (mm); -1: none (layout as :func:`hit_near`)."""
+    """The free hit (``free`` (N,) bool) of ``layer`` nearest the point p within ``reach`` (mm); -1: none.
+
+    ``layer_ptr`` (L+1,) holds the offsets of each layer's hits in ``sorted_hits``, sorted by azimuth
+    (``sorted_phi``): only the azimuth window that can hold a point within reach of p is searched.
+    """
     lo = layer_ptr[layer]
     hi = layer_ptr[layer + 1]
     if lo == hi:
         return -1
     r = math.sqrt(px * px + py * py)
     phi = math.atan2(py, px)
-    dphi = math.asin(reach / r) if r > reach else math.pi
+    dphi = math.asin(reach / r) if r > reach else math.pi  # every point within reach of p lies within this azimuth
     best = reach * reach
     if dphi >= math.pi:
         return _nearest_free_in(lo, hi, -math.inf, math.inf, px, py, pz, best, sorted_phi, sorted_hits, x, y, z, free)[0]

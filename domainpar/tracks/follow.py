@@ -185,7 +185,7 @@ def variances_columns(pos: np.ndarray, variances: np.ndarray) -> list[np.ndarray
 
 
 def layer_hits(pos: np.ndarray, layer: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(layer_ptr, sorted_phi, sorted_hits)``: every hit by layer, then azimuth (:func:`~domainpar.kernels.track_holes.hit_near`)."""
+    """``(layer_ptr, sorted_phi, sorted_hits)``: every hit by layer, then azimuth (:func:`~domainpar.kernels.track_holes.nearest_free`)."""
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     order = np.lexsort((phi, layer)).astype(np.int64)
     layer_ptr = np.zeros(num_layers + 1, dtype=np.int64)
