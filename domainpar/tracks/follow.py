@@ -193,11 +193,10 @@ def layer_hits(pos: np.ndarray, layer: np.ndarray, num_layers: int) -> tuple[np.
     return layer_ptr, np.ascontiguousarray(phi[order], dtype=np.float64), order
 
 
-def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(T,) layers crossed, holes and evident holes of every track (labels 0..T-1, -1: on none; -1 where a track
-    has no helix: below 3 hits), counting only the layers the event has hits on (a pixel-only event has no strip
-    layers to miss). Evident: :mod:`~domainpar.kernels.track_holes`, within ``config.hole_reach``."""
-    columns = [np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])]
+def _hole_arguments(columns, layer: np.ndarray, labels: np.ndarray, config) -> tuple:
+    """The arguments the hole kernels (:mod:`~domainpar.kernels.track_holes`) share, from ``perigees`` to
+    ``sorted_hits``: every track's helix and hits (CSR), the detector's layers (only those the event has hits on:
+    a pixel-only event has no strip layers to miss), the hits and their layer/azimuth index."""
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     layer = np.ascontiguousarray(layer, dtype=np.int64)
     perigees = track_perigees(*columns, labels, config.field, config.ms)
@@ -208,9 +207,16 @@ def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.n
     barrel, position, low, high = layer_surfaces()
     present = np.zeros(barrel.size, dtype=bool)
     present[np.unique(layer)] = True
-    layer_ptr, sorted_phi, sorted_hits = layer_hits(pos, layer, barrel.size)
-    return count_holes(perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3],
-                       layer_ptr, sorted_phi, sorted_hits, config.hole_reach)  # fmt: skip
+    layer_ptr, sorted_phi, sorted_hits = layer_hits(np.stack(columns[:3], axis=1), layer, barrel.size)
+    return (perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3], layer_ptr,
+            sorted_phi, sorted_hits)  # fmt: skip
+
+
+def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(T,) layers crossed, holes and evident holes of every track (labels 0..T-1, -1: on none; -1 where a track
+    has no helix: below 3 hits), counting only the layers the event has hits on (a pixel-only event has no strip
+    layers to miss). Evident: :mod:`~domainpar.kernels.track_holes`, within ``config.hole_reach``."""
+    return count_holes(*_hole_arguments(variances_columns(pos, variances), layer, labels, config), config.hole_reach)
 
 
 def attach_at_holes(columns, layer: np.ndarray, labels: np.ndarray, config) -> np.ndarray:
@@ -221,25 +227,16 @@ def attach_at_holes(columns, layer: np.ndarray, labels: np.ndarray, config) -> n
     every hole of every track the free hit of that layer nearest the helix within ``config.gate`` mm is tried.
 
     Args:
-        columns: the hits' x, y, z and variances (:func:`refine`'s columns).
+        columns: the hits' x, y, z and variances (:func:`variances_columns`).
         layer: (N,) int64 layer of every hit.
         labels: (N,) track of every hit, -1 for none.
     """
     free = labels < 0
     if not free.any() or free.all():
         return labels
-    perigees = track_perigees(*columns, labels, config.field, config.ms)
-    on = np.flatnonzero(~free)
-    hits = on[np.argsort(labels[on], kind="stable")]
-    offsets = np.zeros(perigees.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(labels[on], minlength=perigees.shape[0]), out=offsets[1:])
-    barrel, position, low, high = layer_surfaces()
-    present = np.zeros(barrel.size, dtype=bool)
-    present[np.unique(layer)] = True
-    pos = np.stack(columns[:3], axis=1)
-    layer_ptr, sorted_phi, sorted_hits = layer_hits(pos, layer, barrel.size)
-    hit, track = hole_hits(perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3],
-                           layer_ptr, sorted_phi, sorted_hits, free, config.gate)  # fmt: skip
+    arguments = _hole_arguments(columns, layer, labels, config)
+    offsets, hits = arguments[1], arguments[2]
+    hit, track = hole_hits(*arguments, free, config.gate)
     if hit.size == 0:
         return labels
     # Each free hit's "neighbours": one hit of every track it may join (attach_free reads their tracks).
@@ -259,7 +256,7 @@ def holed(pos, variances, layer, track_id, fit_chi2_ndf, config) -> np.ndarray:
     A track whose helix crosses as many layers of the event without a hit on them as with one is a piece of a
     longer track, or no particle's. Or its particle ended: a hadron interacts in the material, a particle decays,
     and a stiff particle of 5 hits then crosses the rest of the detector as holes (on simulated full events one
-    track in three this cut dropped was a particle's whole, docs/tracks.md). Such a track is kept when its holes
+    track in four this cut dropped was a particle's whole, docs/tracks.md). Such a track is kept when its holes
     are few but for crossings beyond its last hit with no hit of the event near them (fewer than
     ``config.ended_hole_ratio`` evident holes per hit) and its helix fits well (chi2/ndf at most
     ``config.ended_chi2_ndf``).
