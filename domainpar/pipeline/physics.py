@@ -35,7 +35,7 @@ from domainpar.data.event_graph import save_graph
 from domainpar.data.graph_files import load_graph
 from domainpar.data.subset import volume_subset_dir
 from domainpar.errors import DomainparError
-from domainpar.filter.edge_filter import train_filter
+from domainpar.filter.edge_filter import EdgeFilter, load_filter, train_filter
 from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.evaluation import evaluate, write_outputs
 from domainpar.pipeline.recipe import Recipe
@@ -88,6 +88,7 @@ def run_recipe(
     num_parts: int | None = None,
     events_cache: str | Path | None = None,
     unlabelled: list[str | Path] | None = None,
+    edge_filter: str | Path | None = None,
 ) -> dict:
     """Run ``recipe`` under ``out`` and return (and write) ``eval.json``'s content.
 
@@ -105,6 +106,9 @@ def run_recipe(
             filtered and scored like the held-out events, and their truth-free figures (edges per hit, filter
             pass fraction, score distribution, tracks, track-building time) are set beside the simulated ones'
             (:mod:`domainpar.pipeline.unlabelled`). None: none.
+        edge_filter: a trained edge filter (``filter.pt`` of an earlier run of this recipe) to prune with instead
+            of training one: a larger model judged on the very graphs an earlier run's model was (the filter's
+            training settings must equal the recipe's ``filter`` section). None: train the filter.
 
     Returns:
         ``{"recipe", "graphs", "filter", "train", "evaluate": {"simulated": ..., "simulated_<subset>": ...,
@@ -136,7 +140,8 @@ def run_recipe(
     result["filter"] = None
     if recipe.filter is not None:
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        gnn_graphs, result["filter"] = _filter(recipe, graphs, out, echo, progress)
+        trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
+        gnn_graphs, result["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
         stage("filter", begin, cpu_begin)
 
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
@@ -229,15 +234,40 @@ def _workers(recipe: Recipe, cores: int) -> int:
     return max(1, min(cores, recipe.train.parallel.ranks * threads))
 
 
-def _filter(recipe: Recipe, graphs: dict[str, Path], out: Path, echo, progress) -> tuple[dict[str, Path], dict]:
-    """Train the edge filter on the training graphs and prune every graph with it."""
+def reused_filter(path: str | Path, recipe: Recipe) -> EdgeFilter:
+    """The trained edge filter at ``path``, checked to be one this recipe's ``filter`` section trains.
+
+    Raises:
+        DomainparError: the file is not an edge filter, or it was trained with other settings (one line naming
+            the first setting that differs).
+    """
+    edge_filter = load_filter(path)
+    if recipe.filter is None:
+        raise DomainparError(f"{path}: the recipe has no filter section, so it prunes with no edge filter (got one)")
+    for name in recipe.filter.__dataclass_fields__:
+        wanted, found = getattr(recipe.filter, name), getattr(edge_filter.config, name)
+        if wanted != found:
+            raise DomainparError(
+                f"{path}: the edge filter must be trained with the recipe's filter.{name} = {wanted!r} (it was trained with {found!r})"
+            )
+    return edge_filter
+
+
+def _filter(
+    recipe: Recipe, graphs: dict[str, Path], out: Path, echo, progress, trained: EdgeFilter | None = None
+) -> tuple[dict[str, Path], dict]:
+    """Train the edge filter on the training graphs (or take ``trained``) and prune every graph with it."""
     if recipe.train.parallel.threads is not None:
         import torch
 
         torch.set_num_threads(recipe.train.parallel.threads)  # the recipe's CPU share, for the filter too
-    echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
-         f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
-    edge_filter = train_filter(sorted(graphs["train"].glob("*.npz")), recipe.filter, progress=progress)
+    if trained is None:
+        echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
+             f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
+        edge_filter = train_filter(sorted(graphs["train"].glob("*.npz")), recipe.filter, progress=progress)
+    else:
+        echo(f"== edge filter: a trained one (hash {trained.content_hash}), not trained again")
+        edge_filter = trained
     edge_filter.save(out / "filter.pt")
     gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
     filtered_records = {}

@@ -1,0 +1,74 @@
+"""A recipe run that prunes with a trained edge filter: only a filter its own settings train is taken."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from domainpar.data.dataset import build_dataset
+from domainpar.data.graph_files import load_graph
+from domainpar.errors import DomainparError
+from domainpar.filter.edge_filter import EdgeFilter, FilterNet
+from domainpar.pipeline import physics
+from domainpar.pipeline.physics import reused_filter
+from domainpar.pipeline.recipe import load_recipe
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.dataset import simulate_dataset
+
+from fixtures import REPO
+
+RECIPE = REPO / "examples" / "full_event.yaml"
+
+
+def _filter_file(tmp_path, config, threshold=0.0):
+    """A filter with the recipe's input width (2 x 3 positions + 13 edge features) saved as an earlier run would."""
+    torch.manual_seed(0)
+    net = FilterNet(2 * 3 + 13, config.hidden, config.layers)
+    return EdgeFilter(net.eval(), threshold, None, None, config, {}).save(tmp_path / "filter.pt")
+
+
+def test_a_filter_of_the_recipes_settings_is_taken(tmp_path):
+    recipe = load_recipe(RECIPE)
+    taken = reused_filter(_filter_file(tmp_path, recipe.filter, threshold=1.5), recipe)
+    assert taken.threshold == 1.5 and taken.config == recipe.filter
+
+
+@pytest.mark.parametrize("field, value", [("steps", 7), ("efficiency_pt1", 0.9), ("node_features", ("r", "z"))])
+def test_a_filter_trained_otherwise_is_refused_naming_the_setting(tmp_path, field, value):
+    recipe = load_recipe(RECIPE)
+    path = _filter_file(tmp_path, replace(recipe.filter, **{field: value}))
+    with pytest.raises(DomainparError, match=rf"filter\.pt: the edge filter must be trained with the recipe's filter\.{field} = "):
+        reused_filter(path, recipe)
+
+
+def test_a_recipe_without_filter_or_a_file_that_is_no_filter_is_refused(tmp_path):
+    recipe = load_recipe(RECIPE)
+    path = _filter_file(tmp_path, recipe.filter)
+    with pytest.raises(DomainparError, match="the recipe has no filter section"):
+        reused_filter(path, replace(recipe, filter=None))
+    (tmp_path / "other.pt").write_bytes(b"not a filter")
+    with pytest.raises(DomainparError, match="other.pt: expected a domainpar edge filter"):
+        reused_filter(tmp_path / "other.pt", recipe)
+
+
+def test_the_filter_stage_prunes_with_the_trained_filter_and_trains_none(tmp_path, monkeypatch):
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=100), seed=5, progress=False)
+    build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the filter was trained again")
+
+    monkeypatch.setattr(physics, "train_filter", no_training)
+    graphs, record = physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / "run", lambda line: None, False, trained)
+    for path in sorted(graphs["train"].glob("*.npz")):
+        pruned = load_graph(path)
+        original = load_graph(tmp_path / "graphs" / path.name)
+        assert json.loads(pruned.build_config)["edge_filter"]["hash"] == trained.content_hash
+        assert pruned.num_edges == int((trained.logits(original) >= trained.threshold).sum())
+    assert record["threshold"] == trained.threshold
+    assert (tmp_path / "run" / "filter.pt").is_file()
