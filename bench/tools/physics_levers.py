@@ -1,7 +1,7 @@
 """One lever at a time: the physics recipe's base run, then one training or tracking change per row.
 
     python -m bench.tools.physics_levers --out DIR --levers LEVERS.json [--recipe FILE] [--real DIR]
-        [--filter FILTER.pt] [--set KEY=VALUE ...] [--deadline S]
+        [--filter FILTER.pt] [--set KEY=VALUE ...] [--no-base-model] [--deadline S]
 
 The base row is :func:`domainpar.pipeline.physics.run_recipe` on the recipe as written (simulate → build →
 filter → train → evaluate, into ``DIR/base``). Every lever then retrains the GNN on the base row's filtered
@@ -17,7 +17,10 @@ outside ``DIR`` is taken as given: a model trained elsewhere, judged on the same
 ``--set KEY=VALUE`` changes the recipe's training for every row, the base row too (``parallel.ranks=1``,
 ``parallel.device=cuda``, ``model.compile=off``; a value is read as JSON where it parses, else as text).
 ``--filter`` prunes with a trained edge filter instead of training one (an earlier run's ``filter.pt``; its
-settings must be the recipe's): with the same simulation seeds the graphs are then those that run's model saw.
+settings must be the recipe's): with the same simulation seeds the graphs are then those that run's model saw
+(on the same numpy and numba: another version draws slightly other events). ``--no-base-model``: the base row
+makes the data only, and the levers have the time the recipe-size model would take (on a lent GPU, the base
+row's evaluation alone outlasted what was left of a 10-minute call).
 bench/results/h100-2026-11-23-physics-levers.md was measured with it. Slow on CPU (each lever is a training
 run): it is meant for a GPU machine, where the base row takes about 100 s and a 600-step lever about 40 s.
 """
@@ -63,15 +66,17 @@ def run(
     deadline: float = float("inf"),
     settings: dict | None = None,
     edge_filter: Path | None = None,
+    base_model: bool = True,
 ) -> list[dict]:
     """The base row, then every lever (skipped once ``deadline`` seconds have passed); returns the rows.
 
     ``settings``: training changes (dotted keys) applied to every row; ``edge_filter``: a trained filter to prune
-    with instead of training one.
+    with instead of training one; ``base_model=False``: the base row only makes the data (no recipe-size model is
+    trained or judged: on a lent device, its time goes to the levers).
     """
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate
-    from domainpar.pipeline.physics import _json_default, run_recipe
+    from domainpar.pipeline.physics import _json_default, prepare_graphs, run_recipe
     from domainpar.pipeline.recipe import load_recipe
     from domainpar.train.run import train
 
@@ -90,12 +95,21 @@ def run(
         print(json.dumps(row, default=_json_default), flush=True)
 
     base = out / "base"
-    result = run_recipe(recipe, base, real=real, echo=lambda line: print(f"[base] {line}", flush=True), events_cache=out / "events",
-                        edge_filter=edge_filter)  # fmt: skip
-    emit({"name": "base", "settings": settings or {}, "steps": result["train"]["steps"], "timings": result["timings"],
-          "sim": _figures(result["evaluate"]["simulated"]), "real": _figures(result["evaluate"].get("real", {}))})  # fmt: skip
-    graphs = base / "filtered" if result.get("filter") else base / "graphs"
-    events = {"val": next(p for p in (out / "events").iterdir() if p.is_dir()) / "val", "real": real}
+    # Each line carries the seconds since the start: a run cut short on a lent device still shows where its time went.
+    echo = lambda line: print(f"[base {time.perf_counter() - started:5.0f} s] {line}", flush=True)  # noqa: E731
+    if base_model:
+        result = run_recipe(recipe, base, real=real, echo=echo, events_cache=out / "events", edge_filter=edge_filter)
+        emit({"name": "base", "settings": settings or {}, "steps": result["train"]["steps"], "timings": result["timings"],
+              "sim": _figures(result["evaluate"]["simulated"]), "real": _figures(result["evaluate"].get("real", {}))})  # fmt: skip
+        graphs = base / "filtered" if result.get("filter") else base / "graphs"
+        events = {"val": Path(result["events"]["val"]), "real": real}
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+        sources, gnn_graphs, prepared = prepare_graphs(recipe, base, real, echo, False, out / "events", edge_filter)
+        emit({"name": "data (no base model)", "settings": settings or {}, "timings": prepared["timings"]})
+        graphs = gnn_graphs["val"].parent
+        events = {"val": sources["val"], "real": real}
+
     def measure(lever: dict) -> None:
         run_dir = out / "levers" / lever["name"]
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -140,8 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a training setting of every row (dotted key, e.g. parallel.device=cuda); repeatable")
     parser.add_argument("--filter", type=Path, default=None, help="a trained edge filter to prune with (not trained again)")
+    parser.add_argument("--no-base-model", dest="base_model", action="store_false",
+                        help="the base row makes the data only (no recipe-size model trained and judged)")
     args = parser.parse_args(argv)
-    run(args.out, json.loads(args.levers.read_text()), args.recipe, args.real, args.deadline, parse_settings(args.settings), args.filter)
+    run(args.out, json.loads(args.levers.read_text()), args.recipe, args.real, args.deadline, parse_settings(args.settings), args.filter, args.base_model)
 
 
 if __name__ == "__main__":

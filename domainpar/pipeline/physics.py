@@ -125,24 +125,8 @@ def run_recipe(
     def stage(name: str, begin: float, cpu_begin: float) -> None:
         result["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
 
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    sources = _simulate(recipe, out, events_cache, echo, progress)
-    real_dir = None if real is None else Path(real)
-    if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
-        sources["real"] = real_dir
-    stage("simulate", begin, cpu_begin)
-
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    graphs, result["graphs"] = _build(recipe, sources, out, echo, progress)
-    stage("build", begin, cpu_begin)
-
-    gnn_graphs = graphs
-    result["filter"] = None
-    if recipe.filter is not None:
-        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
-        gnn_graphs, result["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
-        stage("filter", begin, cpu_begin)
+    sources, gnn_graphs, prepared = prepare_graphs(recipe, out, real, echo, progress, events_cache, edge_filter)
+    result.update(prepared)
 
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     model_path, result["train"] = _train(recipe, gnn_graphs, out, echo, progress)
@@ -232,6 +216,53 @@ def _workers(recipe: Recipe, cores: int) -> int:
     """Processes that build graphs: the cores the recipe's ranks use (never more than this machine has)."""
     threads = recipe.train.parallel.threads or 1
     return max(1, min(cores, recipe.train.parallel.ranks * threads))
+
+
+def prepare_graphs(
+    recipe: Recipe,
+    out: str | Path,
+    real: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+    progress: bool = False,
+    events_cache: str | Path | None = None,
+    edge_filter: str | Path | None = None,
+) -> tuple[dict[str, Path], dict[str, Path], dict]:
+    """The recipe's data stages under ``out``: simulate (or reuse the cache), build graphs, filter them.
+
+    The arguments are :func:`run_recipe`'s. A GNN trained elsewhere on the same data can be judged on what this
+    returns (``python -m bench.tools.physics_levers`` trains its larger models on it).
+
+    Returns:
+        ``(sources, graphs, record)``: event directories and the GNN's graph directories by set (``train``, ``val``,
+        ``val_<subset>``, ``real``), and ``{"graphs": build records, "filter": the filter's record or None,
+        "timings": {stage: {"seconds", "cpu_seconds"}}}``.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict = {"timings": {}}
+
+    def stage(name: str, begin: float, cpu_begin: float) -> None:
+        record["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
+
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    sources = _simulate(recipe, out, events_cache, echo, progress)
+    real_dir = None if real is None else Path(real)
+    if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
+        sources["real"] = real_dir
+    stage("simulate", begin, cpu_begin)
+
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    graphs, record["graphs"] = _build(recipe, sources, out, echo, progress)
+    stage("build", begin, cpu_begin)
+
+    gnn_graphs = graphs
+    record["filter"] = None
+    if recipe.filter is not None:
+        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+        trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
+        gnn_graphs, record["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
+        stage("filter", begin, cpu_begin)
+    return sources, gnn_graphs, record
 
 
 def reused_filter(path: str | Path, recipe: Recipe) -> EdgeFilter:
