@@ -88,11 +88,11 @@ class TrackConfig:
     short_layers: int = 3
     """Following: a candidate on at most this many layers is short, and kept only when it passes the three cuts
     below (0: no cut). Three hits fix a circle, so its fit can hardly tell a particle from a chance triplet."""
-    short_min_score: float = 0.1
+    short_min_score: float = 0.05
     """Following: lowest mean edge score of a short candidate's layer crossings (a missing edge counts 0): the GNN must back it."""
     short_min_pt: float = 0.2
     """Following: lowest fitted pT (GeV) of a short candidate: chance triplets of the dense low-pT hits curl."""
-    short_max_chi2_ndf: float = 2.0
+    short_max_chi2_ndf: float = 3.0
     """Following: largest helix-fit chi2/ndf of a short candidate (tighter than ``max_chi2_ndf``: it has few hits)."""
 
     def __post_init__(self) -> None:

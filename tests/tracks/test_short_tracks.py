@@ -35,10 +35,13 @@ def _event(chance: dict, score: float) -> HandEvent:
     return ev
 
 
-#: The chance triplets: a tight curl the GNN scores fairly (0.3), and a stiff helix the GNN barely scores (0.06).
+#: The chance triplets, with the settings they are judged by: a tight curl the GNN scores fairly (0.3), and a
+#: stiff helix the GNN barely scores (0.06). The default ``short_min_score`` (0.05) equals the seeding threshold,
+#: so a seeded triplet passes it and the score cut bites on steps without an edge or below the seeds' threshold
+#: only; the score cut is shown on its own at 0.1, above this triplet's mean.
 CHANCE = {
-    "a tight curl (pT 0.1 GeV)": (dict(pt=0.1, phi0=2.2, charge=1, cot=0.8), 0.3),
-    "weakly scored edges (mean 0.06)": (dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06),
+    "a tight curl (pT 0.1 GeV)": (dict(pt=0.1, phi0=2.2, charge=1, cot=0.8), 0.3, {}),
+    "weakly scored edges (0.06, short_min_score 0.1)": (dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06, {"short_min_score": 0.1}),
 }
 
 
@@ -54,8 +57,8 @@ def _noise_on_one_candidate(track_id: np.ndarray, particle: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("case", list(CHANCE))
 def test_default_builder_drops_a_chance_triplet(case):
-    helix, score = CHANCE[case]
-    track_id, particle = _build(_event(helix, score), TrackConfig())
+    helix, score, settings = CHANCE[case]
+    track_id, particle = _build(_event(helix, score), replace(TrackConfig(), **settings))
     # Each noise hit is a singleton, not a fake candidate of three hits.
     assert not _noise_on_one_candidate(track_id, particle)
     assert whole(track_id, particle, 1) and whole(track_id, particle, 2)
@@ -64,8 +67,8 @@ def test_default_builder_drops_a_chance_triplet(case):
 @pytest.mark.parametrize("case", list(CHANCE))
 def test_without_the_cut_the_chance_triplet_is_a_track(case):
     # The fit alone accepts it: what the cut is for.
-    helix, score = CHANCE[case]
-    track_id, particle = _build(_event(helix, score), replace(TrackConfig(), short_layers=0))
+    helix, score, settings = CHANCE[case]
+    track_id, particle = _build(_event(helix, score), replace(TrackConfig(), short_layers=0, **settings))
     assert _noise_on_one_candidate(track_id, particle)
 
 
@@ -80,8 +83,8 @@ def test_a_long_candidate_is_not_judged_by_the_short_cut():
 
 def test_a_short_particle_with_double_hits_is_judged_by_its_layer_crossings():
     # Overlapping modules give a particle two hits on a layer, and the graph joins layers only: the step between
-    # the two hits has no edge. The GNN backs this particle's every crossing (0.15, above short_min_score 0.1);
-    # counting its within-layer steps as 0 (mean 0.075) dropped it, as it dropped true particles of event 21000.
+    # the two hits has no edge. The GNN backs this particle's every crossing (0.08, above short_min_score 0.05);
+    # counting its within-layer steps as 0 (mean 0.04) dropped it, as it dropped true particles of event 21000.
     ev = HandEvent()
     long = ev.track(1, pt=2.0, phi0=0.5, charge=1, cot=0.4, layers=PIXEL)
     ev.chain([long[c] for c in PIXEL], 0.95)
@@ -92,7 +95,7 @@ def test_a_short_particle_with_double_hits_is_judged_by_its_layer_crossings():
     for inner, outer in zip(layers[:-1], layers[1:]):
         for a in inner:
             for b in outer:
-                ev.edge(a, b, 0.15)
+                ev.edge(a, b, 0.08)
     track_id, particle = _build(ev, TrackConfig())
     assert whole(track_id, particle, 2) and whole(track_id, particle, 1)
     assert np.count_nonzero(track_id == track_id[short[7]]) == 5
