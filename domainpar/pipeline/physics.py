@@ -237,6 +237,8 @@ def prepare_graphs(
         ``val_<subset>``, ``real``), and ``{"graphs": build records, "filter": the filter's record or None,
         "timings": {stage: {"seconds", "cpu_seconds"}}}``.
     """
+    # A filter the recipe would not train is refused before the minutes of simulating and building.
+    trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     record: dict = {"timings": {}}
@@ -259,7 +261,6 @@ def prepare_graphs(
     record["filter"] = None
     if recipe.filter is not None:
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
         gnn_graphs, record["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
         stage("filter", begin, cpu_begin)
     return sources, gnn_graphs, record

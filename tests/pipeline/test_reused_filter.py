@@ -72,3 +72,15 @@ def test_the_filter_stage_prunes_with_the_trained_filter_and_trains_none(tmp_pat
         assert pruned.num_edges == int((trained.logits(original) >= trained.threshold).sum())
     assert record["threshold"] == trained.threshold
     assert (tmp_path / "run" / "filter.pt").is_file()
+
+
+def test_a_wrong_filter_is_refused_before_anything_is_simulated(tmp_path, monkeypatch):
+    recipe = load_recipe(RECIPE)
+    path = _filter_file(tmp_path, replace(recipe.filter, steps=7))
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("events were simulated before the filter was checked")
+
+    monkeypatch.setattr(physics, "simulate_dataset", no_simulation)
+    with pytest.raises(DomainparError, match=r"filter\.steps"):
+        physics.prepare_graphs(recipe, tmp_path / "run", edge_filter=path, echo=lambda line: None)
