@@ -172,17 +172,21 @@ def _end_state(x, y, z, var_t, var_z, var_r, var_m, layer, buf, start, end, dire
 
 
 @numba.njit(cache=True, nogil=True)
-def _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, check_z):
-    """Whether hit c lies within ``gate`` mm of the helix at the tip: across the circle in x-y, and (with check_z)
-    across the (s, z) line, s the arc from the tip to c (the x-y distance for a straight line)."""
+def _in_gate(x, y, z, var_t, var_z, var_r, c, tip, tx, ty, tz, xc, yc, radius, gate, gate_sigmas):
+    """Whether hit c lies within ``gate`` mm of the helix at the tip, across the circle in x-y and across the
+    (s, z) line, s the arc from the tip to c (the x-y distance for a straight line).
+
+    Each distance is allowed ``gate_sigmas`` of c's own resolution on top: a strip measures one coordinate
+    (z on a barrel layer, r on a disc) to its strip length / sqrt(12), up to 3 mm, and a hit off by that is
+    no further from its particle than a pixel hit within the gate. An error in r moves a disc hit across a
+    circle that does not run radially and along s (hence z, by the slope)."""
+    sigma_r = math.sqrt(var_r[c])
     if radius < np.inf:
         across = abs(math.sqrt((x[c] - xc) ** 2 + (y[c] - yc) ** 2) - radius)
     else:
         across = abs((x[c] - x[tip]) * ty - (y[c] - y[tip]) * tx)
-    if across > gate:
+    if across > gate + gate_sigmas * (math.sqrt(var_t[c]) + sigma_r):
         return False
-    if not check_z:
-        return True
     if radius < np.inf:
         # The arc from the tip to c around the centre (a curler turns far between two layers).
         ax = x[tip] - xc
@@ -192,13 +196,14 @@ def _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, check_z):
         ds = radius * abs(math.atan2(ax * by - ay * bx, ax * bx + ay * by))
     else:
         ds = math.sqrt((x[c] - x[tip]) ** 2 + (y[c] - y[tip]) ** 2)
-    return abs(z[c] - z[tip] - tz * ds) <= gate * math.sqrt(1.0 + tz * tz)
+    slack = gate_sigmas * (math.sqrt(var_z[c]) + abs(tz) * sigma_r)
+    return abs(z[c] - z[tip] - tz * ds) <= gate * math.sqrt(1.0 + tz * tz) + slack
 
 
 @numba.njit(cache=True, nogil=True)
 def _grow(
     x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-    direction, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms,
+    direction, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, gate_sigmas, field, ms,
     claiming, stamp, stamp_id, cand, cand_score, stones,
 ):  # fmt: skip
     """Grow the track buf[start:end] (ordered along the track) at its end (direction +1) or its start (-1).
@@ -312,7 +317,7 @@ def _grow(
                     v = stones[q]
                     if (x[v] - x[tip]) * tx + (y[v] - y[tip]) * ty + (z[v] - z[tip]) * tz <= 0.0:
                         continue
-                    if not _in_gate(x, y, z, v, tip, tx, ty, tz, xc, yc, radius, 2.0 * gate, True):
+                    if not _in_gate(x, y, z, var_t, var_z, var_r, v, tip, tx, ty, tz, xc, yc, radius, 2.0 * gate, gate_sigmas):
                         continue
                     for j in range(nbr_ptr[v], nbr_ptr[v + 1]):
                         c = nbr_node[j]
@@ -327,7 +332,7 @@ def _grow(
                     continue
                 if (x[c] - x[tip]) * tx + (y[c] - y[tip]) * ty + (z[c] - z[tip]) * tz <= 0.0:
                     continue
-                if not _in_gate(x, y, z, c, tip, tx, ty, tz, xc, yc, radius, gate, True):
+                if not _in_gate(x, y, z, var_t, var_z, var_r, c, tip, tx, ty, tz, xc, yc, radius, gate, gate_sigmas):
                     continue
                 # A layer the track holds only beyond double-hit distance on a curler's way back: the fit decides.
                 delta = _insert_delta(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, at, c, window, field, ms, max_chi2_ndf, old)
@@ -415,6 +420,7 @@ def follow_tracks(
     double_distance: float,
     max_per_layer: int,
     gate: float,
+    gate_sigmas: float,
     min_hits: int,
     field: float,
     ms: float,
@@ -440,6 +446,7 @@ def follow_tracks(
         double_distance: largest distance (mm) of two hits of one particle on one layer.
         max_per_layer: most hits of one track on one layer (overlapping modules).
         gate: a candidate further than this (mm) from the helix at the growing end is not fitted.
+        gate_sigmas: the gate widens by this many of the candidate's own resolution (``_in_gate``).
         min_hits: smallest kept track.
         field, ms: the helix fit's field (T) and multiple-scattering term (mm GeV).
 
@@ -493,11 +500,11 @@ def follow_tracks(
         member[c] = build_id
         end, stamp_id = _grow(
             x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, gate_sigmas, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
         end, stamp_id = _grow(
             x, y, z, var_t, var_z, var_r, var_m, layer, nbr_ptr, nbr_node, nbr_score, owner, member, build_id, buf, start, end,
-            -1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
+            -1, reach, window, hit_chi2, max_chi2_ndf, score_weight, double_distance, max_per_layer, gate, gate_sigmas, field, ms, claiming, stamp, stamp_id, cand, cand_score, stones,
         )  # fmt: skip
         end = _trim(x, y, z, var_t, var_z, var_r, var_m, buf, start, end, window, max_chi2_ndf, min_hits, field, ms)
         count = end - start

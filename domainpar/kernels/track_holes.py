@@ -267,10 +267,11 @@ def hole_hits(
     perigees: np.ndarray, offsets: np.ndarray, hits: np.ndarray, hit_layer: np.ndarray,
     barrel: np.ndarray, position: np.ndarray, low: np.ndarray, high: np.ndarray, present: np.ndarray, margin: float,
     x: np.ndarray, y: np.ndarray, z: np.ndarray, layer_ptr: np.ndarray, sorted_phi: np.ndarray, sorted_hits: np.ndarray,
-    free: np.ndarray, reach: float,
+    free: np.ndarray, reach: np.ndarray,
 ) -> tuple:  # fmt: skip
     """Free hits where tracks have holes: at every hole of every candidate (arguments as :func:`count_holes`), the
-    free hit (``free`` (N,) bool) of that layer nearest the helix within ``reach`` mm.
+    free hit (``free`` (N,) bool) of that layer nearest the helix within ``reach`` (L,) mm, the layer's own (a
+    strip hit lies anywhere along its strip: its coarse coordinate is off by up to half the strip's length).
 
     Returns:
         ``(hit, track)``, (P,) int64 each: the pairs found, candidate by candidate.
@@ -293,7 +294,7 @@ def hole_hits(
             if held[scratch[k]]:
                 continue
             px, py, pz = helix_point(p[0], p[1], p[2], p[3], p[4], scratch_s[k])
-            h = nearest_free(scratch[k], px, py, pz, reach, layer_ptr, sorted_phi, sorted_hits, x, y, z, free)
+            h = nearest_free(scratch[k], px, py, pz, reach[scratch[k]], layer_ptr, sorted_phi, sorted_hits, x, y, z, free)
             if h < 0:
                 continue
             if count == out_hit.shape[0]:

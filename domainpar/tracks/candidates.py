@@ -66,6 +66,8 @@ class TrackConfig:
     """Following: largest distance (mm) of two hits of one particle on one layer (overlapping modules)."""
     gate: float = 6.0
     """Following: a candidate hit further than this (mm) from the helix at the track's end is not fitted."""
+    gate_sigmas: float = 5.0
+    """Following: the gate widens by this many of the candidate hit's own resolution (a strip's length / sqrt(12) along it)."""
     max_per_layer: int = 3
     """Following: most hits of one track on one layer (a real pixel disc has three overlapping module rows)."""
     min_hits: int = 3
@@ -108,6 +110,7 @@ class TrackConfig:
         for name in ("hit_chi2", "seed_chi2", "max_chi2_ndf", "double_distance", "gate"):
             _check_number(name, getattr(self, name), 0.0, None)
         _check_number("score_weight", self.score_weight, 0.0, None, low_open=False)
+        _check_number("gate_sigmas", self.gate_sigmas, 0.0, None, low_open=False)
         if not isinstance(self.refine, bool):
             raise DomainparError(f"tracks.refine: expected true or false, got {self.refine!r}")
         _check_number("hole_ratio", self.hole_ratio, 0.0, None, low_open=False)

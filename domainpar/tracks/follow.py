@@ -145,7 +145,7 @@ def follow(pos, variances, layer, edge_index, scores, config, shared: bool) -> t
         *columns, np.ascontiguousarray(layer, dtype=np.int64), ptr, node, score, seeds, not shared,
         np.array(sorted({config.first_pass_hits, config.min_hits}, reverse=True), dtype=np.int64), config.reach,
         config.window, config.hit_chi2, config.seed_chi2, config.max_chi2_ndf, config.score_weight, config.double_distance,
-        config.max_per_layer, config.gate, config.min_hits, config.field, config.ms,
+        config.max_per_layer, config.gate, config.gate_sigmas, config.min_hits, config.field, config.ms,
     )  # fmt: skip
     labels = np.full(n, -1, dtype=np.int64)
     sizes = np.diff(tracks_ptr)
@@ -219,12 +219,22 @@ def track_holes(pos, variances, layer, labels, config) -> tuple[np.ndarray, np.n
     return count_holes(*_hole_arguments(variances_columns(pos, variances), layer, labels, config), config.hole_reach)
 
 
+def hole_gates(config) -> np.ndarray:
+    """(L,) how far (mm) from a track's helix a free hit of each layer may lie to fill a hole there:
+    ``config.gate`` plus ``config.gate_sigmas`` of the layer's resolution along its coarse coordinate (pitch_v /
+    sqrt(12) with ``config.sigma_hit``): 6.1 mm on a pixel layer, 7.7 on a short-strip one, 21.0-21.6 on a long-strip
+    one at the defaults. A strip hit is recorded at its strip's centre, up to 5.4 mm from where the particle crossed."""
+    table = layer_table().set_index("layer_index").sort_index()
+    sigma = np.sqrt(table["pitch_v"].to_numpy(np.float64) ** 2 / 12.0 + config.sigma_hit**2)
+    return config.gate + config.gate_sigmas * sigma
+
+
 def attach_at_holes(columns, layer: np.ndarray, labels: np.ndarray, config) -> np.ndarray:
     """Labels with free hits attached where tracks have holes, judged as :func:`~domainpar.kernels.track_refine.attach_free`.
 
     The graph may hold no edge between a particle's hit and the rest of its track (the innermost pixel layer, the
     outer strip layers), so attaching by edges never tries it; the track's helix still passes through it. At
-    every hole of every track the free hit of that layer nearest the helix within ``config.gate`` mm is tried.
+    every hole of every track the free hit of that layer nearest the helix within :func:`hole_gates` is tried.
 
     Args:
         columns: the hits' x, y, z and variances (:func:`variances_columns`).
@@ -236,7 +246,7 @@ def attach_at_holes(columns, layer: np.ndarray, labels: np.ndarray, config) -> n
         return labels
     arguments = _hole_arguments(columns, layer, labels, config)
     offsets, hits = arguments[1], arguments[2]
-    hit, track = hole_hits(*arguments, free, config.gate)
+    hit, track = hole_hits(*arguments, free, hole_gates(config))
     if hit.size == 0:
         return labels
     # Each free hit's "neighbours": one hit of every track it may join (attach_free reads their tracks).

@@ -12,8 +12,9 @@ import numpy as np
 
 from domainpar.kernels.track_fit import PT_PER_TESLA_MM
 
-#: Barrel layers of the TrackML detector: global layer code (EventGraph.layer) → radius (mm).
-BARREL = {7: 32.0, 8: 72.0, 9: 116.0, 10: 172.0, 24: 260.0, 25: 360.0, 26: 500.0, 27: 660.0}
+#: Barrel layers of the TrackML detector: global layer code (EventGraph.layer) → radius (mm): pixel 7-10,
+#: short strips 24-27 (strips 1.2 mm long), long strips 40-41 (10.8 mm).
+BARREL = {7: 32.0, 8: 72.0, 9: 116.0, 10: 172.0, 24: 260.0, 25: 360.0, 26: 500.0, 27: 660.0, 40: 820.0, 41: 1020.0}
 
 
 def helix_at(pt: float, phi0: float, charge: int, cot: float, radius: float, z0: float = 5.0, field: float = 2.0,

@@ -14,8 +14,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from domainpar.data.detector import layer_table
 from domainpar.tracks.candidates import TrackConfig, build_candidates, hit_variances
-from domainpar.tracks.follow import holed, track_holes
+from domainpar.tracks.follow import hole_gates, holed, track_holes
 
 from handmade import HandEvent, helix_at, whole
 
@@ -137,3 +138,59 @@ def test_a_hit_off_the_helix_is_not_attached_at_the_hole():
     track_id = build_candidates(pos, layer, edge_index, scores, TrackConfig()).track_id
     assert np.count_nonzero(track_id == track_id[h[7]]) == 1
     assert np.count_nonzero(track_id == track_id[h[8]]) == 7
+
+
+#: The long-strip barrel layers (volume 17): a hit's z is its strip's centre, up to 5.4 mm from the crossing.
+LONG_STRIPS = [40, 41]
+#: How far along z the long-strip hit lies from the helix: beyond the gate, within its resolution's widening.
+OFF_ALONG_STRIP = 9.0
+
+
+def _off_along_its_strip(edge_to_it: bool) -> tuple[HandEvent, dict]:
+    """Particle 1 through pixels, short and long strips; its hit on layer 40 lies OFF_ALONG_STRIP mm along z from
+    the helix (the strip's centre, and the helix carried 160 mm on from the short strips). ``edge_to_it``: the
+    graph joins it to its neighbours (else it has no edge: a module map without that pair)."""
+    ev = HandEvent()
+    h = ev.track(1, layers=PIXEL + STRIPS + LONG_STRIPS, **STIFF)
+    pos = np.array(ev.pos)
+    pos[h[40]] += [0.0, 0.0, OFF_ALONG_STRIP]
+    ev.pos = list(pos)
+    ev.chain([h[c] for c in PIXEL + STRIPS], 0.95)
+    if edge_to_it:
+        ev.chain([h[27], h[40], h[41]], 0.95)
+    else:
+        ev.edge(h[27], h[41], 0.95)
+    return ev, h
+
+
+def test_a_long_strip_hit_off_along_its_strip_is_followed():
+    # Following alone (no refinement after it): the edge leads to the hit; the gate, widened by the hit's
+    # resolution along z (10.8 / sqrt(12) mm), lets the fit judge it.
+    ev, h = _off_along_its_strip(edge_to_it=True)
+    pos, layer, edge_index, scores, particle = ev.arrays()
+    config = TrackConfig(refine=False)
+    assert OFF_ALONG_STRIP > config.gate * np.sqrt(1.0 + STIFF["cot"] ** 2)  # a pixel hit this far off is out
+    assert whole(build_candidates(pos, layer, edge_index, scores, config).track_id, particle, 1)
+    # With the gate of pixel resolution everywhere the track steps over it to layer 41, leaving it a singleton.
+    track_id = build_candidates(pos, layer, edge_index, scores, replace(config, gate_sigmas=0.0)).track_id
+    assert np.count_nonzero(track_id == track_id[h[40]]) == 1
+    assert np.count_nonzero(track_id == track_id[h[7]]) == 9
+
+
+def test_a_long_strip_hit_off_along_its_strip_with_no_edge_joins_at_the_hole():
+    ev, h = _off_along_its_strip(edge_to_it=False)
+    pos, layer, edge_index, scores, particle = ev.arrays()
+    assert whole(build_candidates(pos, layer, edge_index, scores, TrackConfig()).track_id, particle, 1)
+    track_id = build_candidates(pos, layer, edge_index, scores, TrackConfig(gate_sigmas=0.0)).track_id
+    assert np.count_nonzero(track_id == track_id[h[40]]) == 1
+    assert np.count_nonzero(track_id == track_id[h[7]]) == 9
+
+
+def test_hole_gates_widen_by_the_coarse_coordinate_of_each_layer():
+    config = TrackConfig()
+    gates = hole_gates(config)
+    assert gates.shape == (len(layer_table()),)
+    assert gates[7] == pytest.approx(config.gate, abs=0.2)  # pixel: 0.056 mm pitches
+    assert gates[24] == pytest.approx(config.gate + config.gate_sigmas * np.hypot(1.2 / np.sqrt(12), config.sigma_hit))
+    assert gates[40] == pytest.approx(config.gate + config.gate_sigmas * np.hypot(10.8 / np.sqrt(12), config.sigma_hit))
+    assert np.all(hole_gates(replace(config, gate_sigmas=0.0)) == config.gate)
