@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from domainpar.errors import interrupt_of, stop_received
+from domainpar.errors import DomainparError, MachineFault, interrupt_of, stop_received
 
 #: Marker between a destination's name and the random part of its temporary name.
 TMP_MARKER = ".tmp-"
@@ -132,6 +132,12 @@ def name_destination(exc: BaseException, temporaries: dict[Path, Path]) -> None:
             if item.filename is None and item.errno in _WRITE_FAULTS and len(temporaries) == 1:
                 with contextlib.suppress(AttributeError, TypeError):
                     item.filename = str(next(iter(temporaries.values())))
+        elif isinstance(item, (DomainparError, MachineFault)) and len(item.args) == 1 and isinstance(item.args[0], str):
+            # A worker process's failure comes back as its line: the temporaries it names are renamed in the text.
+            text = item.args[0]
+            for tmp, final in temporaries.items():
+                text = re.sub(re.escape(str(tmp)) + r"(?=$|[\s/:;,'\")])", lambda _match, final=str(final): final, text)
+            item.args = (text,)
         item = item.__cause__ or item.__context__
 
 

@@ -123,6 +123,21 @@ def test_a_write_failure_names_the_destination_not_the_temporary(tmp_path):
     assert info.value.filename == str(tmp_path / "events" / "event1-hits.csv") and list(tmp_path.iterdir()) == []
 
 
+def test_a_worker_failure_line_names_the_destination_not_the_temporary(tmp_path):
+    """A pool worker's failure reaches the parent as text (a MachineFault or DomainparError line): the staged
+    directory it names is renamed in the text, a path that only starts with the same characters is not."""
+    from domainpar.errors import DomainparError, MachineFault
+
+    for kind in (MachineFault, DomainparError):
+        with pytest.raises(kind) as info:
+            with staged_outputs() as outputs:
+                staged = outputs.directory(tmp_path / "events")
+                raise kind(f"event1: {staged}/event1-hits.csv: file too large; {staged}x stays; in {staged}")
+        assert str(info.value) == (f"event1: {tmp_path}/events/event1-hits.csv: file too large; {staged}x stays; "
+                                   f"in {tmp_path}/events")  # fmt: skip
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_the_temporaries_of_a_killed_writer_are_found_by_its_pid(tmp_path):
     mine = tmp_path / (temporary_prefix("event1.npz") + "abc.npz")
     mine.write_text("half")

@@ -10,6 +10,7 @@ from domainpar.atomic import staged_outputs
 from domainpar.cli.checks import SEED, count
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
+from domainpar.workers import available_cores
 
 #: Largest event number: the challenge's file names hold nine digits (event000021000).
 MAX_EVENT_ID = 10**9 - 1
@@ -24,8 +25,12 @@ MAX_PARTICLES = 10**6
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Base random seed; event i uses the stream (seed, event id).")
 @click.option("--first-event-id", type=count(0, MAX_EVENT_ID), default=1, show_default=True, help="Event number of the first event.")
 @click.option("--plain-csv", is_flag=True, help="Write .csv instead of .csv.gz.")
+@click.option("--workers", type=count(1, 4096), default=None, help="Events simulated in parallel processes (default: the cores available to this process; the files do not depend on it).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str, num_events: int, num_particles: int | None, seed: int, first_event_id: int, plain_csv: bool, quiet: bool) -> None:
+def simulate(
+    out_dir: str, num_events: int, num_particles: int | None, seed: int, first_event_id: int, plain_csv: bool,
+    workers: int | None, quiet: bool,
+) -> None:
     """Simulate TrackML-format events (helices in 2 T on the real TrackML detector).
 
     Each event gets hits, cells, particles and truth files in the challenge's
@@ -47,7 +52,7 @@ def simulate(out_dir: str, num_events: int, num_particles: int | None, seed: int
     with staged_outputs() as outputs:
         prefixes = simulate_dataset(
             outputs.directory(out_dir), num_events, config, seed=seed, first_event_id=first_event_id,
-            progress=not quiet, compress=not plain_csv,
+            progress=not quiet, compress=not plain_csv, workers=workers or available_cores(),
         )  # fmt: skip
     for prefix in prefixes:
         # An event written before in the other compression would now be ambiguous to readers.

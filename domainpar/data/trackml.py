@@ -13,6 +13,7 @@ single line names the file, the column, what was expected and what was found.
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import re
@@ -410,9 +411,13 @@ def write_event(
         dtypes = {**COLUMNS[part], **{k: v for k, v in OPTIONAL_COLUMNS.get(part, {}).items() if k in frame.columns}}
         frame = frame.astype(dtypes)
         target = Path(f"{prefix}-{part}.csv.gz" if compress else f"{prefix}-{part}.csv")
-        compression = {"method": "gzip", "compresslevel": 1, "mtime": 0} if compress else None
         with atomic_path(target) as tmp:
-            frame.to_csv(tmp, index=False, compression=compression)
+            if compress:
+                # The gzip header names the final file, not the random temporary one: the same event, the same bytes.
+                with open(tmp, "wb") as raw, gzip.GzipFile(target.name, "wb", 1, raw, mtime=0) as zipped:
+                    frame.to_csv(zipped, index=False, mode="wb")
+            else:
+                frame.to_csv(tmp, index=False)
             # mkstemp creates owner-only files; give event files the usual umask-based mode.
             os.chmod(tmp, 0o666 & ~_UMASK)
         # A stale file with the other extension would make the event ambiguous to readers.

@@ -181,12 +181,15 @@ def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[s
     if not (root / "complete").is_file():
         for directory in events.values():
             shutil.rmtree(directory, ignore_errors=True)
+        # As many processes as build the graphs: the events do not depend on it (one stream per event).
+        workers = _workers(recipe, available_cores())
         simulate_dataset(
-            events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1, progress=progress
+            events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1,
+            progress=progress, workers=workers,
         )
         simulate_dataset(
             events["val"], sim.val_events, recipe.validation_simulation(), seed=sim.val_seed, first_event_id=100_001,
-            progress=progress,
+            progress=progress, workers=workers,
         )  # fmt: skip
         if events_cache is not None:
             (root / "complete").write_text("")
@@ -213,7 +216,7 @@ def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) 
 
 
 def _workers(recipe: Recipe, cores: int) -> int:
-    """Processes that build graphs: the cores the recipe's ranks use (never more than this machine has)."""
+    """Processes that simulate events and build graphs: the cores the recipe's ranks use (never more than this machine has)."""
     threads = recipe.train.parallel.threads or 1
     return max(1, min(cores, recipe.train.parallel.ranks * threads))
 

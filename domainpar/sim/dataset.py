@@ -11,6 +11,7 @@ from domainpar.errors import DomainparError
 from domainpar.progress import progress as progress_display
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.event import simulate_event
+from domainpar.workers import failure_summary, run_items
 
 
 def simulate_dataset(
@@ -21,6 +22,7 @@ def simulate_dataset(
     first_event_id: int = 1,
     progress: bool = True,
     compress: bool = True,
+    workers: int = 1,
 ) -> list[Path]:
     """Simulate ``num_events`` events and write them as ``event{id:09d}-{part}.csv.gz``.
 
@@ -32,21 +34,48 @@ def simulate_dataset(
         first_event_id: event number of the first event; the others follow consecutively.
         progress: show progress on stderr (a bar on a terminal, a line every 30 s in a log).
         compress: gzip the CSV files (``.csv.gz``); False writes plain ``.csv``.
+        workers: events simulated in parallel processes (1: in this process). Each event draws from its own
+            stream, so the files do not depend on it (same bytes).
 
     Returns:
         The event prefixes written, in event order.
+
+    Raises:
+        DomainparError: a bad argument, or an event that could not be simulated (after every other was written).
+        MachineFault: a worker ran out of memory or disk space, or was killed.
     """
     if num_events < 0:
         raise DomainparError(f"num_events must be non-negative (got {num_events})")
     if first_event_id < 0:
         raise DomainparError(f"first_event_id must be non-negative (got {first_event_id})")
+    if workers < 1:
+        raise DomainparError(f"workers must be at least 1 (got {workers})")
     config = SimulationConfig() if config is None else config
-    prefixes = []
-    events = range(first_event_id, first_event_id + num_events)
-    for event_id in progress_display(events, desc="simulate", unit="event", enabled=progress):
-        frames = simulate_event(config, event_id, seed)
-        prefixes.append(write_event(out_dir, event_id, frames, compress=compress))
-    return prefixes
+    events = list(range(first_event_id, first_event_id + num_events))
+    if workers == 1 or num_events <= 1:
+        return [
+            simulate_event_files(event_id, out_dir, config, seed, compress)
+            for event_id in progress_display(events, desc="simulate", unit="event", enabled=progress)
+        ]
+    results = run_items(
+        simulate_event_files,
+        events,
+        args=(str(out_dir), config, seed, compress),
+        names=[f"event{event_id:09d}" for event_id in events],
+        workers=min(workers, num_events),
+        desc="simulate",
+        progress=progress,
+        temporaries_in=[out_dir],
+    )
+    summary = failure_summary(results)
+    if summary is not None:
+        raise DomainparError(summary)
+    return [r.value for r in results]
+
+
+def simulate_event_files(event_id: int, out_dir: str | os.PathLike, config: SimulationConfig, seed: int, compress: bool) -> Path:
+    """Simulate one event and write its four files (a worker's item in :func:`simulate_dataset`); its prefix."""
+    return write_event(out_dir, event_id, simulate_event(config, event_id, seed), compress=compress)
 
 
 def simulator_digest(root: str | os.PathLike | None = None) -> str:

@@ -100,6 +100,8 @@ def _writing_commands(base, root: Path) -> dict[str, tuple[list, str]]:
             shutil.copy(source, events / source.name.replace("000000001", f"00000000{event}"))
     return {
         "simulate": (["simulate", "--out", root / "sim", "--events", "1", "--particles", "50", "--quiet"], "sim/event000000001-"),
+        "simulate-pool": (["simulate", "--out", root / "sim2", "--events", "2", "--particles", "50", "--workers", "2", "--quiet"],
+                          "sim2/event00000000"),
         "build": (["build", "--input", base.events, "--out", root / "g1", "--quiet"], "g1/event000000001.npz"),
         "build-pool": (["build", "--input", events, "--out", root / "g2", "--workers", "2", "--quiet"], "g2/event00000000"),
         "partition": (["partition", "--graph", base.graphs, "--parts", "2", "--out", root / "plans"], "plans/event000000001"),

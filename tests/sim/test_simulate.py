@@ -284,6 +284,25 @@ def test_files_readable_by_load_event(tmp_path):
         pd.testing.assert_frame_equal(frame, direct[part])
 
 
+def test_workers_write_the_same_files(tmp_path):
+    """Events simulated in parallel processes are the events of one process, byte for byte: each draws from its
+    own (seed, event id) stream and lands under its own name, whichever worker makes it."""
+    config = replace(SMALL, num_particles=300)
+    serial = simulate_dataset(tmp_path / "one", 3, config, seed=5, first_event_id=7, progress=False, workers=1)
+    parallel = simulate_dataset(tmp_path / "two", 3, config, seed=5, first_event_id=7, progress=False, workers=2)
+    assert [p.name for p in parallel] == [p.name for p in serial] == ["event000000007", "event000000008", "event000000009"]
+    files = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert len(files) == 12 and sorted(p.name for p in (tmp_path / "two").iterdir()) == files
+    for name in files:
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+
+
+def test_workers_must_be_positive(tmp_path):
+    with pytest.raises(DomainparError, match=r"workers must be at least 1 \(got 0\)"):
+        simulate_dataset(tmp_path, 2, SMALL, workers=0, progress=False)
+    assert not tmp_path.joinpath("event000000001-hits.csv.gz").exists()
+
+
 def test_simulator_digest_covers_every_file_of_the_package(tmp_path):
     """The physics pipeline keys its cache of simulated events on this digest: a change to any file of the
     simulator (a module, its resources) or a new file must change it."""
