@@ -35,6 +35,8 @@ FIGURES = (
     ("auc", "edge ROC AUC", 0.995),
     ("efficiency", "edge efficiency at the working point", 0.95),
     ("purity", "edge purity at the working point", 0.90),
+    ("efficiency_at_purity90", "edge efficiency at the best cut of purity ≥ 0.90", 0.95),
+    ("efficiency_pt1", "edge efficiency at the working point, particles of pT > 1 GeV", None),
     ("trackml_score", "TrackML score", 0.80),
     ("tracking_efficiency", "tracking efficiency, pT > 1 GeV (double majority)", 0.95),
     ("perfect_efficiency", "tracking efficiency, pT > 1 GeV (perfect match)", None),

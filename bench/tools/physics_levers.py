@@ -37,36 +37,12 @@ from pathlib import Path
 from bench.sections.physics import REAL_EVENTS, RECIPE
 
 #: The figures a row keeps, per evaluated dataset.
-KEYS = ("auc", "efficiency", "purity", "trackml_score", "tracking_efficiency", "perfect_efficiency", "fake_rate", "duplicate_rate")
+KEYS = ("auc", "efficiency", "purity", "efficiency_pt1", "efficiency_at_purity90", "purity_at_purity90", "cut_at_purity90",
+        "trackml_score", "tracking_efficiency", "perfect_efficiency", "fake_rate", "duplicate_rate")
 
 
 def _figures(summary: dict) -> dict:
     return {k: round(summary[k], 4) if isinstance(summary.get(k), float) else summary.get(k) for k in KEYS}
-
-
-def efficiency_at_purity(scores, labels, floor: float = 0.90) -> dict:
-    """The highest edge efficiency of any score cut whose purity is at least ``floor`` (the issue's edge target is
-    stated so), with that purity and cut: ``{"efficiency", "purity", "threshold"}`` (None where no cut reaches it).
-
-    Args:
-        scores: (E,) edge scores of every evaluated event, concatenated.
-        labels: (E,) their truth (1 for an edge of one particle).
-    """
-    import numpy as np
-
-    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
-    ranked = np.asarray(scores, dtype=np.float64)[order]
-    true = np.cumsum(np.asarray(labels)[order] > 0.5)
-    # A cut can only fall between distinct scores: the last position of each run of equal scores.
-    ends = np.flatnonzero(np.r_[ranked[1:] != ranked[:-1], True])
-    purity = true[ends] / (ends + 1)
-    total = true[-1] if true.size else 0
-    allowed = ends[purity >= floor]
-    if not total or not allowed.size:
-        return {"efficiency": None, "purity": None, "threshold": None}
-    best = allowed[np.argmax(true[allowed])]
-    return {"efficiency": round(float(true[best] / total), 4), "purity": round(float(true[best] / (best + 1)), 4),
-            "threshold": round(float(ranked[best]), 4)}  # fmt: skip
 
 
 def parse_settings(pairs: list[str]) -> dict:
@@ -99,8 +75,6 @@ def run(
     with instead of training one; ``base_model=False``: the base row only makes the data (no recipe-size model is
     trained or judged: on a lent device, its time goes to the levers).
     """
-    import numpy as np
-
     from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate
     from domainpar.pipeline.physics import _json_default, prepare_graphs, run_recipe
@@ -156,9 +130,6 @@ def run(
                 report = evaluate(EvaluateConfig(checkpoint=model, data=graphs / kind, events_dir=events[kind], num_parts=1,
                                                  threshold=threshold, track_method=method, progress=False))  # fmt: skip
                 figures[label] = _figures(report.summary)
-                figures[label]["at_purity_0.90"] = efficiency_at_purity(
-                    np.concatenate([e.scores for e in report.evaluations]), np.concatenate([e.graph.y for e in report.evaluations])
-                )  # fmt: skip
             emit({"name": lever["name"], "train": lever.get("train", {}), "tracks": [method, threshold], "steps": steps,
                   "val_loss": final.get("val_loss"), "train_seconds": final.get("train_seconds"), **figures})  # fmt: skip
 

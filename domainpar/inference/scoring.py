@@ -22,7 +22,14 @@ from domainpar.inference.pipeline import event_tracks, sigmoid
 from domainpar.tracks.build import METHODS as TRACK_METHODS
 from domainpar.tracks.build import complete_tracks, submission
 from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
-from domainpar.tracks.efficiency import TrackingMetrics, binned_efficiencies, edge_metrics, roc_auc, tracking_metrics
+from domainpar.tracks.efficiency import (
+    TrackingMetrics,
+    binned_efficiencies,
+    edge_metrics,
+    efficiency_at_purity,
+    roc_auc,
+    tracking_metrics,
+)
 from domainpar.tracks.score import score_arrays
 
 
@@ -106,6 +113,7 @@ def score_event_graph(
         "num_true_edges": edges.num_true,
         "num_predicted_edges": edges.num_predicted,
         "num_true_positive_edges": edges.num_true_positive,
+        **_pt1_edges(graph, scores > threshold, config.pt_min),
         "efficiency": edges.efficiency,
         "purity": edges.purity,
         "auc": edges.auc,
@@ -129,8 +137,29 @@ def score_event_graph(
     )
 
 
+def _pt1_edges(graph: EventGraph, predicted: np.ndarray, pt_min: float) -> dict:
+    """True edges of particles above ``pt_min`` and how many of them are predicted (None without particle pT)."""
+    if graph.y is None or graph.particle_pt is None:
+        return {"num_true_edges_pt1": None, "num_true_positive_edges_pt1": None}
+    target = (np.asarray(graph.y) > 0.5) & (np.asarray(graph.particle_pt)[graph.edge_index[0]] > pt_min)
+    return {"num_true_edges_pt1": int(target.sum()), "num_true_positive_edges_pt1": int((target & predicted).sum())}
+
+
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
+
+
+def _total_or_none(records: list[dict], key: str) -> int | None:
+    values = [r.get(key) for r in records]
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def _at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> dict:
+    """The best edge efficiency of any cut of purity >= ``floor``, its purity and cut (pooled over the events)."""
+    if not scores.size:
+        return {"efficiency_at_purity90": None, "purity_at_purity90": None, "cut_at_purity90": None}
+    efficiency, purity, cut = efficiency_at_purity(scores, labels, floor)
+    return {"efficiency_at_purity90": _clean(efficiency), "purity_at_purity90": _clean(purity), "cut_at_purity90": _clean(cut)}
 
 
 def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray], pt_min: float = 1.0, min_layers: int = 3) -> dict:
@@ -149,6 +178,8 @@ def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray], pt_m
         "efficiency": _ratio(total("num_true_positive_edges"), total("num_true_edges")),
         "purity": _ratio(total("num_true_positive_edges"), total("num_predicted_edges")),
         "auc": _clean(roc_auc(scores, all_labels)) if scores.size else None,
+        "efficiency_pt1": _ratio(_total_or_none(records, "num_true_positive_edges_pt1"), _total_or_none(records, "num_true_edges_pt1")),
+        **_at_purity(scores, all_labels),
         "tracking_efficiency": _ratio(total("num_matched"), total("num_reconstructable")),
         "perfect_efficiency": _ratio(total("num_perfect"), total("num_reconstructable")),
         "fake_rate": _ratio(total("num_fakes"), total("num_candidates")),

@@ -46,8 +46,8 @@ from domainpar.workers import available_cores
 
 #: Figures of the closing table, per evaluated dataset.
 TABLE_KEYS = (
-    "auc", "efficiency", "purity", "trackml_score", "tracking_efficiency", "perfect_efficiency", "fake_rate",
-    "duplicate_rate",
+    "auc", "efficiency", "purity", "efficiency_pt1", "efficiency_at_purity90", "trackml_score", "tracking_efficiency",
+    "perfect_efficiency", "fake_rate", "duplicate_rate",
 )  # fmt: skip
 
 
@@ -69,9 +69,9 @@ def _fmt(value) -> str:
 def format_table(evaluations: dict[str, dict], keys: tuple[str, ...] = TABLE_KEYS) -> list[str]:
     """Lines of a plain-text table: one row per figure, one column per dataset."""
     labels = list(evaluations)
-    lines = [f"{'':>20} " + " ".join(f"{label:>14}" for label in labels)]
+    lines = [f"{'':>22} " + " ".join(f"{label:>14}" for label in labels)]
     for key in keys:
-        lines.append(f"{key:>20} " + " ".join(f"{_fmt(evaluations[label].get(key)):>14}" for label in labels))
+        lines.append(f"{key:>22} " + " ".join(f"{_fmt(evaluations[label].get(key)):>14}" for label in labels))
     return lines
 
 

@@ -163,6 +163,35 @@ def edge_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float = 0.5)
     )
 
 
+def efficiency_at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> tuple[float, float, float]:
+    """The highest edge efficiency of any cut whose purity is at least ``floor`` (targets are often stated so:
+    "0.95 at purity >= 0.90"), with that purity and the cut.
+
+    A cut keeps the edges of score >= it; it can only fall between distinct scores (ties go together).
+
+    Args:
+        scores: (E,) edge scores.
+        labels: (E,) 0/1 truth.
+        floor: the purity the cut must reach, in (0, 1].
+
+    Returns:
+        ``(efficiency, purity, cut)``; all nan when no cut reaches ``floor`` (or there is no true edge).
+    """
+    if not 0.0 < floor <= 1.0:
+        raise DomainparError(f"floor must be in (0, 1] (got {floor})")
+    scores, positive = _check_scores_labels(scores, labels)
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    true = np.cumsum(positive[order])
+    ends = np.flatnonzero(np.r_[ranked[1:] != ranked[:-1], True]) if ranked.size else np.zeros(0, dtype=np.int64)
+    allowed = ends[true[ends] >= floor * (ends + 1)] if ends.size else ends
+    num_true = int(true[-1]) if true.size else 0
+    if not num_true or not allowed.size:
+        return math.nan, math.nan, math.nan
+    best = allowed[np.argmax(true[allowed])]
+    return float(true[best] / num_true), float(true[best] / (best + 1)), float(ranked[best])
+
+
 # ----------------------------------------------------------------------------- tracks
 
 

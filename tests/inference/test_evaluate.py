@@ -73,6 +73,24 @@ def test_single_process_evaluation_of_the_real_event(single_report):
     assert score_event(truth, evaluation.submission) == pytest.approx(record["trackml_score"], abs=1e-12)
 
 
+def test_the_edge_figures_a_target_is_stated_in(single_report):
+    """Edge efficiency of the true edges of particles above pt_min at the working point, and the best edge
+    efficiency of any cut of purity >= 0.90, recomputed from the event's own scores and truth."""
+    from domainpar.tracks.efficiency import efficiency_at_purity
+
+    summary, (evaluation,) = single_report.summary, single_report.evaluations
+    graph = evaluation.graph
+    target = (graph.y > 0.5) & (graph.particle_pt[graph.edge_index[0]] > 1.0)
+    assert 100 < target.sum() < (graph.y > 0.5).sum()  # the small event has edges of particles on both sides of 1 GeV
+    assert summary["efficiency_pt1"] == pytest.approx((evaluation.scores[target] > summary["threshold"]).mean(), abs=1e-12)
+    best, purity, cut = efficiency_at_purity(evaluation.scores, graph.y, 0.90)
+    kept = evaluation.scores >= summary["cut_at_purity90"]
+    assert (summary["efficiency_at_purity90"], summary["purity_at_purity90"], summary["cut_at_purity90"]) == (best, purity, cut)
+    assert summary["purity_at_purity90"] == pytest.approx((graph.y[kept] > 0.5).mean(), abs=1e-12)
+    assert summary["purity_at_purity90"] >= 0.90 and summary["efficiency_at_purity90"] > 0.5
+    assert summary["efficiency_at_purity90"] == pytest.approx((graph.y[kept] > 0.5).sum() / (graph.y > 0.5).sum(), abs=1e-12)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.distributed

@@ -17,6 +17,7 @@ from domainpar.tracks.efficiency import (
     binned_efficiencies,
     binned_fraction,
     edge_metrics,
+    efficiency_at_purity,
     roc_auc,
     roc_curve,
     tracking_metrics,
@@ -184,6 +185,37 @@ def test_edge_metrics_at_threshold():
     assert m.auc == pytest.approx(7 / 9)  # 0.9, 0.8 beat all three negatives, 0.4 beats one
     with pytest.raises(DomainparError, match="equal length"):
         edge_metrics(scores, labels[:2])
+
+
+def _best_cut_by_brute_force(scores: np.ndarray, labels: np.ndarray, floor: float) -> float:
+    """Every distinct cut tried: the highest efficiency with purity >= floor (nan if none)."""
+    best = math.nan
+    for cut in np.unique(scores):
+        kept = scores >= cut
+        if labels[kept].sum() >= floor * kept.sum() and not labels[kept].sum() / labels.sum() <= best:
+            best = labels[kept].sum() / labels.sum()
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_efficiency_at_purity_is_the_best_cut_of_the_required_purity(seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.random(2000) < 0.3
+    scores = np.round(np.clip(0.45 * labels + 0.7 * rng.random(2000), 0, 1), 2)  # coarse: many ties, cut together
+    for floor in (0.6, 0.9):
+        efficiency, purity, cut = efficiency_at_purity(scores, labels, floor)
+        assert efficiency == pytest.approx(_best_cut_by_brute_force(scores, labels.astype(np.float64), floor), abs=1e-12)
+        kept = scores >= cut
+        assert purity == pytest.approx(labels[kept].sum() / kept.sum(), abs=1e-12) and purity >= floor
+
+
+def test_efficiency_at_purity_when_no_cut_reaches_it():
+    assert all(math.isnan(v) for v in efficiency_at_purity(np.array([0.9, 0.9, 0.2]), np.array([1, 0, 1]), 0.9))
+    assert all(math.isnan(v) for v in efficiency_at_purity(np.array([0.5]), np.array([0]), 0.9))
+    assert all(math.isnan(v) for v in efficiency_at_purity(np.zeros(0), np.zeros(0), 0.9))
+    assert efficiency_at_purity(np.array([0.8, 0.3]), np.array([1, 0]), 0.9) == (1.0, 1.0, 0.8)
+    with pytest.raises(DomainparError, match=r"floor must be in \(0, 1\] \(got 0\)"):
+        efficiency_at_purity(np.array([0.8]), np.array([1]), 0)
 
 
 def test_tracking_metrics_on_a_hand_made_event():
