@@ -1,7 +1,9 @@
-"""domainpar.workers: a stop signal that lands inside the pool's bookkeeping still ends the process."""
+"""domainpar.workers: a stop signal that lands inside the pool's bookkeeping still ends the process; a dead worker is named."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -69,3 +71,62 @@ def test_an_interrupt_inside_the_pools_wait_still_ends_the_process(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     assert stderr.strip().splitlines() == ["interrupted"], stderr[-2000:]
     assert time.monotonic() - started < 45
+
+
+class _ReapedElsewhere:
+    """A pool worker that has ended, seen from a thread that lost the race to reap it: its sentinel is ready, and
+    its exit code reads None until ``lands_after`` seconds have passed (the reaping thread stores it then)."""
+
+    def __init__(self, pid: int, code: int, lands_after: float):
+        self.pid = pid
+        self._code = code
+        self._lands_at = time.monotonic() + lands_after
+        read, write = os.pipe()
+        os.close(write)  # a closed write end: the read end is ready, as an ended process's sentinel is
+        self.sentinel = read
+
+    @property
+    def exitcode(self):
+        return self._code if time.monotonic() >= self._lands_at else None
+
+    def join(self, timeout=None):  # waitpid found no child: returns at once, the code not stored
+        return None
+
+    def close(self):
+        os.close(self.sentinel)
+
+
+def test_a_killed_worker_is_named_even_when_another_thread_reaped_it():
+    from domainpar.workers import _worker_death
+
+    killed = _ReapedElsewhere(pid=101, code=-signal.SIGKILL, lands_after=0.05)
+    stopped = _ReapedElsewhere(pid=100, code=128 + signal.SIGTERM, lands_after=0.0)  # the pool's SIGTERM
+    try:
+        result = _worker_death("event0", [stopped, killed], {100: "event0", 101: "event1"})
+    finally:
+        killed.close()
+        stopped.close()
+    assert result.fault
+    assert result.name == "event1", result.error
+    assert "was killed by SIGKILL" in result.error, result.error
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        (-signal.SIGKILL, "a worker process was killed by SIGKILL (by the system's out-of-memory killer?); try fewer --workers"),
+        (-signal.SIGSEGV, "a worker process was killed by SIGSEGV before it returned a result"),
+        (1, "a worker process exited with status 1 before it returned a result"),
+    ],
+)
+def test_only_a_sigkill_is_put_down_to_memory(code, line):
+    # A worker that crashed or exited on its own (an import failing in it) is not the out-of-memory killer's doing,
+    # and fewer workers would not help.
+    from domainpar.workers import _worker_death
+
+    ended = _ReapedElsewhere(pid=7, code=code, lands_after=0.0)
+    try:
+        result = _worker_death("event3", [ended], {7: "event2"})
+    finally:
+        ended.close()
+    assert (result.name, result.error) == ("event2", line)

@@ -9,7 +9,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from domainpar.data.trackml import event_id_of, load_event
+from domainpar.data.trackml import check_header, event_id_of, load_event
 from domainpar.errors import DomainparError, one_line
 from domainpar.tracks.score import analyze_tracks
 
@@ -24,18 +24,20 @@ def read_submission(path: Path) -> pd.DataFrame:
         raise DomainparError(f"{path}: submission file not found")
     try:
         # As text: ids are parsed exactly (never through float64) by the scorer, which names a bad field's row.
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+        submission = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id (found an empty file)") from None
     except UnicodeDecodeError as exc:
         raise DomainparError(f"{path}: expected a UTF-8 CSV table with columns hit_id, track_id, found a byte that is not text (position {exc.start})") from None
     except (pd.errors.ParserError, ValueError, OSError, EOFError) as exc:
         raise DomainparError(f"{path}: expected a CSV table with columns hit_id, track_id, could not parse it ({one_line(exc)})") from None
+    check_header(submission, path, ["event_id", "hit_id", "track_id"])
+    return submission
 
 
 def _event_prefix(path: Path) -> Path:
     """``--event`` as an event prefix; a path to one of the event's files (``event1-truth.csv.gz``) is accepted too."""
-    match = re.fullmatch(r"(event\d+)-(hits|cells|particles|truth)\.csv(\.gz)?", path.name)
+    match = re.fullmatch(r"(event[0-9]+)-(hits|cells|particles|truth)\.csv(\.gz)?", path.name)
     if match:
         return path.with_name(match.group(1))
     if path.is_dir():

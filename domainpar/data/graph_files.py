@@ -12,6 +12,7 @@ the format asked. The formats themselves live in :mod:`domainpar.data.event_grap
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from domainpar.data.event_graph import EventGraph, GraphHeader, inspect_npz_graph, load_npz_graph, read_npz_description, read_npz_metadata, save_graph
@@ -126,10 +127,17 @@ def graph_files(path: str | os.PathLike) -> list[Path]:
 
 def refuse_mixed_inputs(path: Path, option: str) -> None:
     """A directory must hold graph files or raw TrackML events, not both: one kind would be silently left out.
+    A file must be a graph file, not one of a raw event's CSV files.
 
     Raises:
-        DomainparError: naming ``option``, the directory and an example of each kind.
+        DomainparError: naming ``option``, the directory and an example of each kind, or the event file.
     """
+    if path.is_file() and re.fullmatch(r"event[0-9]+-(hits|cells|particles|truth)\.csv(\.gz)?", path.name):
+        # Read as a graph file, it failed as "not a zip file"; the user meant its event, read from its directory.
+        raise DomainparError(
+            f"{option} {path}: expected a directory of raw TrackML events or a graph file, got one of an event's "
+            f"CSV files (give its directory, {path.parent})"
+        )
     if not path.is_dir():
         return
     events = sorted(path.glob("event*-hits.csv*"))

@@ -13,10 +13,12 @@ single line names the file, the column, what was expected and what was found.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
 import re
+import stat
 from zlib import error as zlib_error
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -54,15 +56,23 @@ OPTIONAL_COLUMNS: dict[str, dict[str, str]] = {"particles": {"particle_type": "i
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
-_EVENT_FILE = re.compile(r"^event(\d+)-(hits|cells|particles|truth)\.csv(\.gz)?$")
+# ASCII digits only: Python's \d also matches other scripts' digits (event١ would be event 1).
+_EVENT_FILE = re.compile(r"^event([0-9]+)-(hits|cells|particles|truth)\.csv(\.gz)?$")
+
+#: The largest event number: submissions and graph files store it as int64.
+MAX_EVENT_ID = int(np.iinfo(np.int64).max)
 
 
 def event_id_of(prefix: str | os.PathLike) -> int:
     """The event number of a prefix (``.../event000021000`` → 21000)."""
-    match = re.fullmatch(r"event(\d+)", Path(prefix).name)
+    match = re.fullmatch(r"event([0-9]+)", Path(prefix).name)
     if match is None:
         raise DomainparError(f"{prefix}: event prefix must be named event<digits> (got {Path(prefix).name!r})")
-    return int(match.group(1))
+    digits = match.group(1).lstrip("0") or "0"
+    # Judged by length first: Python refuses to convert digit strings of thousands of characters.
+    if len(digits) > 19 or int(digits) > MAX_EVENT_ID:
+        raise DomainparError(f"{prefix}: event number must be at most {MAX_EVENT_ID} (int64) (got {shorten(digits)})")
+    return int(digits)
 
 
 def event_file(prefix: str | os.PathLike, part: str) -> Path:
@@ -77,7 +87,29 @@ def event_file(prefix: str | os.PathLike, part: str) -> Path:
         return gzipped
     if plain.is_file():
         return plain
+    for path in (plain, gzipped):
+        # A name that exists but is no regular file (a directory, a FIFO that would block the read, a link
+        # loop) is named as what it is: "not found" would send the user looking for a file that is there.
+        if os.path.lexists(path):
+            raise DomainparError(f"{path}: expected the event's {part} file, found {_what_is(path)}")
     raise DomainparError(f"{gzipped}: {part} file not found (expected {plain.name} or {gzipped.name})")
+
+
+def _what_is(path: Path) -> str:
+    """What a path that is not a regular file is, for a message."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if path.is_symlink():
+            return "a symbolic link to nothing" if exc.errno == errno.ENOENT else f"a symbolic link that cannot be followed ({exc.strerror})"
+        return f"a path that cannot be read ({exc.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def has_truth(prefix: str | os.PathLike) -> bool:
@@ -94,12 +126,19 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
     directory = Path(path)
     if not directory.is_dir():
         raise DomainparError(f"{directory}: expected a directory of TrackML events (not found)")
-    ids = {
-        int(match.group(1)): match.group(0).split("-")[0]
-        for match in (_EVENT_FILE.match(entry.name) for entry in directory.iterdir())
-        if match is not None
-    }
-    return [directory / ids[event_id] for event_id in sorted(ids)]
+    names: dict[int, set[str]] = {}
+    for match in (_EVENT_FILE.match(entry.name) for entry in directory.iterdir()):
+        if match is not None:
+            names.setdefault(int(match.group(1)), set()).add(match.group(0).split("-")[0])
+    for event_id, prefixes in sorted(names.items()):
+        # event1-hits.csv beside event000000001-hits.csv: two events or one event's parts under two spellings;
+        # reading one and dropping the other silently would lose an event, or mix two.
+        if len(prefixes) > 1:
+            first, second = sorted(prefixes)[:2]
+            raise DomainparError(
+                f"{directory}: expected one prefix per event number, found {first} and {second} (both event {event_id})"
+            )
+    return [directory / next(iter(names[event_id])) for event_id in sorted(names)]
 
 
 def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFrame:
@@ -117,6 +156,7 @@ def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFr
     except (pd.errors.ParserError, ValueError, OSError, EOFError, zlib_error) as exc:
         raise DomainparError(f"{path}: expected a CSV table, could not parse it ({one_line(exc, limit=200)})") from None
     wanted = dict(COLUMNS[part])
+    check_header(frame, path, [*wanted, *OPTIONAL_COLUMNS.get(part, {})], content)
     missing = [column for column in wanted if column not in frame.columns]
     if missing:
         found = shorten([str(c) for c in frame.columns], limit=160)
@@ -125,6 +165,37 @@ def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFr
     for column, dtype in wanted.items():
         frame[column] = _checked_column(frame[column], path, column, dtype)
     return frame
+
+
+def check_header(frame: pd.DataFrame, path: Path, columns: Sequence[str], content: bytes | None = None) -> None:
+    """Refuse a table pandas parsed with its fields under the wrong names.
+
+    Args:
+        frame: the table as ``pd.read_csv`` returned it (default ``header`` and ``index_col``).
+        path: the file, named in the message (and read again for its header when needed).
+        columns: the columns the caller reads: each must appear once in the header.
+        content: the file's bytes when the caller parsed them from memory.
+
+    Raises:
+        DomainparError: data rows with more fields than the header (pandas would take the first field as the
+            index and read every column from its neighbour's field), or a column of ``columns`` named twice
+            (pandas renames the second ``x`` to ``x.1``: which one the user meant would be a guess).
+    """
+    if not isinstance(frame.index, pd.RangeIndex):
+        raise DomainparError(
+            f"{path}: expected every row to have the header's {len(frame.columns)} fields "
+            f"(found {len(frame.columns) + frame.index.nlevels} in the data rows: a trailing comma?)"
+        )
+    if not any(f"{column}.1" in frame.columns for column in columns):
+        return
+    source = path if content is None else io.BytesIO(content)
+    compression = "infer" if content is None else ("gzip" if path.name.endswith(".gz") else None)
+    header = pd.read_csv(source, header=None, nrows=1, dtype=str, keep_default_na=False, compression=compression)
+    names = [str(name) for name in header.iloc[0]]
+    for column in columns:
+        fields = [index + 1 for index, name in enumerate(names) if name == column]
+        if len(fields) > 1:
+            raise DomainparError(f"{path}: column {column!r} must appear once in the header (found it as fields {fields[0]} and {fields[1]})")
 
 
 def _raw_column(path: Path, column: str) -> pd.Series:
@@ -198,7 +269,10 @@ def integers_from_text(texts: pd.Series, dtype: str, what: str) -> np.ndarray:
 
 def _float_column(values: pd.Series, path: Path, column: str, dtype: str) -> np.ndarray:
     """``column`` as finite numbers of the stored ``dtype`` (checked after the conversion: 1e40 is inf in float32)."""
-    if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+    if pd.api.types.is_bool_dtype(values):
+        # pandas reads a column of True/False as booleans, which would pass as 1.0 and 0.0.
+        raise DomainparError(f"{path}: column {column!r} must be numeric (found {shorten(_raw_column(path, column).iloc[0])} in row 1)")
+    if not pd.api.types.is_numeric_dtype(values):
         numeric = pd.to_numeric(values, errors="coerce")
         bad = np.flatnonzero(numeric.isna().to_numpy() & values.notna().to_numpy())
         if bad.size:
@@ -286,6 +360,19 @@ def _validate_truth(truth: pd.DataFrame, path: Path) -> None:
         raise DomainparError(f"{path}: column 'weight' must be non-negative (found {weight[row]:g} in row {row + 1})")
 
 
+def _validate_cells(cells: pd.DataFrame, path: Path) -> None:
+    """Cells are the only source of the cluster features: an empty table or negative charges or channels would
+    train and score on features of zeros or of nonsense without a word."""
+    if len(cells) == 0:
+        raise DomainparError(f"{path}: expected the cells of the event's hits (found an empty table)")
+    for column, what in (("ch0", "a channel number"), ("ch1", "a channel number"), ("value", "a deposited charge")):
+        values = cells[column].to_numpy()
+        negative = np.flatnonzero(values < 0)
+        if negative.size:
+            row = int(negative[0])
+            raise DomainparError(f"{path}: column {column!r} must be {what}, >= 0 (found {values[row]:g} in row {row + 1})")
+
+
 def _validate_particles(particles: pd.DataFrame, path: Path) -> None:
     ids = particles["particle_id"]
     duplicated = ids.duplicated().to_numpy()
@@ -297,6 +384,18 @@ def _validate_particles(particles: pd.DataFrame, path: Path) -> None:
     if bad.size:
         row = int(bad[0])
         raise DomainparError(f"{path}: column 'q' must be a charge in units of e (found {charge[row]} in row {row + 1})")
+
+
+def _validate_truth_particles(truth: pd.DataFrame, truth_path: Path, particles: pd.DataFrame, particles_path: Path) -> None:
+    """Every particle of the truth (0 is noise) is listed in the particles file: its pT and eta come from there."""
+    ids = truth["particle_id"].to_numpy()
+    unknown = (ids != 0) & ~np.isin(ids, particles["particle_id"].to_numpy())
+    if unknown.any():
+        row = int(np.flatnonzero(unknown)[0])
+        raise DomainparError(
+            f"{particles_path}: column 'particle_id' must list every particle of the truth file "
+            f"(found {np.unique(ids[unknown]).size} missing, first {ids[row]} in {truth_path.name} row {row + 1})"
+        )
 
 
 def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, exact: bool) -> None:
@@ -353,6 +452,10 @@ def load_event(
         _validate_truth(frames["truth"], paths["truth"])
     if "particles" in frames:
         _validate_particles(frames["particles"], paths["particles"])
+    if "cells" in frames:
+        _validate_cells(frames["cells"], paths["cells"])
+    if "truth" in frames and "particles" in frames:
+        _validate_truth_particles(frames["truth"], paths["truth"], frames["particles"], paths["particles"])
     if "hits" in frames:
         _validate_hits(frames["hits"], paths["hits"])
         if "truth" in frames:

@@ -42,7 +42,7 @@ from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
 from domainpar.sim.dataset import simulate_dataset, simulator_digest
 from domainpar.train.run import train
-from domainpar.workers import available_cores
+from domainpar.workers import available_cores, failure_summary, run_items
 
 #: Figures of the closing table, per evaluated dataset.
 TABLE_KEYS = (
@@ -303,17 +303,22 @@ def _filter(
     else:
         echo(f"== edge filter: a trained one (hash {trained.content_hash}), not trained again")
         edge_filter = trained
-    edge_filter.save(out / "filter.pt")
+    filter_path = edge_filter.save(out / "filter.pt")
     gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
     filtered_records = {}
+    workers = _workers(recipe, available_cores())
     for kind in graphs:
         shutil.rmtree(gnn_graphs[kind], ignore_errors=True)
-        records = []
-        for path in sorted(graphs[kind].glob("*.npz")):
-            graph = load_graph(path)
-            kept = edge_filter.apply(graph)
-            save_graph(kept, gnn_graphs[kind] / path.name)
-            records.append(_filtered_record(graph, kept))
+        gnn_graphs[kind].mkdir(parents=True)
+        paths = sorted(graphs[kind].glob("*.npz"))
+        # Each worker prunes whole graphs with the saved filter: the same bytes as pruning them here, in 1/workers
+        # of the time (a full event's graph is ~0.2 GB to read and 4M edges to score).
+        results = run_items(_prune_graph, paths, args=(str(filter_path), str(gnn_graphs[kind])), names=[p.name for p in paths],
+                            workers=workers, desc=f"filtering {kind}", progress=progress, temporaries_in=[gnn_graphs[kind]])  # fmt: skip
+        failed = failure_summary(results, f"{kind} graphs")
+        if failed is not None:
+            raise DomainparError(f"edge filter: {failed}")
+        records = [r.value for r in results]
         filtered_records[kind] = records
         mean = lambda key: sum(r[key] or 0.0 for r in records) / len(records)  # noqa: E731
         echo(
@@ -321,6 +326,15 @@ def _filter(
             f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
         )
     return gnn_graphs, {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
+
+
+def _prune_graph(path: Path, filter_path: str, out_dir: str) -> dict:
+    """One graph pruned with the filter saved at ``filter_path``, written to ``out_dir``; its record (a worker's item)."""
+    edge_filter = load_filter(filter_path)
+    graph = load_graph(path)
+    kept = edge_filter.apply(graph)
+    save_graph(kept, Path(out_dir) / path.name)
+    return _filtered_record(graph, kept)
 
 
 def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progress) -> tuple[Path, dict]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hostile_workspace import TINY_TRAIN, Base, Workspace, denied, make_base, problems, run_main, snapshot, wrong_reason
+from hostile_workspace import PARTS, TINY_TRAIN, Base, Workspace, denied, make_base, problems, run_main, snapshot, wrong_reason
 
 CASES: dict[str, callable] = {}
 #: Case name → what its error line must contain (see :func:`case`).
@@ -349,10 +349,72 @@ def _(ws):
     return _build(ws, ws.event(parts=("cells", "particles", "truth")))
 
 
-@case("build-hits-is-directory", "event000000001-hits.csv.gz: hits file not found")
+@case("build-hits-is-directory", "event000000001-hits.csv: expected the event's hits file, found a directory")
 def _(ws):
     events = ws.event(parts=("cells", "particles", "truth"))
     (events / "event000000001-hits.csv").mkdir()
+    return _build(ws, events)
+
+
+@case("build-hits-is-a-symlink-loop", "event000000001-hits.csv: expected the event's hits file, found a symbolic link that cannot be followed")
+def _(ws):
+    events = ws.event(parts=("cells", "particles", "truth"))
+    (events / "event000000001-hits.csv").symlink_to("event000000001-hits.csv.gz")
+    (events / "event000000001-hits.csv.gz").symlink_to("event000000001-hits.csv")
+    return _build(ws, events)
+
+
+@case("build-hits-is-a-dangling-symlink", "event000000001-hits.csv: expected the event's hits file, found a symbolic link to nothing")
+def _(ws):
+    events = ws.event(parts=("cells", "particles", "truth"))
+    (events / "event000000001-hits.csv").symlink_to(ws.path("gone.csv"))
+    return _build(ws, events)
+
+
+# Tables pandas parses with fields under the wrong names: refused, never read as another column's values.
+
+
+@case("build-hits-column-named-twice", "event000000001-hits.csv: column 'x' must appear once in the header (found it as fields 2 and 8)")
+def _(ws):
+    return _build(ws, ws.event("hits", lambda rows: [row + (["x"] if i == 0 else ["999"]) for i, row in enumerate(rows)]))
+
+
+@case("build-truth-particle-id-named-twice", "event000000001-truth.csv: column 'particle_id' must appear once in the header")
+def _(ws):
+    return _build(ws, ws.event("truth", lambda rows: [row + (["particle_id"] if i == 0 else ["0"]) for i, row in enumerate(rows)]))
+
+
+@case("build-hits-trailing-comma-on-data-rows", "event000000001-hits.csv: expected every row to have the header's 7 fields (found 8")
+def _(ws):
+    # pandas would take hit_id as the index and read hit_id from x, x from y, ...
+    return _build(ws, ws.event("hits", lambda rows: [row + ([] if i == 0 else [""]) for i, row in enumerate(rows)]))
+
+
+@case("build-truth-weight-column-of-booleans", "event000000001-truth.csv: column 'weight' must be numeric (found 'True' in row 1)")
+def _(ws):
+    # pandas reads a column of True/False as booleans, which passed as weights 1.0 and 0.0.
+    return _build(ws, ws.event_column("truth", "weight", lambda row, old: "True" if row % 2 else "False"))
+
+
+@case("build-particles-px-column-of-booleans", "event000000001-particles.csv: column 'px' must be numeric (found 'true' in row 1)")
+def _(ws):
+    return _build(ws, ws.event_column("particles", "px", lambda row, old: "true"))
+
+
+@case("build-two-spellings-of-one-event-number", "WS/ev: expected one prefix per event number, found event000000001 and event1 (both event 1)")
+def _(ws):
+    # Read as one event, the other was dropped without a word.
+    events = ws.event()
+    for part in PARTS:
+        (events / f"event1-{part}.csv").write_bytes((events / f"event000000001-{part}.csv").read_bytes())
+    return _build(ws, events)
+
+
+@case("build-event-number-beyond-int64", "event99999999999999999999: event number must be at most 9223372036854775807 (int64)")
+def _(ws):
+    events = ws.event()
+    for part in PARTS:
+        (events / f"event000000001-{part}.csv").rename(events / f"event99999999999999999999-{part}.csv")
     return _build(ws, events)
 
 
@@ -446,6 +508,17 @@ def _(ws):
 @case("build-particles-q-float", "event000000001-particles.csv: column 'q' must be integers written as digits")
 def _(ws):
     return _build(ws, ws.event_cell("particles", "q", "0.5", row=3))
+
+
+@case("build-cells-header-only-with-cell-features", "event000000001-cells.csv: expected the cells of the event's hits (found an empty table)")
+def _(ws):
+    # Every hit's cluster features were zeros, without a word.
+    return _build(ws, ws.event("cells", lambda rows: rows[:1])) + ["--cell-features"]
+
+
+@case("build-cells-value-negative-with-cell-features", "event000000001-cells.csv: column 'value' must be a deposited charge, >= 0 (found -0.5 in row 2)")
+def _(ws):
+    return _build(ws, ws.event_cell("cells", "value", "-0.5", row=2)) + ["--cell-features"]
 
 
 @case("build-cells-value-nan-with-cell-features", "event000000001-cells.csv: column 'value' must be finite numbers")
@@ -1367,6 +1440,43 @@ def _(ws):
             "--quiet"]  # fmt: skip
 
 
+@case("evaluate-raw-events-particle-missing-from-particles",
+      "event000000001-particles.csv: column 'particle_id' must list every particle of the truth file (found 1 missing")
+def _(ws):
+    # The particle's pT and eta come from the particles file; the refusal used to name no file.
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.event("particles", lambda rows: rows[:1] + rows[2:]),
+            "--quiet"]  # fmt: skip
+
+
+@case("evaluate-data-is-an-event-csv-file", "--data WS/ev/event000000001-hits.csv: expected a directory of raw TrackML events or a graph file, got one of an event's CSV files")
+def _(ws):
+    # It was read as a graph file: "not a zip file".
+    return ["evaluate", "--checkpoint", ws.base.model, "--data", ws.event() / "event000000001-hits.csv", "--quiet"]
+
+
+@case("reconstruct-data-is-an-event-csv-file", "--data WS/ev/event000000001-hits.csv: expected a directory of raw TrackML events or a graph file, got one of an event's CSV files")
+def _(ws):
+    # It was read as a graph file and failed as an event (exit 1), after writing the run's files.
+    return ["reconstruct", "--checkpoint", ws.base.model, "--data", ws.event() / "event000000001-hits.csv", "--out", ws.path("r"), "--quiet"]
+
+
+@case("evaluate-filter-is-a-gnn-checkpoint", "run/model.pt: expected a domainpar edge filter (the physics recipe's filter.pt, which prunes graphs before the GNN), found a GNN checkpoint")
+def _(ws):
+    # The two .pt files of a physics run swapped: it said "could not read it (KeyError)".
+    return _evaluate(ws, ws.base.model, "--filter", ws.base.model)
+
+
+@case("evaluate-filter-empty-file", "filter.pt: expected a domainpar edge filter (found an empty file)")
+def _(ws):
+    return _evaluate(ws, ws.base.model, "--filter", ws.write("filter.pt", b""))
+
+
+@case("evaluate-filter-is-directory", "WS/filter.pt: expected a domainpar edge filter file (found a directory)")
+def _(ws):
+    ws.path("filter.pt").mkdir()
+    return _evaluate(ws, ws.base.model, "--filter", ws.path("filter.pt"))
+
+
 @case("evaluate-events-dir-bad-truth", "event000000001-truth.csv: column 'weight' must be finite numbers")
 def _(ws):
     return _evaluate(ws, ws.base.model, "--events", ws.event_cell("truth", "weight", "inf", row=3))
@@ -1490,6 +1600,17 @@ def _(ws):
 @case("score-empty-file", "sub.csv: expected a CSV table with columns hit_id, track_id")
 def _(ws):
     return _score(ws, _submission(ws, raw=b""))
+
+
+@case("score-track-id-named-twice", "sub.csv: column 'track_id' must appear once in the header (found it as fields 2 and 3)")
+def _(ws):
+    return _score(ws, _submission(ws, lambda rows: [row + (["track_id"] if i == 0 else ["0"]) for i, row in enumerate(rows)]))
+
+
+@case("score-trailing-comma-on-data-rows", "sub.csv: expected every row to have the header's 2 fields (found 3")
+def _(ws):
+    # pandas would read hit_id from track_id and track_id from the empty field.
+    return _score(ws, _submission(ws, lambda rows: [row + ([] if i == 0 else [""]) for i, row in enumerate(rows)]))
 
 
 @case("score-header-only", "sub.csv: submission must assign every hit of the event a track")

@@ -3,6 +3,8 @@ hits on their detector layer, no degenerate events; every refusal one line namin
 
 from __future__ import annotations
 
+import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from domainpar.data.trackml import LAYER_MARGIN_MM, load_event
+from domainpar.data.trackml import LAYER_MARGIN_MM, event_id_of, event_prefixes, load_event
 from domainpar.errors import DomainparError
 
 from fixtures import TRACKML_DIR
@@ -196,3 +198,116 @@ def test_binary_files_are_one_line(plain_event, tmp_path, content):
     with pytest.raises(DomainparError, match=r"hits.csv: (expected a UTF-8 CSV table|expected a CSV table)") as info:
         _load(tmp_path / "event000000001")
     assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+# ----------------------------------------------------------------------------- layouts: read right, or refused
+
+
+def _rewritten(plain_event: Path, tmp_path: Path, part: str, rewrite) -> Path:
+    """A copy of the event whose ``part`` file is ``rewrite(bytes) -> (name suffix, bytes)``."""
+    for p in PARTS:
+        if p != part:
+            shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    suffix, content = rewrite(Path(f"{plain_event}-{part}.csv").read_bytes())
+    (tmp_path / f"event000000001-{part}{suffix}").write_bytes(content)
+    return tmp_path / "event000000001"
+
+
+def _fields(content: bytes, change) -> bytes:
+    rows = [line.split(",") for line in content.decode().splitlines()]
+    return "".join(",".join(change(i, row)) + "\n" for i, row in enumerate(rows)).encode()
+
+
+#: Layouts other writers produce (Excel, R, Windows, gzip -c a b >): the same values, not a refusal.
+VALID_LAYOUTS = {
+    "utf8-bom": lambda b: (".csv", b"\xef\xbb\xbf" + b),
+    "crlf": lambda b: (".csv", b.replace(b"\n", b"\r\n")),
+    "every-field-quoted": lambda b: (".csv", _fields(b, lambda i, row: [f'"{f}"' for f in row])),
+    "columns-reversed": lambda b: (".csv", _fields(b, lambda i, row: row[::-1])),
+    "extra-column": lambda b: (".csv", _fields(b, lambda i, row: row + (["note"] if i == 0 else ["abc"]))),
+    "trailing-comma-on-every-line": lambda b: (".csv", _fields(b, lambda i, row: row + [""])),
+    "trailing-blank-lines": lambda b: (".csv", b + b"\n\n\n"),
+    "padded-and-signed-numbers": lambda b: (".csv", _fields(b, lambda i, row: row if i == 0 else [f" +{f} " if f[:1].isdigit() else f for f in row])),
+    "multi-member-gzip": lambda b: (".csv.gz", gzip.compress(b[: len(b) // 2]) + gzip.compress(b[len(b) // 2 :])),
+}
+
+
+@pytest.mark.parametrize("part", ["hits", "truth"])
+@pytest.mark.parametrize("layout", sorted(VALID_LAYOUTS))
+def test_unusual_but_valid_layouts_read_the_same_values(plain_event, tmp_path, part, layout):
+    expected = _load(plain_event)
+    found = _load(_rewritten(plain_event, tmp_path, part, VALID_LAYOUTS[layout]))
+    for name, want, got in zip(PARTS, expected, found):
+        columns = list(want.columns)
+        pd.testing.assert_frame_equal(got[columns], want, obj=f"{name} ({layout})")
+
+
+#: Tables pandas parses with fields under the wrong names, and what the refusal must say.
+MISREAD_LAYOUTS = {
+    "column-named-twice": (lambda i, row: row + (["x"] if i == 0 else ["999"]), r"column 'x' must appear once in the header \(found it as fields 2 and 8\)"),
+    "trailing-comma-on-data-rows": (lambda i, row: row + ([] if i == 0 else [""]), r"expected every row to have the header's 7 fields \(found 8 in the data rows"),
+    "x-column-of-booleans": (lambda i, row: row if i == 0 else row[:1] + ["True"] + row[2:], r"column 'x' must be numeric \(found 'True' in row 1\)"),
+}
+
+
+@pytest.mark.parametrize("from_memory", [False, True], ids=["from-file", "from-memory"])
+@pytest.mark.parametrize("layout", sorted(MISREAD_LAYOUTS))
+def test_tables_pandas_would_misread_are_refused(plain_event, tmp_path, layout, from_memory):
+    change, message = MISREAD_LAYOUTS[layout]
+    prefix = _rewritten(plain_event, tmp_path, "hits", lambda b: (".csv", _fields(b, change)))
+    path = Path(f"{prefix}-hits.csv")
+    # reconstruct parses the bytes it hashed (``contents``): the same refusal as from the file.
+    contents = {"hits": (path, path.read_bytes())} if from_memory else None
+    with pytest.raises(DomainparError, match=r"hits.csv: " + message):
+        load_event(prefix, parts=("hits",), contents=contents)
+
+
+def test_a_particle_of_the_truth_missing_from_the_particles_file_is_named(plain_event, tmp_path):
+    prefix = _edited(plain_event, tmp_path, "particles", lambda rows: rows.pop(1))
+    with pytest.raises(DomainparError, match=r"particles.csv: column 'particle_id' must list every particle of the truth file \(found 1 missing"):
+        _load(prefix, "particles", "truth")
+
+
+# ----------------------------------------------------------------------------- event names and special files
+
+
+def test_event_numbers_are_ascii_digits_one_spelling_each_within_int64(plain_event, tmp_path):
+    hits = Path(f"{plain_event}-hits.csv").read_bytes()
+    arabic = tmp_path / "arabic"
+    arabic.mkdir()
+    (arabic / "event\u0661-hits.csv").write_bytes(hits)  # ARABIC-INDIC DIGIT ONE: not event 1
+    assert event_prefixes(arabic) == []
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "event1-hits.csv").write_bytes(hits)
+    (two / "event000000001-hits.csv").write_bytes(hits)
+    with pytest.raises(DomainparError, match=r"two: expected one prefix per event number, found event000000001 and event1 \(both event 1\)"):
+        event_prefixes(two)
+    with pytest.raises(DomainparError, match=r"event number must be at most 9223372036854775807 \(int64\)"):
+        event_id_of(tmp_path / ("event" + "9" * 30))
+    assert event_id_of(tmp_path / "event9223372036854775807") == 2**63 - 1
+
+
+def test_a_part_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
+    os.mkfifo(tmp_path / "event000000001-hits.csv")  # reading it would block for ever
+    with pytest.raises(DomainparError, match=r"event000000001-hits.csv: expected the event's hits file, found a named pipe \(FIFO\)"):
+        load_event(tmp_path / "event000000001", parts=("hits",))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda rows: rows[:1], r"expected the cells of the event's hits \(found an empty table\)"),
+        (_set("value", "-0.25", row=3), r"column 'value' must be a deposited charge, >= 0 \(found -0.25 in row 3\)"),
+        (_set("ch1", "-1", row=2), r"column 'ch1' must be a channel number, >= 0 \(found -1 in row 2\)"),
+    ],
+    ids=["header-only", "negative-charge", "negative-channel"],
+)
+def test_cells_that_would_make_cluster_features_of_nothing_are_refused(plain_event, tmp_path, edit, message):
+    def apply(rows):
+        edited = edit(rows)
+        if edited is not None:
+            rows[:] = edited
+
+    with pytest.raises(DomainparError, match=r"cells.csv: " + message):
+        _load(_edited(plain_event, tmp_path, "cells", apply), "hits", "cells")

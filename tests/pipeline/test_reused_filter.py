@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -84,3 +85,40 @@ def test_a_wrong_filter_is_refused_before_anything_is_simulated(tmp_path, monkey
     monkeypatch.setattr(physics, "simulate_dataset", no_simulation)
     with pytest.raises(DomainparError, match=r"filter\.steps"):
         physics.prepare_graphs(recipe, tmp_path / "run", edge_filter=path, echo=lambda line: None)
+
+
+def _arrays(path):
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def test_the_graphs_are_pruned_alike_in_one_process_or_two(tmp_path, monkeypatch):
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 3, SimulationConfig(num_particles=100), seed=6, progress=False)
+    build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
+    runs = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(physics, "_workers", lambda recipe, cores, n=workers: n)
+        graphs, record = physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / f"run{workers}", lambda line: None, False, trained)
+        runs[workers] = (sorted(graphs["train"].glob("*.npz")), record["graphs"]["train"])
+    (one, one_records), (two, two_records) = runs[1], runs[2]
+    assert [p.name for p in one] == [p.name for p in two] == sorted(p.name for p in (tmp_path / "graphs").glob("*.npz"))
+    assert one_records == two_records and len(one_records) == 3
+    for a, b in zip(one, two):
+        left, right = _arrays(a), _arrays(b)
+        assert left.keys() == right.keys()
+        for key in left:
+            np.testing.assert_array_equal(left[key], right[key], err_msg=f"{a.name}: {key}")
+    assert not [p for p in (tmp_path / "run2" / "filtered" / "train").iterdir() if not p.name.endswith(".npz")]
+
+
+def test_a_graph_the_filter_cannot_read_is_named(tmp_path, monkeypatch):
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=100), seed=7, progress=False)
+    build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)
+    (tmp_path / "graphs" / "event000000009.npz").write_bytes(b"not a graph")
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
+    monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 2)
+    with pytest.raises(DomainparError, match=r"^edge filter: 1 of 3 train graphs failed: event000000009\.npz "):
+        physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / "run", lambda line: None, False, trained)
