@@ -26,6 +26,8 @@ import errno
 import os
 import reprlib
 import signal
+import stat
+from pathlib import Path
 from typing import Any
 
 #: Longest echo of a found value inside a message, in characters.
@@ -41,6 +43,36 @@ _SAFE_REPR.maxstring = _SAFE_REPR.maxother = _SAFE_REPR.maxlong = 2 * VALUE_LIMI
 
 class DomainparError(ValueError):
     """A user-facing error with a one-line message."""
+
+
+def what_is(path: str | os.PathLike) -> str:
+    """What a path that exists but is no regular file is, for a message ("a directory", "a named pipe (FIFO)")."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if path.is_symlink():
+            return "a symbolic link to nothing" if exc.errno == errno.ENOENT else f"a symbolic link that cannot be followed ({exc.strerror})"
+        return f"a path that cannot be read ({exc.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
+
+
+def not_a_file(path: str | os.PathLike, what: str, prefix: str = "") -> DomainparError:
+    """The error for ``path`` where a regular file (``what``, e.g. "checkpoint file") was expected.
+
+    "not found" only when nothing is there: a FIFO (which would block the read), a symbolic-link loop or a
+    dangling link is named as what it is, or the user looks for a file that exists.
+    """
+    if not os.path.lexists(path):
+        return DomainparError(f"{prefix}{path}: {what} not found")
+    article = "an" if what[:1].lower() in "aeiou" else "a"
+    return DomainparError(f"{prefix}{path}: expected {article} {what}, found {what_is(path)}")
 
 
 class Terminated(BaseException):

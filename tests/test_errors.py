@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import errno
+import os
+import socket
 
 import pytest
 
 from domainpar.cli.main import main
-from domainpar.errors import message_line, one_line, shorten
+from domainpar.errors import message_line, not_a_file, one_line, shorten
 
 
 def test_shorten_bounds_every_kind_of_value():
@@ -88,3 +90,25 @@ def test_one_line_collapses_and_shortens():
     assert one_line(KeyError()) == "KeyError"
     long = one_line(RuntimeError("first sentence. " + "advice " * 100))
     assert long == "first sentence."
+
+
+def test_not_a_file_says_not_found_only_when_nothing_is_there(tmp_path):
+    assert str(not_a_file(tmp_path / "none.pt", "checkpoint file")) == f"{tmp_path / 'none.pt'}: checkpoint file not found"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "dir").mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    try:
+        found = {name: str(not_a_file(tmp_path / name, "edge filter file", prefix="--filter ")) for name in ("fifo", "loop", "dangling", "dir", "sock")}
+    finally:
+        server.close()
+    assert found == {
+        "fifo": f"--filter {tmp_path / 'fifo'}: expected an edge filter file, found a named pipe (FIFO)",
+        "loop": f"--filter {tmp_path / 'loop'}: expected an edge filter file, found a symbolic link that cannot be followed "
+        f"({os.strerror(errno.ELOOP)})",
+        "dangling": f"--filter {tmp_path / 'dangling'}: expected an edge filter file, found a symbolic link to nothing",
+        "dir": f"--filter {tmp_path / 'dir'}: expected an edge filter file, found a directory",
+        "sock": f"--filter {tmp_path / 'sock'}: expected an edge filter file, found a socket",
+    }

@@ -9,8 +9,8 @@ import click
 import numpy as np
 import pandas as pd
 
-from domainpar.data.trackml import check_header, event_id_of, load_event
-from domainpar.errors import DomainparError, one_line
+from domainpar.data.trackml import check_header, event_id_of, integers_from_text, load_event
+from domainpar.errors import DomainparError, not_a_file, one_line
 from domainpar.tracks.score import analyze_tracks
 
 
@@ -21,7 +21,7 @@ def read_submission(path: Path) -> pd.DataFrame:
     if path.exists() and not path.is_file():
         raise DomainparError(f"{path}: expected a submission CSV file (found something that is not a regular file)")
     if not path.is_file():
-        raise DomainparError(f"{path}: submission file not found")
+        raise not_a_file(path, "submission file")
     try:
         # As text: ids are parsed exactly (never through float64) by the scorer, which names a bad field's row.
         submission = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
@@ -69,7 +69,8 @@ def score(event_prefix: Path, submission_path: Path) -> None:
     submission = read_submission(submission_path)
     if "event_id" in submission.columns:
         event_id = event_id_of(event_prefix)
-        values = pd.to_numeric(submission["event_id"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        # Exact integers: through float64, 1.0 would pass and ids above 2^53 could match another event.
+        values = integers_from_text(submission["event_id"], "int64", f"{submission_path}: column event_id")
         wrong = np.flatnonzero(values != event_id)
         if wrong.size:
             raise DomainparError(

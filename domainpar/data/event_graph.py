@@ -20,7 +20,7 @@ import numpy as np
 
 from domainpar.atomic import atomic_path
 from domainpar.data.features import recorded_description
-from domainpar.errors import DomainparError, one_line, shorten
+from domainpar.errors import DomainparError, not_a_file, one_line, shorten
 from domainpar.npzfile import write_npz
 from domainpar.parsing import parse_json
 
@@ -349,7 +349,7 @@ def _read_headers(path: Path) -> tuple[dict[str, tuple[tuple[int, ...], np.dtype
     if path.is_dir():
         raise DomainparError(f"{path}: expected a graph file (found a directory)")
     if not path.is_file():
-        raise DomainparError(f"{path}: graph file not found")
+        raise not_a_file(path, "graph file")
     shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     scalars: dict[str, int] = {}
     try:

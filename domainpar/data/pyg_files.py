@@ -68,7 +68,7 @@ import numpy as np
 from domainpar.atomic import atomic_path, staged_outputs
 from domainpar.data.event_graph import EDGE_FEATURES, EventGraph, save_graph
 from domainpar.data.true_segments import pair_keys, true_segments
-from domainpar.errors import DomainparError, one_line, reraise_fault
+from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault
 from domainpar.progress import progress as progress_display
 
 #: File suffixes taken for PyG graph files.
@@ -150,7 +150,7 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
 
     path = Path(path)
     if not path.is_file():
-        raise DomainparError(f"{path}: PyG graph file not found")
+        raise not_a_file(path, "PyG graph file")
     try:
         # torch warns about the pickle protocol of a foreign file before refusing it: the refusal is the one line.
         with torch.serialization.safe_globals(_safe_globals()), warnings.catch_warnings():

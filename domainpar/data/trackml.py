@@ -13,12 +13,10 @@ single line names the file, the column, what was expected and what was found.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import io
 import os
 import re
-import stat
 from zlib import error as zlib_error
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -28,7 +26,7 @@ import pandas as pd
 
 from domainpar.atomic import atomic_path
 from domainpar.data.detector import layer_index_of, layer_table
-from domainpar.errors import DomainparError, one_line, shorten
+from domainpar.errors import DomainparError, one_line, shorten, what_is
 
 #: The four parts of an event, in the challenge's order.
 PARTS = ("hits", "cells", "particles", "truth")
@@ -58,6 +56,12 @@ os.umask(_UMASK)
 
 # ASCII digits only: Python's \d also matches other scripts' digits (event١ would be event 1).
 _EVENT_FILE = re.compile(r"^event([0-9]+)-(hits|cells|particles|truth)\.csv(\.gz)?$")
+
+# What looks like an event's part file but is not read (upper-case .CSV/.GZ, another compression): listing the
+# directory must not skip it silently, or an event (or all of them) goes missing without a word.
+_UNREAD_EVENT_FILE = re.compile(
+    r"^event[0-9]+-(hits|cells|particles|truth)\.csv(\.(gz|bz2|xz|zip|zst|zstd|lz4|lzma|z|7z|tar|tgz))?$", re.IGNORECASE
+)
 
 #: The largest event number: submissions and graph files store it as int64.
 MAX_EVENT_ID = int(np.iinfo(np.int64).max)
@@ -91,25 +95,8 @@ def event_file(prefix: str | os.PathLike, part: str) -> Path:
         # A name that exists but is no regular file (a directory, a FIFO that would block the read, a link
         # loop) is named as what it is: "not found" would send the user looking for a file that is there.
         if os.path.lexists(path):
-            raise DomainparError(f"{path}: expected the event's {part} file, found {_what_is(path)}")
+            raise DomainparError(f"{path}: expected the event's {part} file, found {what_is(path)}")
     raise DomainparError(f"{gzipped}: {part} file not found (expected {plain.name} or {gzipped.name})")
-
-
-def _what_is(path: Path) -> str:
-    """What a path that is not a regular file is, for a message."""
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        if path.is_symlink():
-            return "a symbolic link to nothing" if exc.errno == errno.ENOENT else f"a symbolic link that cannot be followed ({exc.strerror})"
-        return f"a path that cannot be read ({exc.strerror})"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def has_truth(prefix: str | os.PathLike) -> bool:
@@ -127,9 +114,17 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
     if not directory.is_dir():
         raise DomainparError(f"{directory}: expected a directory of TrackML events (not found)")
     names: dict[int, set[str]] = {}
-    for match in (_EVENT_FILE.match(entry.name) for entry in directory.iterdir()):
+    for entry in sorted(directory.iterdir()):
+        match = _EVENT_FILE.match(entry.name)
         if match is not None:
             names.setdefault(int(match.group(1)), set()).add(match.group(0).split("-")[0])
+        elif _UNREAD_EVENT_FILE.match(entry.name):
+            suffix = entry.suffix.lower()
+            found = (
+                f"{entry.name!r}, compressed as {entry.suffix}, which is not read: decompress it or gzip it"
+                if suffix not in (".csv", ".gz") else f"{entry.name!r}, which is not read: rename it in lower case"
+            )
+            raise DomainparError(f"{entry}: expected event files named event<digits>-<part>.csv or .csv.gz (found {found})")
     for event_id, prefixes in sorted(names.items()):
         # event1-hits.csv beside event000000001-hits.csv: two events or one event's parts under two spellings;
         # reading one and dropping the other silently would lose an event, or mix two.
@@ -141,14 +136,43 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
     return [directory / next(iter(names[event_id])) for event_id in sorted(names)]
 
 
+#: The most CSV text one event file may hold (after decompressing). A full TrackML event's largest file (its
+#: cells) is some 40 MB; a gzip bomb (kilobytes that inflate to terabytes) would exhaust the memory unbounded.
+MAX_EVENT_FILE_BYTES = 1 << 30
+
+_READ_CHUNK = 1 << 24
+
+
+def _csv_text(path: Path, content: bytes | None) -> bytes:
+    """The CSV text of an event file (decompressed when ``.gz``), at most :data:`MAX_EVENT_FILE_BYTES`.
+
+    ``content``: the file's bytes when the caller has read them already (to hash them).
+    """
+    limit = MAX_EVENT_FILE_BYTES
+    if not path.name.endswith(".gz"):
+        size = len(content) if content is not None else path.stat().st_size
+        if size > limit:
+            raise DomainparError(f"{path}: expected at most {limit >> 30} GiB of CSV text in an event file (found {size:,} bytes)")
+        return content if content is not None else path.read_bytes()
+    text = io.BytesIO()
+    with gzip.GzipFile(fileobj=io.BytesIO(content)) if content is not None else gzip.open(path, "rb") as stream:
+        # In chunks, so that a bomb is stopped at the limit rather than inflated whole.
+        while chunk := stream.read(_READ_CHUNK):
+            text.write(chunk)
+            if text.tell() > limit:
+                raise DomainparError(
+                    f"{path}: expected at most {limit >> 30} GiB of CSV text in an event file "
+                    f"(found more after decompressing: a damaged or hostile archive)"
+                )
+    return text.getvalue()
+
+
 def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFrame:
     try:
-        if content is None:
-            frame = pd.read_csv(path, low_memory=False)
-        else:
-            # The file's bytes, already read by the caller (who hashed them): parsed without reading the file again.
-            compression = "gzip" if path.name.endswith(".gz") else None
-            frame = pd.read_csv(io.BytesIO(content), compression=compression, low_memory=False)
+        # Decompressed here, bounded, and parsed from memory (the caller's bytes are not read from disk again).
+        frame = pd.read_csv(io.BytesIO(_csv_text(path, content)), low_memory=False)
+    except DomainparError:
+        raise
     except pd.errors.EmptyDataError:
         raise DomainparError(f"{path}: expected a CSV table with columns {list(COLUMNS[part])} (found an empty file)") from None
     except UnicodeDecodeError as exc:

@@ -23,7 +23,7 @@ import torch
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import GraphConfig
-from domainpar.errors import DomainparError, one_line, reraise_fault
+from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault
 from domainpar.export.sidecar import feature_names, filter_stage, graph_stage, read_sidecar, sidecar_path
 
 
@@ -82,7 +82,7 @@ def open_model_file(path: str | os.PathLike, fmt: str, threads: int = 1):
     """
     path = Path(path)
     if not path.is_file():
-        raise DomainparError(f"{path}: model file not found")
+        raise not_a_file(path, "model file")
     return _TorchScriptRunner(path) if fmt == "torchscript" else _OnnxRunner(path, threads=threads)
 
 
@@ -217,7 +217,7 @@ def load_exported(path: str | os.PathLike) -> ExportedModel:
     """
     path = Path(path)
     if not path.is_file():
-        raise DomainparError(f"--model {path}: model file not found")
+        raise not_a_file(path, "model file", prefix="--model ")
     sidecar = read_sidecar(path)
     runner = open_model_file(path, sidecar["model"]["format"])
     if isinstance(runner, _OnnxRunner):

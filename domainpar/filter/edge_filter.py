@@ -45,7 +45,7 @@ from torch import nn
 from domainpar.atomic import atomic_path
 from domainpar.data.event_graph import EventGraph, require_edges
 from domainpar.data.graph_files import load_graph
-from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
+from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault, shorten
 from domainpar.parsing import parse_json
 
 #: Bumped whenever the saved layout changes.
@@ -282,7 +282,7 @@ def load_filter(path: str | os.PathLike) -> EdgeFilter:
     if path.is_dir():
         raise DomainparError(f"{path}: expected a domainpar edge filter file (found a directory)")
     if not path.is_file():
-        raise DomainparError(f"{path}: edge filter file not found")
+        raise not_a_file(path, "edge filter file")
     if path.stat().st_size == 0:
         raise DomainparError(f"{path}: expected a domainpar edge filter (found an empty file)")
     try:

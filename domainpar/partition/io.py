@@ -69,7 +69,7 @@ import numpy as np
 
 from domainpar.atomic import aside_prefix, name_destination, temporary_prefix, write_target
 from domainpar.data.event_graph import EventGraph
-from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
+from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault, shorten
 from domainpar.npzfile import read_npz, write_npz
 from domainpar.parsing import parse_json
 from domainpar.partition.part_data import PartData, cut_part
@@ -238,7 +238,7 @@ def _read_members(path: Path, names: tuple[str, ...], what: str, content: bytes 
     ``content``: the file's bytes, already read (and digest-checked); parsed from memory, not read again.
     """
     if content is None and not path.is_file():
-        raise DomainparError(f"{path}: {what} not found")
+        raise not_a_file(path, what)
     try:
         if content is not None:
             # The SHA-256 of these very bytes matched the manifest: the per-member CRCs add nothing.
@@ -266,7 +266,7 @@ def _read_verified(path: Path, what: str) -> bytes:
     """The bytes of ``path``, which must be the ones its plan's manifest recorded (size and SHA-256)."""
     entry = _manifest_entry(path)
     if not path.is_file():
-        raise DomainparError(f"{path}: {what} not found")
+        raise not_a_file(path, what)
     content = path.read_bytes()
     if len(content) != entry["bytes"]:
         raise DomainparError(

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 from domainpar.data.graph import GraphConfig
 from domainpar.data.subset import check_volumes
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, not_a_file
 from domainpar.filter.edge_filter import FilterConfig
 from domainpar.inference.config import PARTITION_METHODS
 from domainpar.parsing import load_yaml
@@ -355,7 +355,7 @@ def load_recipe(path: str | os.PathLike, device: str = "cpu") -> Recipe:
 
     path = Path(path)
     if not path.is_file():
-        raise DomainparError(f"{path}: recipe file not found")
+        raise not_a_file(path, "recipe file")
     try:
         nested = load_yaml(path, "a YAML recipe")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

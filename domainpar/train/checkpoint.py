@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from domainpar.atomic import atomic_path, fsync_directory, remove_stale_temporaries
-from domainpar.errors import DomainparError, one_line, reraise_fault, shorten
+from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault, shorten
 from domainpar.model.config import ModelConfig
 from domainpar.parsing import check_depth
 from domainpar.train.config import config_from_dict
@@ -304,7 +304,7 @@ def read_checkpoint_file(path: str | os.PathLike, advice: str = "") -> Any:
     if path.is_dir():
         raise DomainparError(f"{path}: expected a checkpoint file (found a directory)")
     if not path.is_file():
-        raise DomainparError(f"{path}: checkpoint file not found")
+        raise not_a_file(path, "checkpoint file")
     try:
         # torch warns about the pickle protocol of a foreign file before refusing it: the refusal is the one line.
         with warnings.catch_warnings():

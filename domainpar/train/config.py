@@ -30,7 +30,7 @@ import yaml
 
 from domainpar.atomic import atomic_path
 from domainpar.domains import FLOAT32_MAX, LOSS_WEIGHT_WHY, MAX_LOSS_WEIGHT, MAX_TIMEOUT_S, Domain, check_domains
-from domainpar.errors import DomainparError, FieldError, one_line, shorten
+from domainpar.errors import DomainparError, FieldError, not_a_file, one_line, shorten
 from domainpar.kernels import compile as compiler
 from domainpar.model.config import ACTIVATIONS, ModelConfig
 from domainpar.model.loss import LOSS_DOMAINS, LossConfig
@@ -506,7 +506,7 @@ def load_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | N
         if path.is_dir():
             raise DomainparError(f"{path}: expected a YAML config file (found a directory)")
         if not path.is_file():
-            raise DomainparError(f"{path}: config file not found")
+            raise not_a_file(path, "config file")
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise DomainparError(f"{path}: expected a YAML config file of at most {MAX_BYTES:,} bytes (got {size:,})")

@@ -18,7 +18,9 @@ command line and plain file formats, so the same file measures any version.
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
@@ -407,6 +409,22 @@ def _(ws):
     events = ws.event()
     for part in PARTS:
         (events / f"event1-{part}.csv").write_bytes((events / f"event000000001-{part}.csv").read_bytes())
+    return _build(ws, events)
+
+
+@case("build-event-file-in-upper-case", "WS/ev/event000000001-truth.CSV: expected event files named event<digits>-<part>.csv or .csv.gz (found 'event000000001-truth.CSV', which is not read: rename it in lower case)")
+def _(ws):
+    # Skipped when listing, the event was read as hits-only: no truth, so build wrote unlabelled graphs.
+    events = ws.event()
+    (events / "event000000001-truth.csv").rename(events / "event000000001-truth.CSV")
+    return _build(ws, events)
+
+
+@case("build-event-file-compressed-as-bz2", "WS/ev/event000000002-hits.csv.bz2: expected event files named event<digits>-<part>.csv or .csv.gz (found 'event000000002-hits.csv.bz2', compressed as .bz2, which is not read: decompress it or gzip it)")
+def _(ws):
+    # Skipped when listing: the second event was lost without a word.
+    events = ws.event()
+    (events / "event000000002-hits.csv.bz2").write_bytes(bz2.compress((events / "event000000001-hits.csv").read_bytes()))
     return _build(ws, events)
 
 
@@ -1315,6 +1333,28 @@ def _(ws):
     return _evaluate(ws, ws.flipped(ws.base.checkpoints[-1], seed=5))
 
 
+@case("evaluate-checkpoint-is-a-fifo", "pipe/model.pt: expected a checkpoint file, found a named pipe (FIFO)")
+def _(ws):
+    # It said "checkpoint file not found" of a path that is there. Beside the workspace: its snapshot would block.
+    fifo = ws.tmp.parent / "pipe" / "model.pt"
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    return _evaluate(ws, fifo)
+
+
+@case("evaluate-checkpoint-is-a-symlink-loop", "WS/model.pt: expected a checkpoint file, found a symbolic link that cannot be followed")
+def _(ws):
+    ws.path("model.pt").symlink_to(ws.path("other.pt"))
+    ws.path("other.pt").symlink_to(ws.path("model.pt"))
+    return _evaluate(ws, ws.path("model.pt"))
+
+
+@case("evaluate-filter-is-a-dangling-symlink", "WS/filter.pt: expected an edge filter file, found a symbolic link to nothing")
+def _(ws):
+    ws.path("filter.pt").symlink_to(ws.path("gone.pt"))
+    return _evaluate(ws, ws.base.model, "--filter", ws.path("filter.pt"))
+
+
 @case("evaluate-checkpoint-truncated", "t.pt: expected a domainpar checkpoint, could not load it")
 def _(ws):
     data = ws.base.model.read_bytes()
@@ -1633,9 +1673,24 @@ def _(ws):
     return _score(ws, _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["9"] + r for r in rows[1:]]))
 
 
-@case("score-event-id-text", "sub.csv: column event_id must be 1 for BASE/events/event000000001")
+@case("score-event-id-text", "sub.csv: column event_id must be integers written as digits (found 'one' in row 1)")
 def _(ws):
     return _score(ws, _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["one"] + r for r in rows[1:]]))
+
+
+@case("score-event-id-float", "sub.csv: column event_id must be integers written as digits (found 1.0 in row 1)")
+def _(ws):
+    # Compared as float64, 1.0 passed for event 1.
+    return _score(ws, _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["1.0"] + r for r in rows[1:]]))
+
+
+@case("score-event-id-beyond-float-precision",
+      "sub.csv: column event_id must be 9007199254740993 for WS/event9007199254740993 (got '9007199254740992' in row 1)")
+def _(ws):
+    # 2^53 + 1 and 2^53 are one float64: compared as floats, another event's submission was scored as this one's.
+    ws.write("event9007199254740993-truth.csv", (ws.base.events / "event000000001-truth.csv").read_bytes())
+    sub = _submission(ws, lambda rows: [["event_id"] + rows[0]] + [["9007199254740992"] + r for r in rows[1:]])
+    return _score(ws, sub, event=ws.path("event9007199254740993"))
 
 
 @case("score-submission-missing", "none.csv: submission file not found")

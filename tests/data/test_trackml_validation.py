@@ -311,3 +311,72 @@ def test_cells_that_would_make_cluster_features_of_nothing_are_refused(plain_eve
 
     with pytest.raises(DomainparError, match=r"cells.csv: " + message):
         _load(_edited(plain_event, tmp_path, "cells", apply), "hits", "cells")
+
+
+# ----------------------------------------------------------------------------- bounded reads
+
+
+@pytest.mark.parametrize("compressed", [True, False], ids=["gzip-bomb", "plain"])
+def test_an_event_file_past_the_text_limit_is_refused_before_it_is_parsed(plain_event, tmp_path, monkeypatch, compressed):
+    import domainpar.data.trackml as trackml
+
+    text = Path(f"{plain_event}-hits.csv").read_bytes()
+    for p in PARTS:
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    if compressed:
+        # Kilobytes that inflate past the limit: stopped at the limit, not inflated whole.
+        (tmp_path / "event000000001-hits.csv").unlink()
+        (tmp_path / "event000000001-hits.csv.gz").write_bytes(gzip.compress(text + b"0" * 4 * len(text)))
+    monkeypatch.setattr(trackml, "MAX_EVENT_FILE_BYTES", 2 * len(text))
+    monkeypatch.setattr(trackml, "_READ_CHUNK", 4096)
+    read = []
+    monkeypatch.setattr(trackml.pd, "read_csv", lambda *a, **k: read.append(a) or pytest.fail("parsed past the limit"))
+    name = "event000000001-hits.csv.gz" if compressed else "event000000001-hits.csv"
+    if not compressed:
+        (tmp_path / name).write_bytes(text + b"0" * 4 * len(text))
+    found = "found more after decompressing" if compressed else f"found {5 * len(text):,} bytes"
+    with pytest.raises(DomainparError, match=rf"{name}: expected at most 0 GiB of CSV text in an event file \({found}"):
+        load_event(tmp_path / "event000000001", parts=("hits",))
+    assert not read
+
+
+def test_an_event_file_at_the_text_limit_is_read(plain_event, tmp_path, monkeypatch):
+    import domainpar.data.trackml as trackml
+
+    text = Path(f"{plain_event}-hits.csv").read_bytes()
+    (tmp_path / "event000000001-hits.csv.gz").write_bytes(gzip.compress(text))
+    monkeypatch.setattr(trackml, "MAX_EVENT_FILE_BYTES", len(text))
+    monkeypatch.setattr(trackml, "_READ_CHUNK", 1000)
+    (hits,) = load_event(tmp_path / "event000000001", parts=("hits",))
+    (expected,) = load_event(plain_event, parts=("hits",))
+    pd.testing.assert_frame_equal(hits, expected)
+
+
+# ----------------------------------------------------------------------------- event files that are not read
+
+
+@pytest.mark.parametrize(
+    "name, found",
+    [
+        ("event000000001-truth.CSV", "which is not read: rename it in lower case"),
+        ("event000000001-truth.csv.GZ", "which is not read: rename it in lower case"),
+        ("EVENT000000002-hits.csv", "which is not read: rename it in lower case"),
+        ("event000000002-hits.csv.bz2", "compressed as .bz2, which is not read: decompress it or gzip it"),
+        ("event000000002-hits.csv.xz", "compressed as .xz, which is not read: decompress it or gzip it"),
+    ],
+)
+def test_an_event_file_that_would_not_be_read_is_named(plain_event, tmp_path, name, found):
+    # Skipped when listing, such a file lost an event (or its truth: the event was read as hits-only) silently.
+    for p in PARTS:
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    (tmp_path / name).write_bytes(b"hit_id\n1\n")
+    with pytest.raises(DomainparError, match=rf"{name}: expected event files named event<digits>-<part>\.csv or \.csv\.gz \(found '{name}', {found}\)"):
+        event_prefixes(tmp_path)
+
+
+def test_files_beside_the_events_that_are_no_event_files_are_ignored(plain_event, tmp_path):
+    for p in PARTS:
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
+    for name in ("event000000001-hits.csv.gz.md5", "README.md", "event000000001-hits.csv.md5", "detectors.csv"):
+        (tmp_path / name).write_text("x")
+    assert event_prefixes(tmp_path) == [tmp_path / "event000000001"]
