@@ -336,7 +336,7 @@ def _worker_death(name: str, processes: list, running: dict[int, str]) -> ItemRe
             how = f"exited with status {code}"
     if code is None or code == -signal.SIGKILL:
         line = f"a worker process {how} (by the system's out-of-memory killer?); try fewer --workers"
-    else:  # a crash or an exit of its own: fewer workers would not help, and the worker printed its own error
+    else:  # a crash (SIGSEGV, SIGABRT) or an exit of its own: fewer workers would not help
         line = f"a worker process {how} before it returned a result"
     return ItemResult(name, error=line, fault=True)
 
