@@ -115,6 +115,18 @@ STOP_GRACE_S = 3.0
 _STARTED: Any = None
 
 
+def failure_line(exc: BaseException) -> tuple[str, bool]:
+    """(one line, is a machine fault) for an exception raised by one item's work."""
+    if isinstance(exc, DomainparError):
+        return message_line(str(exc)), False
+    fault = fault_parts(exc)
+    if fault is not None:
+        return fault[1], True
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ is not None else None
+    where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame is not None else ""
+    return f"{type(exc).__name__}{where}: {one_line(exc)}", False
+
+
 def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResult:
     """Run one item; a failure becomes an ItemResult (a user mistake as its line, a machine fault marked as such,
     a bug with its type and place)."""

@@ -23,6 +23,7 @@ from scipy.spatial import cKDTree
 
 from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph, save_graph
+from domainpar.data.graph import GraphConfig
 
 #: The repository's root.
 REPO = Path(__file__).resolve().parent.parent
@@ -36,9 +37,10 @@ SHARED_TRACKML = Path(os.environ.get("DOMAINPAR_TRACKML_DIR", REPO.parent / "sha
 FULL_EVENT = SHARED_TRACKML / "event000021000"
 
 
-def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int = 2) -> Path:
+def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int = 2, **recorded) -> Path:
     """A small Interaction Network trained for 20 steps on real event 1, saved with the trainer's checkpoint writer
-    under ``directory/checkpoints`` (one process, whole graph); its path."""
+    under ``directory/checkpoints`` (one process, whole graph); its path. ``recorded``: training settings the
+    checkpoint records by dotted name (``**{"run.track_method": "walk"}``)."""
     import torch
 
     from domainpar.data.graph import build_graph
@@ -70,9 +72,73 @@ def trained_event1_checkpoint(directory: Path, hidden: int = 16, iterations: int
         "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
         "model_config": config.to_dict(),
         "optimizer": optimizer.state_dict(),
-        "config": TrainConfig().to_dict(),
+        "config": TrainConfig().replace(**recorded).to_dict(),
     }
     return save_checkpoint(state, directory / "checkpoints", keep=1)
+
+
+#: Graph cuts and features like the physics recipe's (cluster features from the cells, extra edge features).
+PRUNED_GRAPH = GraphConfig(
+    phi_slope_max=0.002, dphi_margin=0.005, node_features=("r", "phi", "z", "cell_count", "cluster_u"),
+    edge_features=("dr", "dphi", "dz", "dR", "phi_slope", "z0"),
+)
+
+
+def edge_filter_of(graph):
+    """An edge filter reading positions and edge features, thresholded to keep ~60 % of ``graph``'s edges."""
+    import torch
+
+    from domainpar.filter.edge_filter import EdgeFilter, FilterConfig, FilterNet, edge_inputs
+
+    config = FilterConfig(hidden=8, layers=2, node_features=("r", "phi", "z"))
+    inputs = torch.from_numpy(edge_inputs(graph, np.array([0, 1, 2]), None))
+    torch.manual_seed(3)
+    net = FilterNet(inputs.shape[1], 8, 2)
+    net.mean.copy_(inputs.mean(dim=0))
+    net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
+    net.eval()
+    with torch.no_grad():
+        threshold = float(np.quantile(net(inputs).numpy(), 0.4))
+    return EdgeFilter(net, threshold, graph.node_features, graph.edge_features, config, {"holdout_efficiency": 0.9})
+
+
+def pruned_recipe_run(root: Path) -> dict[str, Path]:
+    """A recipe-like run under ``root``: event 1's graph built (``graphs/``) and pruned by an edge filter
+    (``filtered/``, ``filter.pt``), a model 'trained' on the pruned graph (random weights: ``train/model.pt``, and
+    ``train/before.pt`` as written before checkpoints recorded their data), event 1's raw files in ``events/``."""
+    import torch
+
+    from domainpar.data.dataset import build_dataset
+    from domainpar.data.graph_files import load_graph, read_graph_description
+    from domainpar.model.config import ModelConfig
+    from domainpar.model.registry import build_model, check_config
+    from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
+
+    build_dataset(TRACKML_DIR, root / "graphs", PRUNED_GRAPH, progress=False)
+    graph = load_graph(root / "graphs" / "event000000001.npz")
+    edge_filter = edge_filter_of(graph)
+    edge_filter.save(root / "filter.pt")
+    # The pruned graph is written without a description, as the recipes write them.
+    save_graph(edge_filter.apply(graph), root / "filtered" / "event000000001.npz")
+    pruned = load_graph(root / "filtered" / "event000000001.npz")
+    config = check_config(ModelConfig(node_features=5, edge_features=6, hidden=16, num_iterations=2))
+    torch.manual_seed(0)
+    model = build_model(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    # What the trainer writes into model.pt (before this change 'data' was None for pruned graphs).
+    state = {
+        "format_version": CHECKPOINT_FORMAT_VERSION, "step": 1, "model": model.state_dict(), "model_config": config.to_dict(),
+        "graph": {"node_features": list(pruned.node_features), "edge_features": list(pruned.edge_features),
+                  "build_config": pruned.build_config},
+        "data": read_graph_description(root / "filtered" / "event000000001.npz"),
+    }  # fmt: skip
+    write_checkpoint(state, root / "train" / "model.pt")
+    write_checkpoint({**state, "data": None}, root / "train" / "before.pt")
+    (root / "events").mkdir()
+    return {"root": root, "checkpoint": root / "train" / "model.pt", "before": root / "train" / "before.pt",
+            "filter": root / "filter.pt", "events": copy_event1(root / "events")}  # fmt: skip
 
 
 def copy_event1(directory: Path) -> Path:

@@ -75,7 +75,7 @@ def run(
     with instead of training one; ``base_model=False``: the base row only makes the data (no recipe-size model is
     trained or judged: on a lent device, its time goes to the levers).
     """
-    from domainpar.inference.config import EvaluateConfig
+    from domainpar.inference.spec import EvaluateConfig
     from domainpar.inference.evaluation import evaluate
     from domainpar.pipeline.physics import _json_default, prepare_graphs, run_recipe
     from domainpar.pipeline.recipe import load_recipe

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import staged_outputs
-from domainpar.cli.checks import METIS_SEED, finite, local_ranks, timeout_seconds
-from domainpar.errors import DomainparError
+from domainpar.cli.checks import local_ranks
 from domainpar.cli.inputs import all_inputs, sidecar_inputs
+from domainpar.cli.pipeline_options import pipeline_fields, pipeline_options
+from domainpar.errors import DomainparError
 from domainpar.output_paths import check_apart, check_output_dir, check_output_file
-from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
-from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 
 def _fmt(value) -> str:
@@ -41,29 +40,13 @@ def format_table(summary: dict) -> str:
 
 
 @click.command("evaluate", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
-              help="A training checkpoint (checkpoints/step-*.pt) or the final model.pt of `domainpar train`.")
-@click.option("--model", type=click.Path(path_type=Path), default=None,
-              help="Instead of --checkpoint: a model written by `domainpar export` (.onnx, or TorchScript .pt), "
-                   "with its sidecar JSON beside it; scored as deployed (ONNX Runtime / torch.jit), one process.")
 @click.option("--data", required=True, type=click.Path(path_type=Path),
-              help="Raw TrackML events with truth (graphs are built with the default cuts), "
-                   "or labelled graph files (.npz) / a directory of them.")
-@click.option("--parts", "num_parts", type=local_ranks(), default=None,
-              help="Split every event into this many parts, run by as many local processes with halo exchange "
-                   "(default: --ranks, else 1).")
+              help="Raw TrackML events with truth (graphs are built as the model's training graphs were), "
+                   "or labelled graph files (.npz, PyG) / a directory of them.")
+@pipeline_options
 @click.option("--ranks", type=local_ranks(), default=None, help="Local processes; must equal --parts (default: --parts).")
-@click.option("--method", type=click.Choice(["metis", "geometric"]), default="metis", show_default=True,
-              help="Partitioner when --parts > 1.")
-@click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
-              help="Edge score cut (probability); default: the checkpoint's training threshold, else 0.5.")
-@click.option("--tracks", "track_method", type=click.Choice(list(TRACK_METHODS)), default=DEFAULT_TRACK_METHOD,
-              show_default=True, help="Track building from edge scores (docs/tracks.md compares the methods).")
 @click.option("--events", "events_dir", type=click.Path(path_type=Path), default=None,
               help="Raw events holding the truth of graph inputs, for the TrackML score (graph files carry no hit weights).")
-@click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,
-              help="Edge filter (filter.pt of a recipe run) the model's training graphs were pruned with; "
-                   "applied to graphs built from raw events.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write the overall and per-event figures as JSON.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), default=None,
@@ -73,33 +56,17 @@ def format_table(summary: dict) -> str:
 @click.option("--write-scores", "scores_dir", type=click.Path(path_type=Path), default=None,
               help="Write every event's graph here, in the format it was read (.npz, or PyG for PyG input), with its "
                    "per-edge scores (edge_score / edge_scores) and a record of the model that produced them.")
-@click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
-@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=1800.0, show_default=True,
-              help="Seconds before a partitioned run is declared hung.")
-@click.option("--skip-locality-check", is_flag=True,
-              help="With --parts > 1 and a model that is not a built-in: skip the check that the model is local (its outputs "
-                   "on a split slice of the first event equal one process's; docs/models.md), for a model checked with "
-                   "`domainpar verify`.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
-    checkpoint: Path | None,
-    model: Path | None,
     data: Path,
-    num_parts: int | None,
     ranks: int | None,
-    method: str,
-    threshold: float | None,
-    track_method: str,
     events_dir: Path | None,
-    edge_filter: Path | None,
     json_path: Path | None,
     plots_dir: Path | None,
     submissions_dir: Path | None,
     scores_dir: Path | None,
-    seed: int,
-    timeout_s: float,
-    skip_locality_check: bool,
     quiet: bool,
+    **pipeline,
 ) -> None:
     """Evaluate a checkpoint, or an exported model (--model), on whole events: edge efficiency, purity and ROC AUC,
     tracks built from the edge scores, the TrackML score, tracking efficiency
@@ -115,9 +82,9 @@ def evaluate(
     job: started as a rank of one, every rank refuses.
     """
     # Imported when the command runs: 'domainpar evaluate --help' takes 0.2 s instead of 8 s (torch).
-    from domainpar.inference.config import EvaluateConfig
     from domainpar.inference.evaluation import evaluate as run_evaluation
     from domainpar.inference.evaluation import write_outputs
+    from domainpar.inference.spec import EvaluateConfig
 
     from domainpar.launch.env import detect as detect_launcher
 
@@ -128,24 +95,11 @@ def evaluate(
             f"evaluate does not join torchrun/srun jobs (this process is {launcher.describe()}): it runs in one process, "
             "or starts its own --parts local processes; run it once, outside torchrun/srun"
         )
+    num_parts = pipeline["num_parts"]
     if ranks is not None and num_parts is not None and ranks != num_parts:
         raise DomainparError(f"--ranks must equal --parts: one process per part (got --ranks {ranks}, --parts {num_parts})")
     parts = num_parts if num_parts is not None else (ranks if ranks is not None else 1)
-    config = EvaluateConfig(
-        checkpoint=checkpoint,
-        model=model,
-        data=data,
-        num_parts=parts,
-        method=method,
-        threshold=threshold,
-        track_method=track_method,
-        events_dir=events_dir,
-        edge_filter=edge_filter,
-        seed=seed,
-        timeout_s=timeout_s,
-        progress=not quiet,
-        skip_locality_check=skip_locality_check,
-    )
+    config = EvaluateConfig(data=data, events_dir=events_dir, progress=not quiet, **pipeline_fields(pipeline, parts))
     if json_path is not None:
         check_output_file(json_path, "--json")
     if plots_dir is not None:
@@ -155,8 +109,9 @@ def evaluate(
     if scores_dir is not None:
         check_output_dir(scores_dir, "--write-scores")
     # No output may replace what the run reads (--write-scores DIR with --data DIR/event1.npz would rewrite it).
-    inputs = all_inputs(("--checkpoint", checkpoint), ("--data", data), ("--events", events_dir), ("--filter", edge_filter))
-    inputs += sidecar_inputs("--model", model)
+    inputs = all_inputs(("--checkpoint", config.checkpoint), ("--data", data), ("--events", events_dir),
+                        ("--filter", config.edge_filter))  # fmt: skip
+    inputs += sidecar_inputs("--model", config.model)
     for option, path, kind in (("--json", json_path, "file"), ("--plots", plots_dir, "dir"),
                                ("--submissions", submissions_dir, "dir"), ("--write-scores", scores_dir, "dir")):  # fmt: skip
         if path is not None:

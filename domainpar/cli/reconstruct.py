@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
-from domainpar.cli.checks import METIS_SEED, count, finite, local_ranks
+from domainpar.cli.checks import count, local_ranks
+from domainpar.cli.pipeline_options import pipeline_fields, pipeline_options
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
-from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
-from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 
 @click.command("reconstruct", context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,22 +19,7 @@ from domainpar.tracks.methods import METHODS as TRACK_METHODS
                    "or graph files (.npz, PyG) / a directory of them.")
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Output directory: submissions/, tracks/, events/ (one record per event), reconstruct.json, summary.json.")
-@click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
-              help="A training checkpoint (checkpoints/step-*.pt) or the final model.pt of `domainpar train`.")
-@click.option("--model", type=click.Path(path_type=Path), default=None,
-              help="Instead of --checkpoint: a model written by `domainpar export` (.onnx or TorchScript .pt) with its "
-                   "sidecar JSON; run as deployed, with the graph build and edge filter its sidecar records.")
-@click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,
-              help="With --checkpoint: the edge filter (filter.pt of a recipe run) the model's training graphs were pruned with.")
-@click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
-              help="Edge score cut (probability); default: the checkpoint's training threshold (else 0.5), or the sidecar's.")
-@click.option("--tracks", "track_method", type=click.Choice(list(TRACK_METHODS)), default=DEFAULT_TRACK_METHOD,
-              show_default=True, help="Track building from edge scores (the same builder as evaluate).")
-@click.option("--parts", "num_parts", type=local_ranks(), default=1, show_default=True,
-              help="Split every event into this many parts, scored by as many processes with halo exchange (exact).")
-@click.option("--method", type=click.Choice(["metis", "geometric"]), default="metis", show_default=True,
-              help="Partitioner when --parts > 1.")
-@click.option("--seed", type=METIS_SEED, default=0, show_default=True, help="METIS seed.")
+@pipeline_options
 @click.option("--workers", type=local_ranks(), default=None,
               help="Replicas on this machine, each taking its share of the events (each of --parts processes). Default 1.")
 @click.option("--ranks", type=local_ranks(), default=None,
@@ -48,17 +32,10 @@ from domainpar.tracks.methods import METHODS as TRACK_METHODS
               help="Redo every event, replacing the outputs in --out (also those of another pipeline, which are otherwise refused).")
 @click.option("--threads", type=count(1), default=None,
               help="torch threads per scoring process (default: the cores left by the other processes).")
-@click.option("--timeout", "timeout_s", type=finite(0, min_open=True), default=1800.0, show_default=True,
-              help="Seconds a process group waits in one exchange before the job is declared hung (--parts > 1).")
-@click.option("--skip-locality-check", is_flag=True,
-              help="With --parts > 1 and a model that is not a built-in: skip the check that the model is local (its outputs "
-                   "on a split slice of the first event equal one process's; docs/models.md), for a model checked with "
-                   "`domainpar verify`.")
 @click.option("--quiet", is_flag=True, help="No progress display (failures are still named).")
 def reconstruct(
-    data: Path, out: Path, checkpoint: Path | None, model: Path | None, edge_filter: Path | None, threshold: float | None,
-    track_method: str, num_parts: int, method: str, seed: int, workers: int | None, ranks: int | None, prefetch: int,
-    tracks_format: str, redo: bool, threads: int | None, timeout_s: float, skip_locality_check: bool, quiet: bool,
+    data: Path, out: Path, workers: int | None, ranks: int | None, prefetch: int, tracks_format: str, redo: bool,
+    threads: int | None, quiet: bool, **pipeline,
 ) -> None:  # fmt: skip
     """Reconstruct the tracks of every event in --data with a trained pipeline, without truth.
 
@@ -76,20 +53,17 @@ def reconstruct(
     is refused unless --redo. Under torchrun or srun every rank takes its share.
     """
     # Imported when the command runs: --help stays fast (torch, numba).
-    from domainpar.inference.reconstruct import ReconstructConfig
     from domainpar.inference.reconstruct import reconstruct as run
+    from domainpar.inference.spec import ReconstructConfig
 
+    num_parts = pipeline["num_parts"] or 1
     if workers is not None and ranks is not None and ranks != workers * num_parts:
         raise DomainparError(f"--ranks {ranks}: expected --workers x --parts = {workers * num_parts} (give one of --workers and --ranks)")
     if ranks is not None and ranks % num_parts:
         raise DomainparError(f"--ranks {ranks}: expected a multiple of --parts {num_parts} (each replica has --parts processes)")
     replicas = workers if workers is not None else (ranks // num_parts if ranks is not None else 1)
-    config = ReconstructConfig(
-        data=data, out=out, checkpoint=checkpoint, model=model, edge_filter=edge_filter, threshold=threshold,
-        track_method=track_method, num_parts=num_parts, method=method, seed=seed, workers=replicas, prefetch=prefetch,
-        tracks_format=tracks_format, redo=redo, threads=threads, timeout_s=timeout_s,
-        skip_locality_check=skip_locality_check, progress=not quiet,
-    )  # fmt: skip
+    config = ReconstructConfig(data=data, out=out, workers=replicas, prefetch=prefetch, tracks_format=tracks_format, redo=redo,
+                               threads=threads, progress=not quiet, **pipeline_fields(pipeline, num_parts))  # fmt: skip
     check_output_dir(out, "--out")
     if Path(data).exists() and Path(out).resolve() == Path(data).resolve():
         raise DomainparError(f"--out {out}: expected a directory of its own, got the --data directory")

@@ -1,16 +1,21 @@
-"""Inference on whole events: edge logits (one process or partitioned with halo exchange), tracks, figures.
+"""Inference on whole events: one chain from raw event to tracks, whatever command runs it.
 
-* :mod:`~domainpar.inference.config`: :class:`EvaluateConfig`, what ``domainpar evaluate`` does;
-* :mod:`~domainpar.inference.model_io`: restoring a trained model;
-* :mod:`~domainpar.inference.events`: the events to score (raw TrackML events or graph files, with truth);
-* :mod:`~domainpar.inference.infer`: edge logits of whole events;
-* :mod:`~domainpar.inference.scoring`: edge metrics, tracks, TrackML score and tracking figures per event and overall;
-* :mod:`~domainpar.inference.evaluation`: the whole evaluation and its outputs (submissions, plots);
-* :mod:`~domainpar.inference.pipeline`: the pipeline evaluate and reconstruct share (graph build, filter, GNN, tracks);
-* :mod:`~domainpar.inference.domain`: partitioned inference of a stream of events on a long-lived domain group;
-* :mod:`~domainpar.inference.sources`, :mod:`~domainpar.inference.products`: a reconstruction's inputs, read once,
-  and its per-event outputs;
-* :mod:`~domainpar.inference.reconstruct`: ``domainpar reconstruct``, the pipeline over a dataset without truth;
+Read in this order:
+
+* :mod:`~domainpar.inference.spec`: :class:`PipelineSpec`, what a trained pipeline is asked to do (the options
+  ``evaluate`` and ``reconstruct`` share), and each command's config;
+* :mod:`~domainpar.inference.pipeline`: :func:`load_pipeline`, the pipeline restored, the checkpoint's records
+  deciding (:mod:`~domainpar.inference.model_io` restores a checkpoint's model);
+* :mod:`~domainpar.inference.sources`, :mod:`~domainpar.inference.graphs`, :mod:`~domainpar.inference.events`:
+  the events of a run, each read once and made into the model's graph (:func:`prepare_event`);
+* :mod:`~domainpar.inference.runner`: the chain, prepared event → logits → scores → tracks (:class:`EventRunner`),
+  in one process or partitioned (:mod:`~domainpar.inference.partitioned`: one host/rank protocol with halo
+  exchange);
+* :mod:`~domainpar.inference.scoring`, :mod:`~domainpar.inference.evaluation`, :mod:`~domainpar.inference.scores`:
+  ``domainpar evaluate``, the chain judged against the truth, its plots, submissions and scored graphs;
+* :mod:`~domainpar.inference.products`, :mod:`~domainpar.inference.preparer`, :mod:`~domainpar.inference.manifest`,
+  :mod:`~domainpar.inference.reconstruct`: ``domainpar reconstruct``, the chain over a dataset without truth as a
+  production job;
 * :mod:`~domainpar.inference.measure`: its speed on one real event, stage by stage and chained.
 
 Names are imported lazily so that ``import domainpar.inference`` stays light.
@@ -21,17 +26,19 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "EvaluateConfig": "domainpar.inference.config",
+    "PipelineSpec": "domainpar.inference.spec",
+    "EvaluateConfig": "domainpar.inference.spec",
+    "ReconstructConfig": "domainpar.inference.spec",
     "LoadedModel": "domainpar.inference.model_io",
     "load_model": "domainpar.inference.model_io",
-    "infer_single": "domainpar.inference.infer",
-    "infer_partitioned": "domainpar.inference.infer",
+    "Pipeline": "domainpar.inference.pipeline",
+    "load_pipeline": "domainpar.inference.pipeline",
+    "prepare_event": "domainpar.inference.events",
+    "EventRunner": "domainpar.inference.runner",
+    "LocalGroup": "domainpar.inference.partitioned",
     "evaluate": "domainpar.inference.evaluation",
     "EvaluationReport": "domainpar.inference.evaluation",
     "write_outputs": "domainpar.inference.evaluation",
-    "Pipeline": "domainpar.inference.pipeline",
-    "load_pipeline": "domainpar.inference.pipeline",
-    "ReconstructConfig": "domainpar.inference.reconstruct",
     "reconstruct": "domainpar.inference.reconstruct",
 }
 

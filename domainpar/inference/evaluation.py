@@ -1,44 +1,43 @@
-"""Evaluate a trained edge classifier on whole events: edges, tracks, TrackML score.
+"""Evaluate a trained tracker on whole labelled events: edges, tracks, TrackML score.
 
-For every event: the model scores every edge of the event graph — in one
-process, or split into ``num_parts`` parts run by as many local processes
-with the same halo exchange as training, so an event too large for one
-device can be scored — then tracks are built from the edge scores
-(:mod:`domainpar.tracks.build`) and judged against the truth
-(:mod:`domainpar.tracks.score`, :mod:`domainpar.tracks.efficiency`).
+Every event goes through the chain ``domainpar reconstruct`` runs
+(:func:`~domainpar.inference.events.prepare_event`, then
+:class:`~domainpar.inference.runner.EventRunner`): read, built with the build
+the checkpoint records, pruned by the recorded filter, scored in one process
+or split into ``num_parts`` parts with the same halo exchange as training
+(so an event too large for one device can be scored), tracks built by the
+pipeline's builder. Truth only adds figures: the event's graph carries labels
+and the result is judged against the truth (:mod:`domainpar.inference.scoring`).
 
 Partitioned inference is exact: every global edge is *owned* by one part,
 which computes it with complete halo inputs, so its logit equals the
 single-process one up to float summation order; the scores, tracks and
 figures do not depend on ``num_parts`` (``tests/inference/test_evaluate.py``).
 
-Inputs: raw TrackML event directories (graphs are built with the default
-:class:`~domainpar.data.graph.GraphConfig`, the truth gives the TrackML
-weights and the particles file the particle pT/eta), or graph files with
-labels (``domainpar build`` output). Graph files carry no hit weights: the
-TrackML score of a graph input needs its raw event (``events_dir``), else it
-is reported as None, and particle eta is then estimated from the hits.
-
-How events are judged and summed is :mod:`domainpar.inference.scoring`'s job.
+Inputs: raw TrackML events with truth (the truth gives the TrackML weights and
+the particles file the particle pT/eta), or graph files with labels
+(``domainpar build`` output). Graph files carry no hit weights: the TrackML
+score of a graph input needs its raw event (``events_dir``), else it is
+reported as None, and particle eta is then estimated from the hits.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from domainpar import __version__
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
-from domainpar.inference.config import EvaluateConfig
-from domainpar.inference.events import load_events
-from domainpar.inference.infer import infer_partitioned, infer_single
-from domainpar.inference.pipeline import event_logits, load_pipeline
+from domainpar.inference.events import prepare_event
+from domainpar.inference.pipeline import load_pipeline
+from domainpar.inference.products import submission_bytes
+from domainpar.inference.runner import EventRunner, Scorer, open_scorer
 from domainpar.inference.scores import write_scored_graph
-from domainpar.inference.scoring import EventEvaluation, score_event_graph, summarise
+from domainpar.inference.scoring import EventEvaluation, judge, summarise
+from domainpar.inference.sources import list_sources
+from domainpar.inference.spec import EvaluateConfig
 from domainpar.progress import progress
 from domainpar.tracks.plots import EdgeSample, ParticleSample, plot_event_display, plot_performance, plot_roc, plot_track_examples
 
@@ -55,8 +54,13 @@ class EvaluationReport:
     """What produced the scores (model or checkpoint with its checksum, threshold, partitioning), recorded with them."""
 
 
-def evaluate(config: EvaluateConfig) -> EvaluationReport:
-    """Run inference on every event of ``config.data`` and judge edges and tracks.
+def evaluate(config: EvaluateConfig, scorer: Scorer | None = None) -> EvaluationReport:
+    """Run every event of ``config.data`` through the pipeline and judge its edges and tracks.
+
+    Args:
+        config: what to evaluate.
+        scorer: where the logits come from (None: the pipeline's, :func:`~domainpar.inference.runner.open_scorer`);
+            the sector baseline scores its cut events with its own.
 
     Returns:
         The report; ``summary`` has the keys ``efficiency``, ``purity``,
@@ -64,57 +68,46 @@ def evaluate(config: EvaluateConfig) -> EvaluationReport:
         ``duplicate_rate`` (overall), the settings, and ``events`` (one record
         per event with the same figures and counts).
     """
-    # The pipeline reconstruct runs (domainpar.inference.pipeline): the same graphs, scores and track builder.
-    pipeline = load_pipeline(config.checkpoint, config.model, config.edge_filter, config.threshold, config.track_method)
-    exported, loaded, threshold, step = pipeline.exported, pipeline.loaded, pipeline.threshold, pipeline.step
-    events = load_events(config, pipeline.node_features, pipeline.graph_meta, exported=exported)
-    if not events:
-        raise DomainparError(f"{config.data}: found no events to evaluate")
-    graphs = [e.graph for e in events]
-    start = time.perf_counter()
-    partition_records: list[dict] = [{} for _ in graphs]
-    if exported is not None or config.num_parts == 1:
-        bar = progress(events, desc="inference", unit="event", enabled=config.progress)
-        # event_logits' two cases (infer_single is called from here so that it can be replaced in one place by tests).
-        logits = [event_logits(pipeline, e.graph, e.source) if exported is not None else infer_single(loaded, e.graph) for e in bar]
-    else:
-        logits, partition_records = infer_partitioned(
-            Path(config.checkpoint), graphs, config.num_parts, config.method, config.seed, config.timeout_s,
-            check_locality=not config.skip_locality_check,
-        )
-    seconds_inference = time.perf_counter() - start
-    evaluations = []
-    for event, logits_of_event, part_record in progress(
-        list(zip(events, logits, partition_records)), desc="scoring", unit="event", enabled=config.progress
-    ):
-        evaluation = score_event_graph(event, logits_of_event, config, threshold, pipeline.tracks)
-        evaluation.record.update(part_record)
-        evaluations.append(evaluation)
-    summary = summarise(evaluations, [g.y for g in graphs], pt_min=config.pt_min, min_layers=config.min_layers)
-    producer = {"producer": "domainpar evaluate", "domainpar": __version__, "threshold": threshold,
-                "num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None}  # fmt: skip
-    if exported is not None:
-        producer.update(model=str(config.model), model_sha256=exported.sidecar["model"]["sha256"],
-                        model_format=exported.format, checkpoint=exported.sidecar.get("source", {}).get("checkpoint"),
-                        checkpoint_sha256=exported.sidecar.get("source", {}).get("sha256"), checkpoint_step=step)  # fmt: skip
-    else:
-        producer.update(checkpoint=str(config.checkpoint), checkpoint_sha256=loaded.sha256, checkpoint_step=step,
-                        model_name=loaded.model_config.name)  # fmt: skip
+    pipeline = load_pipeline(config)
+    sources = list_sources(config.data, truth=True)
+    if config.events_dir is not None and not Path(config.events_dir).is_dir():
+        raise DomainparError(f"--events {config.events_dir}: expected a directory of raw TrackML events (found none)")
+    if sources[0].kind == "raw":
+        pipeline.graphs.check_raw(str(sources[0].path), truth=True)
+    prune = pipeline.graphs.prune()
+    evaluations: list[EventEvaluation] = []
+    first_source: dict[int, str] = {}
+    seconds_inference = 0.0
+    with EventRunner(pipeline, scorer if scorer is not None else open_scorer(pipeline)) as runner:
+        for source in progress(sources, desc="evaluating", unit="event", enabled=config.progress):
+            event = prepare_event(source, pipeline.graphs, prune, truth=True, events_dir=config.events_dir)
+            if event.event_id in first_source:
+                # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
+                raise DomainparError(
+                    f"--data {config.data}: expected one graph file per event (found event {event.event_id} in both "
+                    f"{first_source[event.event_id]} and {source.path.name})"
+                )
+            first_source[event.event_id] = source.path.name
+            result = runner.run(event)
+            seconds_inference += result.seconds["inference"]
+            evaluations.append(judge(result, config, pipeline.tracks))
+    summary = summarise(evaluations, pt_min=config.pt_min, min_layers=config.min_layers)
+    partitioned = {"num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None}
     summary = {
         "checkpoint": None if config.checkpoint is None else str(config.checkpoint),
-        "model": None if exported is None else str(config.model),
-        "model_format": None if exported is None else exported.format,
-        "checkpoint_step": step,
+        "model": None if config.model is None else str(config.model),
+        "model_format": None if pipeline.exported is None else pipeline.exported.format,
+        "checkpoint_step": pipeline.step,
         "data": str(config.data),
-        "num_parts": config.num_parts,
-        "method": config.method if config.num_parts > 1 else None,
-        "threshold": threshold,
-        "track_method": config.track_method,
+        **partitioned,
+        "threshold": pipeline.threshold,
+        "track_method": pipeline.tracks.method,
         **summary,
-        "trackml_score": summary[f"trackml_score_{config.track_method}"],
+        "trackml_score": summary[f"trackml_score_{pipeline.tracks.method}"],
         "seconds_inference": seconds_inference,
         "events": [e.record for e in evaluations],
     }
+    producer = pipeline.producer("domainpar evaluate", **partitioned)
     return EvaluationReport(summary=summary, evaluations=evaluations, producer=producer)
 
 
@@ -143,7 +136,7 @@ def write_outputs(
         for evaluation in report.evaluations:
             path = Path(submissions_dir) / f"event{evaluation.event_id:09d}-submission.csv"
             with atomic_path(path) as tmp:
-                evaluation.submission.to_csv(tmp, index=False)
+                tmp.write_bytes(submission_bytes(evaluation.submission))
             written.append(path)
     if plots_dir is not None:
         events = [e.graph for e in report.evaluations]

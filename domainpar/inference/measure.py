@@ -31,7 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 #: Stages in the order of the chain.
 STAGES = ("read", "build", "filter", "inference", "tracks", "write")
@@ -52,94 +55,56 @@ def _link_event(prefix: Path, directory: Path, event_id: int) -> None:
 
 def stages_alone(checkpoint: Path | None, model: Path | None, edge_filter: Path | None, prefix: Path, parts: int,
                  method: str, repeats: int, threads: int) -> dict:  # fmt: skip
-    """Median seconds of every stage run alone in a warm process (see the module docstring)."""
+    """Median seconds of every stage run alone in a warm process (see the module docstring): the event chain's own
+    functions, each timed around its call."""
     import torch
 
     from domainpar.inference import products
-    from domainpar.inference.pipeline import build_event_graph, event_logits, event_tracks, load_pipeline, sigmoid
+    from domainpar.inference.events import PreparedEvent
+    from domainpar.inference.pipeline import load_pipeline
+    from domainpar.inference.runner import EventRunner, open_scorer
     from domainpar.inference.sources import EventSource, read_raw_event
+    from domainpar.inference.spec import PipelineSpec
 
     torch.set_num_threads(threads)
-    pipeline = load_pipeline(checkpoint, model, edge_filter)
-    stage = pipeline.raw_stage()
-    prune = stage.prune()
+    pipeline = load_pipeline(PipelineSpec(checkpoint=checkpoint, model=model, edge_filter=edge_filter, num_parts=parts,
+                                          method=method))  # fmt: skip
+    prune = pipeline.graphs.prune()
+    # The build timed apart from the filter: the same stage without its filter, the filter applied after it.
+    build = replace(pipeline.graphs, filter_hash=None, edge_filter=None, exported_model=None)
     source = EventSource(prefix.name, prefix, "raw")
-    group = _Group(checkpoint, parts, method) if parts > 1 else None
     times: dict[str, list[float]] = {s: [] for s in STAGES}
     counts: dict = {}
     out = Path(tempfile.mkdtemp(prefix="domainpar-measure-"))
     try:
-        for attempt in range(repeats + 1):
-            t0 = time.perf_counter()
-            raw = read_raw_event(source, stage.graph_config.needs_cells)
-            t1 = time.perf_counter()
-            built = build_event_graph(stage, None, raw.hits, raw.cells, raw.event_id, str(prefix))
-            t2 = time.perf_counter()
-            graph = prune(built.graph) if prune is not None else built.graph
-            t3 = time.perf_counter()
-            logits = group.logits(graph) if group is not None else event_logits(pipeline, graph)
-            t4 = time.perf_counter()
-            candidates, track_id = event_tracks(pipeline.tracks, graph, sigmoid(logits), raw.hits["hit_id"].to_numpy())
-            t5 = time.perf_counter()
-            outputs = products.EventOutputs(prefix.name, products.submission_bytes(raw.event_id, raw.hits["hit_id"].to_numpy(), track_id),
-                                            products.tracks_bytes(products.tracks_table(candidates, graph.hit_id), "csv"),
-                                            {"event": prefix.name})  # fmt: skip
-            products.write_event(out, outputs, "csv")
-            t6 = time.perf_counter()
-            if attempt == 0:
-                counts = {"hits": int(raw.hits.shape[0]), "edges_built": int(built.graph.num_edges), "edges": int(graph.num_edges),
-                          "candidates_3plus": int((candidates.sizes() >= 3).sum())}  # fmt: skip
-                continue  # warm-up: imports, caches, the first call of every kernel
-            for name, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
-                times[name].append(seconds)
+        with EventRunner(pipeline, open_scorer(pipeline)) as runner:
+            for attempt in range(repeats + 1):
+                t0 = time.perf_counter()
+                raw = read_raw_event(source, build.needs_cells)
+                t1 = time.perf_counter()
+                built = build.from_raw(None, raw.hits, raw.cells, raw.event_id, str(prefix))
+                t2 = time.perf_counter()
+                graph = prune(built.graph) if prune is not None else built.graph
+                t3 = time.perf_counter()
+                logits, partition = runner.scorer.logits(graph)
+                t4 = time.perf_counter()
+                event = PreparedEvent(source, raw.event_id, graph, np.sort(raw.hits["hit_id"].to_numpy(np.int64)), raw.inputs,
+                                      built.num_edges_built)  # fmt: skip
+                result = runner.tracks(event, logits, partition)
+                t5 = time.perf_counter()
+                products.write_event(out, products.event_outputs(result, "measure", pipeline.threshold, "csv"), "csv")
+                t6 = time.perf_counter()
+                if attempt == 0:
+                    counts = {"hits": int(raw.hits.shape[0]), "edges_built": int(built.graph.num_edges),
+                              "edges": int(graph.num_edges),
+                              "candidates_3plus": int((result.candidates.sizes() >= 3).sum())}  # fmt: skip
+                    continue  # warm-up: imports, caches, the first call of every kernel
+                for name, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+                    times[name].append(seconds)
     finally:
-        if group is not None:
-            group.close()
         shutil.rmtree(out, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {"median": medians, "all": times, "sum": sum(medians.values()), "counts": counts}
-
-
-class _Group:
-    """``parts`` processes with halo exchange, started once: partitioned inference alone, without start-up."""
-
-    def __init__(self, checkpoint: Path, parts: int, method: str) -> None:
-        import multiprocessing as mp
-
-        context = mp.get_context("spawn")
-        self.jobs, self.results = context.Queue(), context.Queue()
-        self.method = method
-        from domainpar.launch.ranks import spawn
-
-        import threading
-
-        self.thread = threading.Thread(target=spawn, args=(_group_rank, parts, (str(checkpoint), method, self.jobs, self.results)),
-                                       kwargs={"backend": "gloo", "num_threads": 1, "timeout_s": 86400.0}, daemon=True)  # fmt: skip
-        self.thread.start()
-        self.parts = parts
-
-    def logits(self, graph):
-        self.jobs.put(graph)
-        return self.results.get()
-
-    def close(self) -> None:
-        self.jobs.put(None)
-        self.thread.join(60)
-
-
-def _group_rank(rank: int, world: int, checkpoint: str, method: str, jobs, results) -> None:
-    from domainpar.comm.groups import make_layout
-    from domainpar.inference.domain import host_logits, host_stop, serve
-    from domainpar.inference.model_io import load_model
-
-    loaded = load_model(checkpoint)
-    layout = make_layout(rank, world, world, 600.0)
-    if rank:
-        serve(loaded, layout)
-        return
-    while (graph := jobs.get()) is not None:
-        results.put(host_logits(loaded, layout, graph, method, 0)[0])
-    host_stop(layout)
 
 
 def chain(args: list[str], data: Path, out: Path) -> tuple[float, dict]:

@@ -34,6 +34,8 @@ class LoadedModel:
     """What the model was built from (name, settings, options; activation checkpointing off)."""
     sha256: str | None = None
     """The checkpoint's verified content digest (what scores written by evaluate record)."""
+    track_method: str | None = None
+    """The track builder the training run recorded (``run.track_method``), when it records one."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -61,17 +63,20 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         first = str(exc).strip().splitlines()[0]
         raise DomainparError(f"{path}: checkpoint weights do not fit its model_config ({first})") from None
     model.eval()
-    threshold = None
+    threshold = track_method = None
     config = state.get("config")
-    if isinstance(config, dict) and isinstance(config.get("run"), dict) and "threshold" in config["run"]:
-        # load_checkpoint checked the entry converts; its range is checked here, where it is used.
-        threshold = config_from_dict(config, source=f"{path}: config").run.threshold
-        if not 0.0 < threshold < 1.0:
+    run = config.get("run") if isinstance(config, dict) else None
+    if isinstance(run, dict) and ("threshold" in run or "track_method" in run):
+        # load_checkpoint checked the entries convert; their ranges are checked here, where they are used.
+        recorded = config_from_dict(config, source=f"{path}: config").run
+        threshold = recorded.threshold if "threshold" in run else None
+        track_method = recorded.track_method if "track_method" in run else None
+        if threshold is not None and not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
     return LoadedModel(
         model=model, dtype=dtype, threshold=threshold, step=step, graph=training_graph_record(state), model_config=model_config,
-        sha256=str(state["sha256"]),
+        sha256=str(state["sha256"]), track_method=track_method,
     )
 
 

@@ -37,10 +37,9 @@ import pandas as pd
 
 from domainpar.atomic import atomic_path
 from domainpar.errors import DomainparError
+from domainpar.inference.spec import TRACK_FORMATS
 from domainpar.tracks.candidates import TrackCandidates
 
-#: Formats of the tracks file.
-TRACK_FORMATS = ("csv", "parquet")
 #: Sub-directories of ``--out`` holding per-event outputs.
 SUBMISSIONS, TRACKS, RECORDS = "submissions", "tracks", "events"
 #: Columns of the tracks table.
@@ -59,31 +58,30 @@ def record_path(out: Path, name: str) -> Path:
     return Path(out) / RECORDS / f"{name}.json"
 
 
-def parquet_available() -> bool:
-    """Whether pandas can write Parquet here (pyarrow installed)."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def submission(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> pd.DataFrame:
+    """The TrackML submission of one event: int64 ``event_id, hit_id, track_id``, every hit once, sorted by hit id.
 
-
-def check_track_format(fmt: str) -> None:
-    """Refuse a tracks format this installation cannot write (one line saying what to install)."""
-    if fmt not in TRACK_FORMATS:
-        raise DomainparError(f"--tracks-format: expected one of {', '.join(TRACK_FORMATS)}, got {fmt!r}")
-    if fmt == "parquet" and not parquet_available():
-        raise DomainparError("--tracks-format parquet: expected pyarrow to be installed (pip install pyarrow), got none; "
-                             "or write CSV (the default)")  # fmt: skip
-
-
-def submission_bytes(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> bytes:
-    """The submission CSV of one event (rows sorted by hit id)."""
+    Args:
+        event_id: the event number, repeated on every row.
+        hit_id: (M,) TrackML hit ids.
+        track_id: (M,) track id of every hit (non-negative, as the challenge assumed).
+    """
+    hit_id = np.asarray(hit_id, dtype=np.int64)
+    track_id = np.asarray(track_id, dtype=np.int64)
+    if hit_id.ndim != 1 or track_id.shape != hit_id.shape:
+        raise DomainparError(
+            f"hit_id and track_id must be one-dimensional of equal length (got shapes {hit_id.shape}, {track_id.shape})"
+        )
+    if track_id.size and track_id.min() < 0:
+        raise DomainparError(f"track_id must be non-negative (got {int(track_id.min())})")
     order = np.argsort(hit_id, kind="stable")
-    frame = pd.DataFrame({"event_id": np.full(hit_id.size, int(event_id), dtype=np.int64),
-                          "hit_id": np.asarray(hit_id, dtype=np.int64)[order],
-                          "track_id": np.asarray(track_id, dtype=np.int64)[order]})  # fmt: skip
-    return frame.to_csv(index=False, lineterminator="\n").encode()
+    return pd.DataFrame({"event_id": np.full(hit_id.size, int(event_id), dtype=np.int64), "hit_id": hit_id[order],
+                         "track_id": track_id[order]})  # fmt: skip
+
+
+def submission_bytes(table: pd.DataFrame) -> bytes:
+    """The CSV file of a :func:`submission` (what ``domainpar score`` and the challenge read)."""
+    return table.to_csv(index=False, lineterminator="\n").encode()
 
 
 def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.DataFrame:
@@ -129,6 +127,32 @@ class EventOutputs:
     """The tracks file."""
     record: dict
     """The event's record without its outputs' digests."""
+
+
+def event_counts(result, threshold: float) -> dict:
+    """Hits, edges and candidates of one event through the chain (an :class:`~domainpar.inference.runner.EventResult`):
+    what its record holds, the same however the run was split."""
+    graph, sizes = result.event.graph, result.candidates.sizes()
+    counts = {"num_hits": int(result.event.event_hit_id.size), "num_graph_nodes": int(graph.num_nodes),
+              "num_edges_built": int(result.event.num_edges_built), "num_edges": int(graph.num_edges),
+              "num_selected_edges": int(np.count_nonzero(result.scores > threshold)),
+              "num_candidates": int(sizes.size), "num_candidates_3plus": int(np.count_nonzero(sizes >= 3)),
+              "num_tracks": int(result.track_id.max()) + 1 if result.track_id.size else 0}  # fmt: skip
+    return counts
+
+
+def event_outputs(result, digest: str, threshold: float, fmt: str) -> EventOutputs:
+    """An event's outputs rendered from its :class:`~domainpar.inference.runner.EventResult`: the submission, the
+    tracks file, and the record naming the pipeline (``digest``) and the input files."""
+    event = result.event
+    record = {"event": event.source.name, "event_id": event.event_id, "pipeline": digest, "inputs": event.inputs,
+              "data_sha256": data_digest(event.inputs), **event_counts(result, threshold)}  # fmt: skip
+    return EventOutputs(
+        name=event.source.name,
+        submission=submission_bytes(submission(event.event_id, event.event_hit_id, result.track_id)),
+        tracks=tracks_bytes(tracks_table(result.candidates, event.graph.hit_id), fmt),
+        record=record,
+    )
 
 
 def write_event(out: Path, outputs: EventOutputs, fmt: str) -> dict:
@@ -195,15 +219,15 @@ def data_digest(inputs: list[dict]) -> str:
 
 __all__ = [
     "EventOutputs",
-    "TRACK_FORMATS",
-    "check_track_format",
+    "event_counts",
+    "event_outputs",
     "data_digest",
     "is_done",
     "outputs_of",
-    "parquet_available",
     "read_record",
     "record_path",
     "remove_event",
+    "submission",
     "submission_bytes",
     "submission_path",
     "tracks_bytes",

@@ -46,7 +46,7 @@ def scored_file_name(evaluation: EventEvaluation) -> str:
     event = evaluation.event
     if event is None or event.source_format == "raw":
         return f"event{evaluation.event_id:09d}.npz"
-    return Path(event.source).name
+    return Path(event.source.path).name
 
 
 def write_scored_graph(evaluation: EventEvaluation, directory: str | os.PathLike, record: dict[str, Any]) -> Path:
@@ -59,11 +59,11 @@ def write_scored_graph(evaluation: EventEvaluation, directory: str | os.PathLike
     """
     event = evaluation.event
     path = Path(directory) / scored_file_name(evaluation)
-    record = {**record, "event_id": int(evaluation.event_id), "input": None if event is None else event.source,
+    record = {**record, "event_id": int(evaluation.event_id), "input": None if event is None else str(event.source.path),
               "score": "sigmoid(logit) of the edge classifier"}  # fmt: skip
     scores = evaluation.scores.astype(np.float32)
     if event is not None and event.source_format == "pyg":
-        data = read_pyg_object(event.source)
+        data = read_pyg_object(event.source.path)
         full = scores
         if event.kept is not None:
             full = np.zeros(event.kept.shape[0], dtype=np.float32)

@@ -9,18 +9,18 @@ the per-event scores (as the challenge ranked submissions).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from domainpar.data.event_graph import EventGraph
-from domainpar.inference.config import EvaluateConfig
-from domainpar.inference.events import EventInput
-from domainpar.inference.pipeline import event_tracks, sigmoid
-from domainpar.tracks.build import METHODS as TRACK_METHODS
-from domainpar.tracks.build import complete_tracks, submission
+from domainpar.inference.events import PreparedEvent
+from domainpar.inference.products import submission
+from domainpar.inference.runner import EventResult
+from domainpar.inference.spec import EvaluateConfig
+from domainpar.tracks.build import complete_tracks
 from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
 from domainpar.tracks.efficiency import (
     TrackingMetrics,
@@ -30,35 +30,65 @@ from domainpar.tracks.efficiency import (
     roc_auc,
     tracking_metrics,
 )
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 from domainpar.tracks.score import score_arrays
 
 
 @dataclass
 class EventEvaluation:
-    """Everything computed for one event."""
+    """One event through the chain, judged against its truth."""
 
-    event_id: int
-    """TrackML event number."""
-    graph: EventGraph
-    """The event graph scored."""
+    result: EventResult
+    """The event's logits, scores and tracks, exactly as a reconstruction gets them."""
     record: dict
-    """JSON record of the event (see :func:`evaluate`)."""
-    logits: np.ndarray
-    """(E,) edge logits."""
-    scores: np.ndarray
-    """(E,) sigmoid probabilities."""
-    track_id: np.ndarray
-    """(N,) track of every graph node."""
-    edge_mask: np.ndarray
-    """(E,) edges that joined hits into tracks."""
+    """JSON record of the event (see :func:`~domainpar.inference.evaluation.evaluate`)."""
     tracking: TrackingMetrics
     """Track-level figures and per-particle match flags."""
-    submission: pd.DataFrame
-    """TrackML submission of the event (every hit of the event when its raw truth is known)."""
-    candidates: TrackCandidates | None = None
-    """The chosen method's track candidates (hits in order, helix fits)."""
-    event: EventInput | None = None
-    """What was scored (its source, the file's format, the edges a filter kept), for writing the scores back."""
+
+    @property
+    def event(self) -> PreparedEvent:
+        """What was scored (its source, the file's format, the edges a filter kept)."""
+        return self.result.event
+
+    @property
+    def event_id(self) -> int:
+        return self.result.event.event_id
+
+    @property
+    def graph(self) -> EventGraph:
+        """The event graph scored."""
+        return self.result.event.graph
+
+    @property
+    def logits(self) -> np.ndarray:
+        """(E,) edge logits."""
+        return self.result.logits
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(E,) sigmoid probabilities."""
+        return self.result.scores
+
+    @property
+    def candidates(self) -> TrackCandidates:
+        """The track candidates (hits in order, helix fits)."""
+        return self.result.candidates
+
+    @property
+    def track_id(self) -> np.ndarray:
+        """(N,) track of every graph node."""
+        return self.result.candidates.track_id
+
+    @property
+    def edge_mask(self) -> np.ndarray:
+        """(E,) edges that joined hits into tracks."""
+        return self.result.candidates.edge_mask
+
+    @property
+    def submission(self) -> pd.DataFrame:
+        """The TrackML submission of the event (every hit of the event when its raw truth is known)."""
+        event = self.result.event
+        return submission(event.event_id, event.event_hit_id, self.result.track_id)
 
 
 def _clean(value: Any) -> Any:
@@ -67,74 +97,50 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def score_event_graph(
-    event: EventInput, logits: np.ndarray, config: EvaluateConfig, threshold: float, tracks: TrackConfig | None = None
-) -> EventEvaluation:
-    """Edge metrics, tracks, TrackML score and tracking metrics of one event.
+def judge(result: EventResult, config: EvaluateConfig, tracks: TrackConfig) -> EventEvaluation:
+    """Edge metrics, tracks of every builder, TrackML score and tracking metrics of one event.
 
-    ``tracks`` is the pipeline's track builder (default: ``config.track_method`` at ``threshold``).
+    Args:
+        result: the event through the chain (its ``event.truth`` set).
+        config: the evaluation's settings (reconstructable particles, track candidates).
+        tracks: the pipeline's track builder (the one ``result`` was built with); the other builders are scored
+            beside it at the same threshold.
     """
-    graph = event.graph
-    scores = sigmoid(logits)
-    edges = edge_metrics(scores, graph.y, threshold)
-    track_scores: dict[str, float | None] = {}
-    tracks_by_method: dict[str, np.ndarray] = {}
-    # Every method builds through build_candidates; the chosen one's own wall time is what a reconstruction pays.
-    track_config = tracks if tracks is not None else TrackConfig(method=config.track_method, threshold=threshold)
-    event_hit_id = None if event.truth is None else event.truth["hit_id"].to_numpy()
-    # The candidates and every hit's track id exactly as reconstruct writes them (one pipeline).
-    candidates, full_tracks = event_tracks(track_config, graph, scores, event_hit_id)
-    track_id, mask, seconds_tracks = candidates.track_id, candidates.edge_mask, candidates.seconds
-    tracks_by_method[config.track_method] = track_id
+    event, graph, truth = result.event, result.event.graph, result.event.truth
+    threshold = tracks.threshold
+    edges = edge_metrics(result.scores, graph.y, threshold)
+    tracks_by_method = {tracks.method: result.track_id}
     for method in TRACK_METHODS:
-        if method != config.track_method:
-            other = TrackConfig(method=method, threshold=threshold)
-            tracks_by_method[method] = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, other).track_id
-    if event.truth is not None:
-        hit_id = event.truth["hit_id"].to_numpy()
-        particle_id = event.truth["particle_id"].to_numpy()
-        weight = event.truth["weight"].to_numpy(dtype=np.float64)
-        layer = event.layer
-        for method, tracks in tracks_by_method.items():
-            full = complete_tracks(hit_id, graph.hit_id, tracks)
-            track_scores[method] = score_arrays(full, particle_id, weight).score
-    else:
-        hit_id, particle_id, layer = graph.hit_id, graph.particle_id, graph.layer
-        track_scores = {method: None for method in TRACK_METHODS}
+        if method != tracks.method:
+            other = build_candidates(graph.pos, graph.layer, graph.edge_index, result.scores, replace(tracks, method=method))
+            tracks_by_method[method] = complete_tracks(event.event_hit_id, graph.hit_id, other.track_id)
+    track_scores = {
+        method: None if truth.weight is None else score_arrays(full, truth.particle_id, truth.weight).score
+        for method, full in tracks_by_method.items()
+    }
     tracking = tracking_metrics(
-        full_tracks, particle_id, layer, event.particles,
+        result.track_id, truth.particle_id, truth.layer, truth.particles,
         pt_min=config.pt_min, min_layers=config.min_layers, min_track_hits=config.min_track_hits,
     )  # fmt: skip
     record = {
         "event_id": graph.event_id,
-        "source": event.source,
+        "source": str(event.source.path),
         "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
         "num_true_edges": edges.num_true,
         "num_predicted_edges": edges.num_predicted,
         "num_true_positive_edges": edges.num_true_positive,
-        **_pt1_edges(graph, scores > threshold, config.pt_min),
+        **_pt1_edges(graph, result.scores > threshold, config.pt_min),
         "efficiency": edges.efficiency,
         "purity": edges.purity,
         "auc": edges.auc,
-        "trackml_score": track_scores[config.track_method],
-        "seconds_tracks": seconds_tracks,
-        **{f"trackml_score_{method}": value for method, value in track_scores.items()},
+        "trackml_score": track_scores[tracks.method],
+        "seconds_tracks": result.candidates.seconds,
+        **{f"trackml_score_{method}": track_scores[method] for method in TRACK_METHODS},
         **tracking.summary(),
+        **result.partition,
     }
-    return EventEvaluation(
-        event_id=graph.event_id,
-        graph=graph,
-        record={k: _clean(v) for k, v in record.items()},
-        logits=logits,
-        scores=scores,
-        track_id=track_id,
-        edge_mask=mask,
-        tracking=tracking,
-        submission=submission(graph.event_id, hit_id, full_tracks),
-        candidates=candidates,
-        event=event,
-    )
+    return EventEvaluation(result=result, record={k: _clean(v) for k, v in record.items()}, tracking=tracking)
 
 
 def _pt1_edges(graph: EventGraph, predicted: np.ndarray, pt_min: float) -> dict:
@@ -162,12 +168,12 @@ def _at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> d
     return {"efficiency_at_purity90": _clean(efficiency), "purity_at_purity90": _clean(purity), "cut_at_purity90": _clean(cut)}
 
 
-def summarise(evaluations: list[EventEvaluation], labels: list[np.ndarray], pt_min: float = 1.0, min_layers: int = 3) -> dict:
+def summarise(evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layers: int = 3) -> dict:
     """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled)."""
     records = [e.record for e in evaluations]
     total = lambda key: sum(r[key] for r in records)  # noqa: E731
     scores = np.concatenate([e.scores for e in evaluations]) if evaluations else np.zeros(0)
-    all_labels = np.concatenate(labels) if labels else np.zeros(0)
+    all_labels = np.concatenate([e.graph.y for e in evaluations]) if evaluations else np.zeros(0)
     per_event = {method: [r[f"trackml_score_{method}"] for r in records] for method in TRACK_METHODS}
     mean_score = {
         method: (float(np.mean(values)) if values and all(v is not None for v in values) else None)

@@ -1,12 +1,12 @@
-"""The inputs of a reconstruction: raw TrackML events (hits and cells, no truth) or graph files, each read once.
+"""The events of a run: raw TrackML events or graph files, listed once and each file read once.
 
 An input is named by its event (``event000021000``) and identified by its
 files: :func:`input_stamp` gives each file's name, size and modification time
 (what a rerun compares to tell whether an event's outputs were made from the
 files that are there now), and :func:`read_raw_event` reads every file it
 needs exactly once, hashes the bytes it read (the data digest an output
-records) and parses them from memory. Truth and particles files are never
-opened: a reconstruction needs neither.
+records) and parses them from memory. The truth and particles files are read
+only when truth is asked for (evaluate); a reconstruction never opens them.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import pandas as pd
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import graph_files, has_graph_files, refuse_mixed_inputs
-from domainpar.data.trackml import event_file, event_id_of, event_prefixes, load_event
+from domainpar.data.trackml import event_file, event_id_of, event_prefixes, has_truth, load_event
 from domainpar.errors import DomainparError
 
 
 @dataclass(frozen=True)
 class EventSource:
-    """One event to reconstruct: a raw TrackML event prefix or a graph file."""
+    """One event to run: a raw TrackML event prefix or a graph file."""
 
     name: str
     """The event in messages and output names: ``event000021000``."""
@@ -38,18 +38,30 @@ class EventSource:
     """``raw`` or ``graph``."""
 
 
-def list_sources(data: Path) -> list[EventSource]:
+def list_sources(data: Path, truth: bool = False) -> list[EventSource]:
     """The events of ``--data``: a directory of raw TrackML events, a graph file, or a directory of graph files.
 
+    Args:
+        data: the ``--data`` path.
+        truth: the run judges against truth: every raw event must have its truth file.
+
     Raises:
-        DomainparError: nothing to reconstruct there, raw events and graph files mixed, or two files of one event.
+        DomainparError: nothing there, raw events and graph files mixed, two files of one event, or (with
+            ``truth``) a raw event without truth.
     """
     data = Path(data)
     if not data.exists():
         raise DomainparError(f"--data {data}: expected raw TrackML events or graph files (not found)")
     refuse_mixed_inputs(data, "--data")
     if data.is_dir() and any(data.glob("event*-hits.csv*")):
-        return [EventSource(prefix.name, prefix, "raw") for prefix in event_prefixes(data)]
+        sources = [EventSource(prefix.name, prefix, "raw") for prefix in event_prefixes(data)]
+        missing = next((s for s in sources if not has_truth(s.path)), None) if truth else None
+        if missing is not None:
+            raise DomainparError(
+                f"{missing.path}: evaluation needs the truth file (found none: a test-set event?); "
+                "`domainpar reconstruct` runs the pipeline on events without truth"
+            )
+        return sources
     if not has_graph_files(data):
         raise DomainparError(
             f"--data {data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz, or PyG *.pyg / *.pt), "
@@ -64,9 +76,9 @@ def list_sources(data: Path) -> list[EventSource]:
     return list(sources.values())
 
 
-def raw_parts(needs_cells: bool) -> tuple[str, ...]:
-    """The files of a raw event a reconstruction reads."""
-    return ("hits", "cells") if needs_cells else ("hits",)
+def raw_parts(needs_cells: bool, truth: bool = False) -> tuple[str, ...]:
+    """The files of a raw event a run reads."""
+    return ("hits",) + (("cells",) if needs_cells else ()) + (("particles", "truth") if truth else ())
 
 
 def input_files(source: EventSource, needs_cells: bool) -> list[Path]:
@@ -101,33 +113,39 @@ class RawEvent:
     """The hits (validated)."""
     cells: pd.DataFrame | None
     """The cells, when the features need them."""
+    particles: pd.DataFrame | None
+    """The particles, when truth was asked for."""
+    truth: pd.DataFrame | None
+    """The truth (checked against the hits: one row per hit), when asked for."""
     inputs: list[dict]
-    """Each file read: name, size, modification time and the SHA-256 of its bytes."""
+    """Each file read but the truth's: name, size, modification time and the SHA-256 of its bytes."""
     seconds: float
     """Reading and parsing."""
 
 
-def read_raw_event(source: EventSource, needs_cells: bool) -> RawEvent:
-    """Read the files an event's reconstruction needs, each once: bytes → SHA-256 → parsed from memory.
+def read_raw_event(source: EventSource | Path, needs_cells: bool, truth: bool = False) -> RawEvent:
+    """Read the files an event's run needs, each once: bytes → SHA-256 → parsed from memory.
 
     Raises:
         DomainparError: a missing or malformed file, named.
     """
+    prefix = source.path if isinstance(source, EventSource) else Path(source)
     started = time.perf_counter()
-    parts = raw_parts(needs_cells)
+    parts = raw_parts(needs_cells, truth)
     contents: dict[str, tuple[Path, bytes]] = {}
     inputs = []
     for part in parts:
-        path = event_file(source.path, part)
+        path = event_file(prefix, part)
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
             content = handle.read()
         contents[part] = (path, content)
-        inputs.append({"file": path.name, "bytes": len(content), "mtime_ns": int(info.st_mtime_ns),
-                       "sha256": hashlib.sha256(content).hexdigest()})  # fmt: skip
-    frames = load_event(source.path, parts=parts, contents=contents)
-    return RawEvent(event_id_of(source.path), frames[0], frames[1] if needs_cells else None, inputs,
-                    time.perf_counter() - started)  # fmt: skip
+        if part in ("hits", "cells"):
+            inputs.append({"file": path.name, "bytes": len(content), "mtime_ns": int(info.st_mtime_ns),
+                           "sha256": hashlib.sha256(content).hexdigest()})  # fmt: skip
+    frames = dict(zip(parts, load_event(prefix, parts=parts, contents=contents)))
+    return RawEvent(event_id_of(prefix), frames["hits"], frames.get("cells"), frames.get("particles"), frames.get("truth"),
+                    inputs, time.perf_counter() - started)  # fmt: skip
 
 
 def graph_digest(graph: EventGraph) -> str:

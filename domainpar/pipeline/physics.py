@@ -36,8 +36,8 @@ from domainpar.data.graph_files import load_graph
 from domainpar.data.subset import volume_subset_dir
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import EdgeFilter, load_filter, train_filter
-from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.evaluation import evaluate, write_outputs
+from domainpar.inference.spec import EvaluateConfig
 from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
 from domainpar.sim.dataset import simulate_dataset, simulator_digest
@@ -366,16 +366,9 @@ def _evaluate(
 
     ``filtered``: the edge filter's records of these graphs (edges before the filter), for the truth-free figures.
     """
-    eval_config = EvaluateConfig(
-        checkpoint=model_path,
-        data=graphs,
-        events_dir=events,
-        num_parts=num_parts,
-        method=recipe.evaluation.method,
-        threshold=recipe.tracks.threshold,
-        track_method=recipe.tracks.method,
-        progress=progress,
-    )
+    # The threshold and the track builder are the checkpoint's (the recipe's tracks section, recorded by training).
+    eval_config = EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, num_parts=num_parts,
+                                 method=recipe.evaluation.method, progress=progress)  # fmt: skip
     report = evaluate(eval_config)
     write_outputs(report, plots_dir=plots, submissions_dir=submissions)
     figures = {k: v for k, v in report.summary.items() if k != "events"}

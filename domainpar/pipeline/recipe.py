@@ -43,11 +43,11 @@ from domainpar.data.graph import GraphConfig
 from domainpar.data.subset import check_volumes
 from domainpar.errors import DomainparError, not_a_file
 from domainpar.filter.edge_filter import FilterConfig
-from domainpar.inference.config import PARTITION_METHODS
+from domainpar.inference.spec import PARTITION_METHODS, PipelineSpec
 from domainpar.parsing import load_yaml
 from domainpar.sim.config import SimulationConfig
-from domainpar.tracks.build import METHODS
-from domainpar.train.config import TrainConfig, config_from_dict
+from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
+from domainpar.train.config import RunConfig, TrainConfig, config_from_dict
 
 #: Sections of a recipe file besides the training ones.
 RECIPE_SECTIONS = ("name", "simulation", "graph", "filter", "tracks", "evaluation")
@@ -96,11 +96,11 @@ class SimulationSection:
 
 @dataclass(frozen=True)
 class TracksSection:
-    """Track building and the working point of the evaluation."""
+    """Track building and the working point of the evaluation (both recorded in the trained checkpoint)."""
 
-    method: str = "walk"
-    """Track building: walk or components (see :mod:`domainpar.tracks.build`)."""
-    threshold: float = 0.5
+    method: str = DEFAULT_METHOD
+    """Track building: one of :data:`~domainpar.tracks.methods.METHODS` (docs/tracks.md)."""
+    threshold: float = RunConfig.threshold
     """Edge score cut: the working point of edge efficiency and purity, and of track building."""
 
     def __post_init__(self) -> None:
@@ -114,9 +114,9 @@ class TracksSection:
 class EvaluationSection:
     """How the trained model is judged after training."""
 
-    parts: int = 1
+    parts: int = PipelineSpec.num_parts
     """Parts per event: inference with halo exchange over that many local processes (1: one process)."""
-    method: str = "geometric"
+    method: str = PipelineSpec.method
     """Partitioner of those parts: metis or geometric."""
     subsets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Detector regions of the held-out events also judged on their own, as events holding only those volumes'
@@ -299,9 +299,9 @@ def recipe_from_dict(nested: Mapping[str, Any], source: str = "recipe") -> Recip
     evaluation = _dataclass_from(EvaluationSection, _section(nested, "evaluation", source), "evaluation", source)
     train_nested = {section: _section(nested, section, source) for section in TRAIN_SECTIONS}
     train = config_from_dict({k: v for k, v in train_nested.items() if v is not None}, source=source)
-    if train.run.threshold != tracks.threshold:
-        # One working point: the training metrics and the evaluation use the same cut.
-        train = train.replace(**{"run.threshold": tracks.threshold})
+    # One working point and one builder: the training metrics and the evaluation use the same cut, and the checkpoint
+    # records both, so every command that runs the trained model builds its tracks as the recipe does.
+    train = train.replace(**{"run.threshold": tracks.threshold, "run.track_method": tracks.method})
     try:
         return Recipe(
             name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks, evaluation=evaluation

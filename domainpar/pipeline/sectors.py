@@ -39,11 +39,9 @@ import torch
 from domainpar.atomic import atomic_path
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
-from domainpar.inference.config import EvaluateConfig
 from domainpar.inference.evaluation import EvaluationReport, evaluate
-from domainpar.inference.events import load_events
 from domainpar.inference.model_io import load_model
-from domainpar.inference.scoring import score_event_graph, summarise
+from domainpar.inference.spec import EvaluateConfig
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
 from domainpar.pipeline.recipe import Recipe
@@ -75,18 +73,31 @@ def crossing(graph: EventGraph, owner: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ids, count > 1
 
 
-def sector_inference_logits(model_path: Path, graph: EventGraph, num_parts: int) -> np.ndarray:
-    """(E,) logits of the naive pipeline: every sector scored alone, cut edges never scored (-inf)."""
-    loaded = load_model(model_path)
-    plan = partition_graph(graph, num_parts, method="sectors")
-    logits = torch.full((graph.num_edges,), float("-inf"), dtype=torch.float64)
-    with torch.no_grad():
-        for part in range(num_parts):
-            # A sectors plan has no halo: each part is an independent graph with the identity exchange.
-            rp = rank_part(graph, part, None, "cpu", loaded.dtype, plan=plan, check=False)
-            ids, values = rp.owned_edges(loaded.model(rp.graph, rp.exchange))
-            logits[ids] = values.double()
-    return logits.numpy()
+class SectorScorer:
+    """The naive pipeline's inference, as a scorer of the one event chain: every sector of an event scored alone
+    (its cut edges never scored: -inf logits, score 0), so the edge and track figures count them as lost."""
+
+    #: Each sector runs in this process with the identity exchange (a sectors plan has no halo): nothing to prove
+    #: about the model's locality.
+    num_parts = 1
+
+    def __init__(self, model_path: Path, num_sectors: int) -> None:
+        self.loaded, self.num_sectors = load_model(model_path), num_sectors
+
+    def logits(self, graph: EventGraph) -> tuple[np.ndarray, dict]:
+        """(E,) logits of the naive pipeline, and no partition figures."""
+        loaded = self.loaded
+        plan = partition_graph(graph, self.num_sectors, method="sectors")
+        logits = torch.full((graph.num_edges,), float("-inf"), dtype=torch.float64)
+        with torch.no_grad():
+            for part in range(self.num_sectors):
+                rp = rank_part(graph, part, None, "cpu", loaded.dtype, plan=plan, check=False)
+                ids, values = rp.owned_edges(loaded.model(rp.graph, rp.exchange))
+                logits[ids] = values.double()
+        return logits.numpy(), {}
+
+    def close(self) -> None:
+        pass
 
 
 def _tracking_split(report: EvaluationReport, crossers: dict[int, tuple[np.ndarray, np.ndarray]], pt_min: float) -> dict:
@@ -139,30 +150,15 @@ def gap_with_error(halo: np.ndarray, naive: np.ndarray, seed: int = 0) -> dict:
 
 
 def _evaluate_whole(recipe: Recipe, model_path: Path, graphs: Path, events: Path, progress: bool) -> EvaluationReport:
-    config = EvaluateConfig(
-        checkpoint=model_path, data=graphs, events_dir=events, num_parts=recipe.evaluation.parts,
-        method=recipe.evaluation.method, threshold=recipe.tracks.threshold, track_method=recipe.tracks.method,
-        progress=progress,
-    )  # fmt: skip
+    config = EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, num_parts=recipe.evaluation.parts,
+                            method=recipe.evaluation.method, progress=progress)  # fmt: skip
     return evaluate(config)
 
 
-def _evaluate_sectors(recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int) -> EvaluationReport:
-    """The naive pipeline end to end: sector inference, then the same scoring as :func:`evaluate`."""
-    config = EvaluateConfig(
-        checkpoint=model_path, data=graphs, events_dir=events, threshold=recipe.tracks.threshold,
-        track_method=recipe.tracks.method, progress=False,
-    )  # fmt: skip
-    loaded = load_model(model_path)
-    inputs = load_events(config, loaded.model.config.node_features, loaded.graph)
-    evaluations = [
-        score_event_graph(event, sector_inference_logits(model_path, event.graph, num_parts), config, recipe.tracks.threshold)
-        for event in inputs
-    ]
-    summary = summarise(evaluations, [e.graph.y for e in inputs])
-    # Cut edges carry -inf logits (score 0): the edge figures count them as scored false, as the pipeline loses them.
-    summary["trackml_score"] = summary[f"trackml_score_{recipe.tracks.method}"]
-    return EvaluationReport(summary=summary, evaluations=evaluations)
+def _evaluate_sectors(model_path: Path, graphs: Path, events: Path, num_parts: int) -> EvaluationReport:
+    """The naive pipeline end to end: sector inference, then the same chain and figures as :func:`evaluate`."""
+    config = EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, progress=False)
+    return evaluate(config, scorer=SectorScorer(model_path, num_parts))
 
 
 def _trained_as(model_path: Path, config) -> bool:
@@ -253,7 +249,7 @@ def compare_sectors(
             entry = {"train": {"steps": summary.get("steps"), "seconds": time.perf_counter() - begin}}
         for mode, report in (
             ("whole", _evaluate_whole(recipe, out / "model.pt", graphs / "val", events, progress)),
-            ("sector_inference", _evaluate_sectors(recipe, out / "model.pt", graphs / "val", events, count)),
+            ("sector_inference", _evaluate_sectors(out / "model.pt", graphs / "val", events, count)),
         ):
             split = _tracking_split(report, crossers, pt_min)
             figures = {k: report.summary.get(k) for k in FIGURES}

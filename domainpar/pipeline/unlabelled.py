@@ -10,11 +10,13 @@ shows where the simulation (or a cut tuned on it) does not carry over. These
 comparisons are calibration, never a tuning target: no setting of a recipe is
 chosen from them.
 
-The real events are run exactly as ``domainpar evaluate`` runs raw events —
-built with the graph configuration the model's checkpoint records, pruned
-by the filter it records, scored with the same partitioned inference — and
-each detector region of the recipe's ``evaluation.subsets`` is run as an
-event of its own, like the simulated held-out events.
+The real events go through the one event chain ``domainpar reconstruct``
+runs (:class:`~domainpar.inference.runner.EventRunner`) — built with the
+graph build the model's checkpoint records, pruned by the filter it records
+(hash-checked), scored with the same partitioned inference, tracks by the
+recorded builder — and each detector region of the recipe's
+``evaluation.subsets`` is run as an event of its own, like the simulated
+held-out events.
 """
 
 from __future__ import annotations
@@ -25,14 +27,13 @@ from typing import Callable
 
 import numpy as np
 
-from domainpar.data.graph import build_graph
 from domainpar.data.subset import subset_event
-from domainpar.data.trackml import event_id_of, load_event
-from domainpar.filter.edge_filter import load_filter
-from domainpar.inference.infer import infer_partitioned, infer_single
-from domainpar.inference.model_io import load_model
+from domainpar.inference.events import prepare_event
+from domainpar.inference.pipeline import load_pipeline
+from domainpar.inference.runner import EventRunner, open_scorer
+from domainpar.inference.sources import EventSource
+from domainpar.inference.spec import PipelineSpec
 from domainpar.pipeline.recipe import Recipe
-from domainpar.tracks.candidates import TrackConfig, build_candidates
 
 #: Quantiles of the edge score reported.
 SCORE_QUANTILES = (0.1, 0.5, 0.9, 0.99)
@@ -73,18 +74,14 @@ def mean_figures(records: list[dict]) -> dict:
     return {k: (float(np.mean([r[k] for r in records])) if all(r[k] is not None for r in records) else None) for k in keys}
 
 
-def _sigmoid(logits: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * logits))
-
-
 def compare_unlabelled(
     recipe: Recipe, model_path: Path, out: Path, prefixes: list[Path], num_parts: int, echo: Callable[[str], None] = print
 ) -> dict:
-    """Run the events at ``prefixes`` (and their detector regions) as ``domainpar evaluate`` would, without truth.
+    """Run the events at ``prefixes`` (and their detector regions) through the event chain, without truth.
 
     Args:
-        recipe: the recipe (graph settings, working point, detector regions).
-        model_path: the trained model (its checkpoint records the graph settings; checked against the recipe's).
+        recipe: the recipe (its partitioner and detector regions; whether it has an edge filter).
+        model_path: the trained model (its checkpoint records the graph build, the filter, threshold and builder).
         out: the run directory (``filter.pt`` when the recipe has a filter).
         prefixes: real TrackML events (hits, and cells when the graph needs them; truth not read).
         num_parts: parts per event of the inference.
@@ -93,38 +90,28 @@ def compare_unlabelled(
     Returns:
         ``{"real": {"events": [figures per event], **mean figures}, "real_<subset>": {...}}``.
     """
-    edge_filter = load_filter(out / "filter.pt") if recipe.filter is not None else None
-    threshold = recipe.tracks.threshold
-    loaded = load_model(model_path)
+    spec = PipelineSpec(checkpoint=model_path, edge_filter=out / "filter.pt" if recipe.filter is not None else None,
+                        num_parts=num_parts, method=recipe.evaluation.method)  # fmt: skip
+    pipeline = load_pipeline(spec)
+    prune = pipeline.graphs.prune()
     result = {}
-    with tempfile.TemporaryDirectory(prefix="domainpar-unlabelled-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="domainpar-unlabelled-") as tmp, EventRunner(pipeline, open_scorer(pipeline)) as runner:
         sets = {"real": [Path(p) for p in prefixes]}
         for name, volumes in recipe.evaluation.subsets.items():
             sets[f"real_{name}"] = [subset_event(prefix, Path(tmp) / name, volumes) for prefix in prefixes]
         for label, events in sets.items():
             records = []
             for prefix in events:
-                parts = ("hits", "cells") if recipe.graph.needs_cells else ("hits",)
-                frames = load_event(prefix, parts=parts)
-                graph, _ = build_graph(
-                    frames[0], cells=frames[1] if recipe.graph.needs_cells else None, config=recipe.graph, event_id=event_id_of(prefix)
-                )
-                built = graph.num_edges
-                if edge_filter is not None:
-                    graph = edge_filter.apply(graph)
-                if num_parts > 1:
-                    logits = infer_partitioned(model_path, [graph], num_parts, recipe.evaluation.method)[0][0]
-                else:
-                    logits = infer_single(loaded, graph)
-                scores = _sigmoid(logits)
-                candidates = build_candidates(
-                    graph.pos, graph.layer, graph.edge_index, scores, TrackConfig(method=recipe.tracks.method, threshold=threshold)
-                )
-                track_id, seconds = candidates.track_id, candidates.seconds
-                records.append({"event_id": graph.event_id, **truth_free_figures(graph.num_nodes, built, scores, threshold, track_id, seconds)})
+                event = prepare_event(EventSource(prefix.name, prefix, "raw"), pipeline.graphs, prune)
+                ran = runner.run(event)
+                graph, candidates = event.graph, ran.candidates
+                figures = truth_free_figures(graph.num_nodes, event.num_edges_built, ran.scores, pipeline.threshold,
+                                             candidates.track_id, candidates.seconds)  # fmt: skip
+                records.append({"event_id": graph.event_id, **figures})
                 echo(
-                    f"   {label} event {graph.event_id}: {graph.num_nodes:,} hits, {built:,} edges built, {graph.num_edges:,} "
-                    f"after the filter, {records[-1]['selected_per_hit']:.3f} selected per hit, tracks in {seconds:.2f} s"
+                    f"   {label} event {graph.event_id}: {graph.num_nodes:,} hits, {event.num_edges_built:,} edges built, "
+                    f"{graph.num_edges:,} after the filter, {figures['selected_per_hit']:.3f} selected per hit, tracks in "
+                    f"{candidates.seconds:.2f} s"
                 )
             result[label] = {**mean_figures([{k: v for k, v in r.items() if k != "event_id"} for r in records]), "events": records}
     return result

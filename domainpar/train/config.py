@@ -36,6 +36,8 @@ from domainpar.model.config import ACTIVATIONS, ModelConfig
 from domainpar.model.loss import LOSS_DOMAINS, LossConfig
 from domainpar.model.registry import build_model, check_config
 from domainpar.parsing import MAX_BYTES, parse_yaml
+from domainpar.tracks.methods import DEFAULT_METHOD as DEFAULT_TRACK_METHOD
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 
 MODES = ("domain", "sectors", "single")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -169,6 +171,8 @@ class RunConfig:
     """Continue from this checkpoint file instead."""
     threshold: float = 0.5
     """Score threshold for efficiency and purity."""
+    track_method: str = DEFAULT_TRACK_METHOD
+    """Track builder of the trained model (recorded in its checkpoint: evaluate and reconstruct build tracks with it)."""
     tensorboard: bool = False
     """Also write TensorBoard scalars to <out>/tensorboard (needs the tensorboard package)."""
     progress: bool = True
@@ -231,6 +235,7 @@ FIELD_CHOICES = {
     "parallel.mode": MODES,
     "parallel.device": DEVICES,
     "run.precision": PRECISIONS,
+    "run.track_method": TRACK_METHODS,
 }
 
 #: Largest learning rate (also once scaled for the replicas): AdamW moves every weight by about lr per step.
@@ -595,6 +600,8 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     d, o, p, r = config.data, config.optim, config.parallel, config.run
     _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {shorten(p.mode)})")
     _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {shorten(r.precision)})")
+    _require(r.track_method in TRACK_METHODS,
+             f"--track-method must be one of {', '.join(TRACK_METHODS)} (got {shorten(r.track_method)})")
     _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {shorten(d.method)})")
     _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {shorten(o.schedule)})")
     _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {shorten(o.lr_scaling)})")

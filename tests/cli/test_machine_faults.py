@@ -158,7 +158,7 @@ def _torch_out_of_memory(*args, **kwargs):
     "command, target, advice",
     [
         ("train", "domainpar.train.step.StepRunner.train", "training step 1: out of memory (can't allocate memory: you tried to allocate 68719476736 bytes"),
-        ("evaluate", "domainpar.inference.evaluation.infer_single", "try more --parts"),
+        ("evaluate", "domainpar.inference.runner.whole_graph_logits", "try more --parts"),
         ("partition", "domainpar.partition.dataset.partition_graph", "try fewer --workers"),
         ("build", "domainpar.data.dataset.build_event_graph", "try fewer --workers"),
         ("export", "domainpar.export.writer.deploy_model", "out of memory"),

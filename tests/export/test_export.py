@@ -273,7 +273,7 @@ def test_evaluate_model_refusals(exported, checkpoint, event_dir, tmp_path, caps
     code, err = _run_cli(evaluate + ["--model", str(model), "--checkpoint", str(checkpoint)], capsys)
     assert code == 2 and err.count("\n") == 1 and "give exactly one of --checkpoint" in err
     code, err = _run_cli(evaluate + ["--model", str(model), "--parts", "2"], capsys)
-    assert code == 2 and "--parts must be 1 with --model (got 2)" in err
+    assert code == 2 and "--parts: expected 1 with --model, got 2" in err
     # Graphs whose feature widths differ from the model's inputs.
     graph, _ = build_event_graph(EVENT, GraphConfig(cell_features=True))
     save_graph(graph, tmp_path / "cells" / "event000000001.npz")

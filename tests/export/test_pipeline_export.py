@@ -6,71 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
-from domainpar.data.event_graph import save_graph
-from domainpar.data.graph_files import load_graph, read_graph_description
-from domainpar.data.graph import GraphConfig
 from domainpar.data.dataset import build_dataset
-from domainpar.filter.edge_filter import EdgeFilter, FilterConfig, FilterNet, edge_inputs
+from domainpar.data.graph import GraphConfig
+from domainpar.data.graph_files import load_graph, read_graph_description
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model, check_config
 from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
-from fixtures import TRACKML_DIR, copy_event1
-
-#: Graph cuts and features like the physics recipe's (cluster features from the cells, extra edge features).
-GRAPH = GraphConfig(
-    phi_slope_max=0.002, dphi_margin=0.005, node_features=("r", "phi", "z", "cell_count", "cluster_u"),
-    edge_features=("dr", "dphi", "dz", "dR", "phi_slope", "z0"),
-)  # fmt: skip
-
-
-def _edge_filter(graph) -> EdgeFilter:
-    """A filter reading positions and edge features, thresholded to keep ~60 % of the event's edges."""
-    config = FilterConfig(hidden=8, layers=2, node_features=("r", "phi", "z"))
-    node_columns = np.array([0, 1, 2])
-    inputs = torch.from_numpy(edge_inputs(graph, node_columns, None))
-    torch.manual_seed(3)
-    net = FilterNet(inputs.shape[1], 8, 2)
-    net.mean.copy_(inputs.mean(dim=0))
-    net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
-    net.eval()
-    with torch.no_grad():
-        threshold = float(np.quantile(net(inputs).numpy(), 0.4))
-    return EdgeFilter(net, threshold, graph.node_features, graph.edge_features, config, {"holdout_efficiency": 0.9})
+from fixtures import PRUNED_GRAPH as GRAPH
+from fixtures import TRACKML_DIR, edge_filter_of, pruned_recipe_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict[str, Path]:
-    """A recipe-like run: event 1's graph built and pruned, a model 'trained' on it (random weights), filter.pt beside."""
-    root = tmp_path_factory.mktemp("recipe")
-    build_dataset(TRACKML_DIR, root / "graphs", GRAPH, progress=False)
-    graph = load_graph(root / "graphs" / "event000000001.npz")
-    edge_filter = _edge_filter(graph)
-    edge_filter.save(root / "filter.pt")
-    # The pruned graph is written without a description, as the recipes write them.
-    save_graph(edge_filter.apply(graph), root / "filtered" / "event000000001.npz")
-    pruned = load_graph(root / "filtered" / "event000000001.npz")
-    config = check_config(ModelConfig(node_features=5, edge_features=6, hidden=16, num_iterations=2))
-    torch.manual_seed(0)
-    model = build_model(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.2 * torch.randn_like(parameter))
-    # What the trainer writes into model.pt (before this change 'data' was None for pruned graphs).
-    state = {
-        "format_version": CHECKPOINT_FORMAT_VERSION, "step": 1, "model": model.state_dict(), "model_config": config.to_dict(),
-        "graph": {"node_features": list(pruned.node_features), "edge_features": list(pruned.edge_features),
-                  "build_config": pruned.build_config},
-        "data": read_graph_description(root / "filtered" / "event000000001.npz"),
-    }  # fmt: skip
-    write_checkpoint(state, root / "train" / "model.pt")
-    write_checkpoint({**state, "data": None}, root / "train" / "before.pt")
-    (root / "events").mkdir()
-    return {"root": root, "checkpoint": root / "train" / "model.pt", "before": root / "train" / "before.pt",
-            "filter": root / "filter.pt", "events": copy_event1(root / "events")}  # fmt: skip
+    return pruned_recipe_run(tmp_path_factory.mktemp("recipe"))
 
 
 def test_pruned_graph_files_describe_themselves(run):
@@ -147,7 +97,7 @@ def test_export_filter_refusals(run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1
     assert "was trained on graphs pruned by an edge filter (hash" in err and "pass that filter with --filter" in err
-    other = _edge_filter(load_graph(run["root"] / "graphs" / "event000000001.npz"))
+    other = edge_filter_of(load_graph(run["root"] / "graphs" / "event000000001.npz"))
     other.threshold += 0.5
     other.save(tmp_path / "other.pt")
     with pytest.raises(SystemExit):

@@ -183,9 +183,9 @@ def test_evaluate_errors(trained_checkpoint, event_dir, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files \(\*\.npz, or PyG \*\.pyg / \*\.pt\), found neither"):
         evaluate(EvaluateConfig(checkpoint=trained_checkpoint, data=tmp_path / "empty", progress=False))
-    with pytest.raises(DomainparError, match=r"--threshold must be in \(0, 1\) \(got 1.5\)"):
+    with pytest.raises(DomainparError, match=r"--threshold: expected a probability in \(0, 1\), got 1.5"):
         EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, threshold=1.5)
-    with pytest.raises(DomainparError, match=r"--method must be one of metis, geometric \(got 'sectors'\)"):
+    with pytest.raises(DomainparError, match=r"--method: expected one of metis, geometric, got 'sectors'"):
         EvaluateConfig(checkpoint=trained_checkpoint, data=event_dir, method="sectors")
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(event_dir), "--ranks", "2", "--parts", "3"])

@@ -256,7 +256,7 @@ def test_reruns_skip_done_events_redo_changed_ones_and_refuse_another_pipeline(c
 
 
 def test_a_second_run_on_the_same_out_is_refused(checkpoint, truth_free_dir, tmp_path, capsys):
-    from domainpar.inference.reconstruct import LOCK
+    from domainpar.inference.manifest import LOCK
     from domainpar.launch.runlock import run_lock
 
     out = tmp_path / "out"
@@ -270,7 +270,7 @@ def test_a_second_run_on_the_same_out_is_refused(checkpoint, truth_free_dir, tmp
 
 
 def test_user_mistakes_are_one_line(checkpoint, truth_free_dir, tmp_path, capsys):
-    from domainpar.inference.products import parquet_available
+    from domainpar.inference.spec import parquet_available
 
     cases = [
         (["--data", str(tmp_path / "missing")], "--data"),

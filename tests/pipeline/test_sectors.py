@@ -9,11 +9,11 @@ import torch
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import build_event_graph
 from domainpar.errors import DomainparError
-from domainpar.inference.infer import infer_single
 from domainpar.inference.model_io import load_model
+from domainpar.inference.runner import whole_graph_logits
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
-from domainpar.pipeline.sectors import crossing, gap_with_error, sector_inference_logits
+from domainpar.pipeline.sectors import SectorScorer, crossing, gap_with_error
 
 from fixtures import EVENT1, trained_event1_checkpoint
 
@@ -59,7 +59,8 @@ def test_sector_inference_scores_each_sector_alone_and_never_a_cut_edge(tmp_path
     torch.set_num_threads(1)
     checkpoint = trained_event1_checkpoint(tmp_path)
     graph, _ = build_event_graph(EVENT1)
-    logits = sector_inference_logits(checkpoint, graph, 4)
+    logits, record = SectorScorer(checkpoint, 4).logits(graph)
+    assert record == {}
     plan = partition_graph(graph, 4, method="sectors")
     cut = plan.owner[graph.edge_index[0]] != plan.owner[graph.edge_index[1]]
     assert cut.any() and np.isneginf(logits[cut]).all() and np.isfinite(logits[~cut]).all()
@@ -70,7 +71,7 @@ def test_sector_inference_scores_each_sector_alone_and_never_a_cut_edge(tmp_path
         ids, values = rp.owned_edges(loaded.model(rp.graph, rp.exchange))
     np.testing.assert_allclose(logits[ids.numpy()], values.double().numpy(), rtol=1e-6, atol=1e-6)
     # ... which is not the whole event's inference near the boundaries: the sectors lack their neighbours.
-    whole = infer_single(loaded, graph)
+    whole = whole_graph_logits(loaded, graph)
     assert np.abs(whole[~cut] - logits[~cut]).max() > 1e-4
 
 

@@ -337,7 +337,7 @@ def checkpoints(event1, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("name", NOT_LOCAL)
 def test_evaluate_parts_refuses_a_model_that_is_not_local(event1, checkpoints, tmp_path, capsys, monkeypatch, name):
-    monkeypatch.setattr("domainpar.inference.infer.spawn", _stub_spawn)
+    monkeypatch.setattr("domainpar.inference.partitioned.spawn", _stub_spawn)
     json_path = tmp_path / "eval.json"
     code = _run(["evaluate", "--checkpoint", str(checkpoints[name]), "--data", str(event1), "--parts", "2", "--quiet",
                  "--json", str(json_path)])  # fmt: skip
@@ -356,7 +356,7 @@ def test_evaluate_parts_refuses_a_model_that_is_not_local(event1, checkpoints, t
 def test_evaluate_skip_flag_and_builtins_go_straight_to_the_parts(event1, checkpoints, tmp_path, monkeypatch):
     from fixtures import trained_event1_checkpoint
 
-    monkeypatch.setattr("domainpar.inference.infer.spawn", _stub_spawn)
+    monkeypatch.setattr("domainpar.inference.partitioned.spawn", _stub_spawn)
     args = ["evaluate", "--data", str(event1), "--parts", "2", "--quiet"]
     with pytest.raises(Spawned):
         main([*args, "--checkpoint", str(checkpoints["GlobalMeanGNN"]), "--skip-locality-check"])

@@ -1,0 +1,225 @@
+"""The one event chain: a prepared event → edge logits → scores → tracks, whatever command asks for it.
+
+Every command that turns events into tracks runs :class:`EventRunner`:
+``domainpar evaluate`` (which then judges the result against the truth,
+:mod:`domainpar.inference.scoring`), ``domainpar reconstruct`` (which writes its
+products, :mod:`domainpar.inference.products`), the recipe's evaluation and its
+truth-free figures of real events, the speed measurement and the bench. An
+event comes from :func:`~domainpar.inference.events.prepare_event` (read,
+built with the recorded build, pruned by the recorded filter); its logits come
+from a *scorer*: :class:`SingleProcess` (the checkpoint's model, or the exported
+file, in this process), a :class:`~domainpar.inference.partitioned.LocalGroup`
+of P processes, or :class:`DomainHost` (this process is part 0 of a domain
+group); its tracks from :func:`~domainpar.tracks.candidates.build_candidates`
+with the pipeline's track builder. Before the first event scored on several
+parts, a model that is not a built-in proves it is local.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from domainpar.data.event_graph import EventGraph
+from domainpar.inference.events import PreparedEvent
+from domainpar.inference.pipeline import Pipeline
+from domainpar.tracks.build import complete_tracks
+from domainpar.tracks.candidates import TrackCandidates, build_candidates
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Edge scores (probabilities) of logits, without overflow."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))
+
+
+class Scorer(Protocol):
+    """Where an event's edge logits are computed."""
+
+    num_parts: int
+    """Parts every event is split into (1: the whole graph in one process)."""
+
+    def logits(self, graph: EventGraph) -> tuple[np.ndarray, dict]:
+        """(E,) float64 logits of every edge, and the partition's figures (empty for one process)."""
+
+    def close(self) -> None:
+        """Release what the scorer started."""
+
+
+class SingleProcess:
+    """Scores whole graphs in this process: the checkpoint's model (one-part plan, identity exchange) or the
+    exported model file, run as the deployment side runs it."""
+
+    num_parts = 1
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.loaded, self.exported = pipeline.loaded, pipeline.exported
+
+    def logits(self, graph: EventGraph) -> tuple[np.ndarray, dict]:
+        if self.exported is not None:
+            self.exported.check_widths(f"event {graph.event_id}", graph.x.shape[1], graph.edge_attr.shape[1])
+            return self.exported.logits(graph.x, graph.edge_index, graph.edge_attr), {}
+        return whole_graph_logits(self.loaded, graph), {}
+
+    def close(self) -> None:
+        pass
+
+
+def whole_graph_logits(loaded: Any, graph: EventGraph) -> np.ndarray:
+    """(E,) float64 logits of every edge of ``graph`` by a restored checkpoint's model, in this process."""
+    import torch
+
+    from domainpar.parallel.part import rank_part
+
+    rp = rank_part(graph, dtype=loaded.dtype)
+    with torch.no_grad():
+        logits = loaded.model(rp.graph, rp.exchange)
+    return rp.scatter_edges(logits.double()).numpy()
+
+
+class DomainHost:
+    """This process is part 0 of a domain group whose members are in :func:`~domainpar.inference.partitioned.serve`
+    (a reconstruction's rank): it hosts every event it scores."""
+
+    def __init__(self, pipeline: Pipeline, layout: Any) -> None:
+        self.loaded, self.layout, self.spec = pipeline.loaded, layout, pipeline.spec
+        self.num_parts = layout.domain_size
+
+    def logits(self, graph: EventGraph) -> tuple[np.ndarray, dict]:
+        from domainpar.inference.partitioned import host_logits
+
+        return host_logits(self.loaded, self.layout, graph, self.spec.method, self.spec.seed)
+
+    def close(self) -> None:
+        from domainpar.inference.partitioned import host_stop
+
+        host_stop(self.layout)
+
+
+def open_scorer(pipeline: Pipeline) -> Scorer:
+    """The scorer the pipeline's spec asks for: this process, or ``num_parts`` local processes with halo exchange."""
+    spec = pipeline.spec
+    if spec.num_parts == 1:
+        return SingleProcess(pipeline)
+    from domainpar.inference.partitioned import LocalGroup
+
+    return LocalGroup(spec.checkpoint, spec.num_parts, spec.method, spec.seed, spec.timeout_s)
+
+
+#: The signals that stop a run.
+_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM/SIGHUP until the block ends, then act on the first one as the process would have.
+
+    The track builders' numba code calls back into Python (numba unpickles some constants while it runs); an
+    exception raised there by a stop signal's handler leaves a SystemError and a traceback instead of the one-line
+    stop. The block is short (seconds at most), so the stop waits for it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {}
+    for signum in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            previous[signum] = signal.signal(signum, lambda number, frame: arrived.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        if arrived:
+            handler = previous.get(arrived[0])
+            if callable(handler):
+                handler(arrived[0], None)
+            elif handler != signal.SIG_IGN:
+                signal.raise_signal(arrived[0])
+
+
+@dataclass
+class EventResult:
+    """One event through the chain."""
+
+    event: PreparedEvent
+    """What was scored."""
+    logits: np.ndarray
+    """(E,) float64 edge logits."""
+    scores: np.ndarray
+    """(E,) float64 edge scores (sigmoid of the logits)."""
+    candidates: TrackCandidates
+    """The track candidates of the graph's hits (hits in order, helix fits)."""
+    track_id: np.ndarray
+    """(M,) int64 track id of every hit of the event, aligned with ``event.event_hit_id`` (hits the graph left out
+    are singletons numbered after the graph's candidates)."""
+    partition: dict = field(default_factory=dict)
+    """The partition's figures when the event was scored on several parts."""
+    seconds: dict = field(default_factory=dict)
+    """read, build, filter (from preparing it), inference, tracks."""
+
+
+class EventRunner:
+    """Runs prepared events through the pipeline's scorer and track builder."""
+
+    def __init__(self, pipeline: Pipeline, scorer: Scorer) -> None:
+        self.pipeline, self.scorer = pipeline, scorer
+        self.locality_checked = scorer.num_parts == 1 or pipeline.spec.skip_locality_check
+
+    def check_locality(self, graph: EventGraph) -> None:
+        """Once, before the first event scored on several parts: a model that is not a built-in must be local, or it
+        would score every event otherwise than one process.
+
+        Raises:
+            DomainparError: the model is not local (the run has no right event to give).
+        """
+        if not self.locality_checked:
+            from domainpar.inference.partitioned import require_partitionable
+
+            require_partitionable(self.pipeline.loaded, graph, self.scorer.num_parts)
+            self.locality_checked = True
+
+    def run(self, event: PreparedEvent) -> EventResult:
+        """The event's logits, scores and tracks.
+
+        Raises:
+            DomainparError: a model that is not local (see :meth:`check_locality`), or an event that cannot be cut into
+                the parts.
+        """
+        self.check_locality(event.graph)
+        started = time.perf_counter()
+        logits, partition = self.scorer.logits(event.graph)
+        scored = time.perf_counter()
+        result = self.tracks(event, logits, partition)
+        result.seconds["inference"] = scored - started
+        return result
+
+    def tracks(self, event: PreparedEvent, logits: np.ndarray, partition: dict) -> EventResult:
+        """The scores and tracks of an event whose logits are known (the chain after the scorer)."""
+        graph = event.graph
+        started = time.perf_counter()
+        scores = sigmoid(logits)
+        with _signals_deferred():
+            candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks)
+        track_id = complete_tracks(event.event_hit_id, graph.hit_id, candidates.track_id)
+        seconds = {**event.seconds, "tracks": time.perf_counter() - started}
+        return EventResult(event, logits, scores, candidates, track_id, partition, seconds)
+
+    def close(self) -> None:
+        self.scorer.close()
+
+    def __enter__(self) -> "EventRunner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+__all__ = ["DomainHost", "EventResult", "EventRunner", "Scorer", "SingleProcess", "open_scorer", "sigmoid", "whole_graph_logits"]

@@ -1,0 +1,182 @@
+"""One chain, one rule: every command treats an event as the checkpoint's records say.
+
+* the track builder and the threshold a checkpoint records are those evaluate and reconstruct use (an option
+  overrides them only when given);
+* graph files pruned by the recorded edge filter run without ``--filter`` in both commands, and raw events that
+  need the filter are refused by both, with the same line, before anything is written;
+* a pipeline mistake gets the same one line from both commands (one place checks them);
+* a recipe's defaults are the package's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from fixtures import copy_event1, pruned_recipe_run, trained_event1_checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory) -> Path:
+    return copy_event1(tmp_path_factory.mktemp("events"))
+
+
+@pytest.fixture(scope="module")
+def walk_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint whose training recorded the walk-through builder and a threshold of 0.4."""
+    return trained_event1_checkpoint(tmp_path_factory.mktemp("walk"), **{"run.track_method": "walk", "run.threshold": 0.4})
+
+
+@pytest.fixture(scope="module")
+def pruned_run(tmp_path_factory) -> dict[str, Path]:
+    return pruned_recipe_run(tmp_path_factory.mktemp("pruned"))
+
+
+def _cli(args: list) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from domainpar.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            return int(exc.code or 0), err.getvalue()
+    return 0, err.getvalue()
+
+
+def test_the_recorded_builder_and_threshold_decide_in_both_commands(walk_checkpoint, events, tmp_path):
+    from domainpar.inference import EvaluateConfig, evaluate
+
+    report = evaluate(EvaluateConfig(checkpoint=walk_checkpoint, data=events, progress=False))
+    assert report.summary["track_method"] == "walk" and report.summary["threshold"] == 0.4
+    assert report.summary["trackml_score"] == report.summary["trackml_score_walk"]
+    overridden = evaluate(EvaluateConfig(checkpoint=walk_checkpoint, data=events, track_method="ckf", threshold=0.5,
+                                         progress=False)).summary  # fmt: skip
+    assert overridden["track_method"] == "ckf" and overridden["threshold"] == 0.5
+    assert _cli(["reconstruct", "--data", events, "--out", tmp_path / "out", "--checkpoint", walk_checkpoint, "--prefetch", "0",
+                 "--quiet"])[0] == 0  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "reconstruct.json").read_text())["pipeline"]
+    assert manifest["tracks"]["method"] == "walk" and manifest["threshold"] == 0.4
+    # The very tracks evaluate built: the same submission.
+    written = (tmp_path / "out" / "submissions" / "event000000001-submission.csv").read_text()
+    (evaluation,) = report.evaluations
+    assert written.splitlines()[1:] == [f"1,{h},{t}" for h, t in zip(evaluation.submission["hit_id"], evaluation.submission["track_id"])]
+
+
+def test_pruned_graph_files_need_no_filter_and_raw_events_need_it_in_both_commands(pruned_run, tmp_path):
+    """The checkpoint records the filter its training graphs were pruned with: graph files pruned by it are the
+    model's input as they are, raw events must be pruned by it (so --filter must name it)."""
+    from domainpar.inference import EvaluateConfig, evaluate
+
+    checkpoint, filtered = pruned_run["checkpoint"], pruned_run["root"] / "filtered"
+    report = evaluate(EvaluateConfig(checkpoint=checkpoint, data=filtered, events_dir=pruned_run["events"], progress=False))
+    code, err = _cli(["reconstruct", "--data", filtered, "--out", tmp_path / "graphs", "--checkpoint", checkpoint,
+                      "--prefetch", "0", "--quiet"])  # fmt: skip
+    assert code == 0, err
+    written = (tmp_path / "graphs" / "submissions" / "event000000001-submission.csv").read_text().splitlines()[1:]
+    (evaluation,) = report.evaluations
+    assert written == [f"1,{h},{t}" for h, t in zip(evaluation.submission["hit_id"], evaluation.submission["track_id"])]
+    # Raw events without the filter: both commands refuse with the same line, and reconstruct leaves no --out.
+    lines = {}
+    for command, extra in (("evaluate", []), ("reconstruct", ["--out", tmp_path / "raw"])):
+        code, err = _cli([command, "--data", pruned_run["events"], "--checkpoint", checkpoint, "--quiet", *extra])
+        assert code == 2, err
+        lines[command] = err.strip().splitlines()
+    assert lines["evaluate"] == lines["reconstruct"] and len(lines["evaluate"]) == 1
+    assert "was trained on graphs pruned by edge filter" in lines["evaluate"][0] and "--filter" in lines["evaluate"][0]
+    assert not (tmp_path / "raw").exists()
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ([], "give exactly one of --checkpoint"),
+        (["--checkpoint", "{ckpt}", "--model", "{ckpt}"], "give exactly one of --checkpoint"),
+        (["--model", "{model}", "--parts", "2"], "--parts: expected 1 with --model"),
+        (["--model", "{model}", "--filter", "{filter}"], "an exported model (--model) runs the edge filter"),
+        (["--checkpoint", "{ckpt}", "--timeout", "1e9"], "--timeout"),
+        (["--checkpoint", "{ckpt}", "--tracks", "best"], "--tracks"),
+        (["--checkpoint", "{ckpt}", "--threshold", "1"], "--threshold"),
+        (["--checkpoint", "{ckpt}", "--method", "sectors"], "--method"),
+        (["--checkpoint", "{walk}", "--filter", "{filter}"], "--filter"),
+    ],
+)  # fmt: skip
+def test_a_pipeline_mistake_is_the_same_line_in_both_commands(options, named, walk_checkpoint, pruned_run, events, tmp_path):
+    paths = {"ckpt": pruned_run["checkpoint"], "walk": walk_checkpoint, "filter": pruned_run["filter"],
+             "model": tmp_path / "model.onnx"}  # fmt: skip
+    options = [o.format(**{k: str(v) for k, v in paths.items()}) for o in options]
+    lines = {}
+    for command, extra in (("evaluate", []), ("reconstruct", ["--out", tmp_path / "out"])):
+        code, err = _cli([command, "--data", events, "--quiet", *options, *extra])
+        assert code == 2, (command, err)
+        # click names the command in its lines (and in its advice): the same words otherwise.
+        lines[command] = err.strip().replace(f"domainpar {command}", "domainpar <command>").splitlines()
+    assert lines["evaluate"] == lines["reconstruct"], lines
+    assert len(lines["evaluate"]) == 1 and named in lines["evaluate"][0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_recipes_defaults_are_the_packages():
+    """A recipe that leaves a setting out runs with what every command uses when it is left out."""
+    from domainpar.inference.spec import PipelineSpec
+    from domainpar.pipeline.recipe import EvaluationSection, TracksSection, recipe_from_dict
+    from domainpar.tracks.candidates import TrackConfig
+    from domainpar.train.config import RunConfig
+
+    tracks, evaluation, spec = TracksSection(), EvaluationSection(), PipelineSpec(checkpoint=Path("m.pt"))
+    assert (tracks.method, tracks.threshold) == (TrackConfig().method, TrackConfig().threshold)
+    assert (tracks.method, tracks.threshold) == (RunConfig().track_method, RunConfig().threshold)
+    assert (evaluation.parts, evaluation.method) == (spec.num_parts, spec.method)
+    # What a recipe's tracks section says is what its trained checkpoint records.
+    recipe = recipe_from_dict({"name": "r", "tracks": {"method": "walk", "threshold": 0.3}}, source="r.yaml")
+    assert (recipe.train.run.track_method, recipe.train.run.threshold) == ("walk", 0.3)
+
+
+@pytest.mark.timeout(900)
+def test_reconstruct_then_score_is_evaluate_on_the_real_full_pixel_event(tmp_path):
+    """The full-occupancy real pixel event 21000 (66,114 hits, truth recovered): reconstruct without its truth, then
+    `domainpar score`, gives evaluate's TrackML score to the last digit, and the very same submission."""
+    import shutil
+
+    from domainpar.cli.score import read_submission
+    from domainpar.data.trackml import load_event
+    from domainpar.inference import EvaluateConfig, evaluate
+    from domainpar.tracks.score import analyze_tracks
+    from fixtures import SHARED_TRACKML
+
+    prefix = SHARED_TRACKML / "pixel" / "event000021000"
+    if not Path(f"{prefix}-truth.csv.gz").is_file():
+        pytest.skip(f"the real labelled pixel event is not here ({prefix})")
+    checkpoint = trained_event1_checkpoint(tmp_path / "model")
+    report = evaluate(EvaluateConfig(checkpoint=checkpoint, data=prefix.parent, progress=False))
+    truth_free = tmp_path / "events"
+    truth_free.mkdir()
+    for part in ("hits", "cells"):
+        shutil.copy(f"{prefix}-{part}.csv.gz", truth_free)
+    code, err = _cli(["reconstruct", "--data", truth_free, "--out", tmp_path / "out", "--checkpoint", checkpoint, "--quiet"])
+    assert code == 0, err
+    submission_file = tmp_path / "out" / "submissions" / "event000021000-submission.csv"
+    (truth,) = load_event(prefix, parts=("truth",))
+    assert analyze_tracks(truth, read_submission(submission_file)).score == report.summary["trackml_score"]
+    (evaluation,) = report.evaluations
+    written = pd.read_csv(submission_file)
+    assert written["hit_id"].tolist() == evaluation.submission["hit_id"].tolist()
+    assert written["track_id"].tolist() == evaluation.submission["track_id"].tolist()
+    assert report.summary["events"][0]["num_nodes"] == 66114
