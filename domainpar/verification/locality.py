@@ -46,7 +46,7 @@ from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import CompletedExchange
 from domainpar.model.loss import edge_loss
-from domainpar.model.registry import BUILTINS, build_model
+from domainpar.model.registry import build_model, is_builtin
 from domainpar.parallel.part import load_host_part, rank_part, stage
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartPlan, build_plan
@@ -64,9 +64,9 @@ MEET_TIMEOUT_S = 300.0
 RULE = "docs/models.md, 'What it must not do'"
 
 
-def known_local(name: str) -> bool:
-    """Whether ``name`` is a built-in model (by name or by its import path): proven exact by the test suite."""
-    return BUILTINS.get(name, name) in BUILTINS.values()
+#: Whether a model is a built-in, proven local by the test suite (:func:`~domainpar.model.registry.is_builtin`),
+#: under the name domainpar.inference imports from here.
+known_local = is_builtin
 
 
 def check_parts(domain_size: int) -> int:
