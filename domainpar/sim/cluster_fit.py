@@ -1,19 +1,15 @@
 """Fits of the simulator's cluster models (:class:`~domainpar.sim.clusters.ClusterModel`, one per volume) to real events.
 
-Two ways, both by Nelder–Mead over a volume's free parameters with common random numbers (the objective is then
-smooth in them); pixel volumes fit every parameter, strips have no threshold, charge or second axis:
-
-* :func:`fit_cluster_models`: a simulated event's crossings re-digitised, their
-  :func:`~domainpar.sim.calibration.cluster_shapes` held to a real event's, bin by bin of track angle;
-* :func:`fit_cluster_models_to_truth`: every real signal hit re-digitised from its true crossing and held to the
-  cluster it really left.
-
-:mod:`domainpar.sim.calibration` measures what the fitted models are then compared on.
+Both fits re-digitise crossings with candidate parameters and minimise the difference by Nelder–Mead, with common
+random numbers so the objective is smooth: :func:`fit_cluster_models` holds a simulated event's
+:func:`~domainpar.sim.calibration.cluster_shapes` to a real event's, :func:`fit_cluster_models_to_truth` every
+real signal hit to the cluster it really left.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -24,7 +20,7 @@ from domainpar.data.features import cluster_summary
 from domainpar.sim.calibration import cluster_shapes, module_rows
 from domainpar.sim.clusters import CLUSTER_MODELS, ClusterModel, cluster_cells
 
-#: Fitted parameters of the cluster model, their bounds (pixel volumes fit all; strips have no threshold or charge).
+#: Fitted parameters of the cluster model and their bounds.
 _CLUSTER_BOUNDS = {
     "tan_lorentz": (-0.6, 0.6),
     "depth_u": (0.2, 4.0),
@@ -34,21 +30,32 @@ _CLUSTER_BOUNDS = {
     "threshold": (0.0, 0.9),
     "charge": (0.02, 2.0),
 }
+#: Parameters a strip volume does not fit (pixel volumes fit all): one measured axis, no threshold, no charge.
+_STRIPS_FIX = ("threshold", "charge", "depth_v", "spread_v")
 
 
-def _bounded_cluster_model(start: ClusterModel, free: list[str], values: np.ndarray) -> ClusterModel:
-    """``start`` with its ``free`` parameters set to ``values``, each clipped to its :data:`_CLUSTER_BOUNDS`."""
-    chosen = {name: float(np.clip(value, *_CLUSTER_BOUNDS[name])) for name, value in zip(free, values)}
-    return replace(start, **chosen)
+def _fit_volume(volume_id: int, crossings: tuple[np.ndarray, ...], modules: pd.DataFrame,
+                distance: Callable[[pd.DataFrame, bool], float], seed: int, max_evaluations: int) -> ClusterModel:  # fmt: skip
+    """One volume's cluster model: its ``crossings`` (hit ids, module rows, positions, directions) re-digitised
+    with candidate parameters, ``distance(cells, is_pixel)`` from what is wanted minimised by Nelder–Mead from
+    the current model, each parameter within its :data:`_CLUSTER_BOUNDS`."""
+    hit_ids, rows, position, direction = crossings
+    pixel = modules["pitch_v"].to_numpy()[rows].mean() < 0.5
+    free = [f.name for f in fields(ClusterModel) if pixel or f.name not in _STRIPS_FIX]
+    start = CLUSTER_MODELS.get(volume_id, ClusterModel())
 
+    def model_of(values: np.ndarray) -> ClusterModel:
+        return replace(start, **{name: float(np.clip(value, *_CLUSTER_BOUNDS[name])) for name, value in zip(free, values)})
 
-def _minimise_cluster_loss(loss, start: ClusterModel, free: list[str], max_evaluations: int) -> np.ndarray:
-    """Nelder-Mead on ``loss`` over the ``free`` parameters of ``start``: the values it ends at."""
+    def loss(values: np.ndarray) -> float:
+        cells = cluster_cells(np.random.default_rng(seed), hit_ids, rows, position, direction, modules, {volume_id: model_of(values)})
+        return distance(cells, pixel)
+
     x0 = np.array([getattr(start, n) for n in free])
     # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
     steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
     simplex = np.vstack([x0, x0 + np.diag(steps)])
-    return minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex}).x
+    return model_of(minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex}).x)
 
 
 def fit_cluster_models(
@@ -82,36 +89,23 @@ def fit_cluster_models(
     norm = np.linalg.norm(momentum, axis=1)
     normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[rows]
     direction = np.where(norm[:, None] > 0, momentum / np.maximum(norm, 1e-12)[:, None], normal)
-    names = [f.name for f in fields(ClusterModel)]
     fitted = {}
     for volume_id in volumes or tuple(sorted(real["volume_id"].unique())):
         target = real[(real["volume_id"] == volume_id) & (real["count"] >= min_count)]
         mask = hits["volume_id"].to_numpy() == volume_id
         if target.empty or not mask.any():
             continue
-        pixel = modules["pitch_v"].to_numpy()[rows[mask]].mean() < 0.5
-        free = [n for n in names if pixel or n not in ("threshold", "charge", "depth_v", "spread_v")]
-        start = CLUSTER_MODELS.get(int(volume_id), ClusterModel())
         sub_hits = hits[mask]
-        quantities = ["cells", "channels_u", "channels_v"] + (["charge"] if pixel else [])
 
-        def model_of(values: np.ndarray) -> ClusterModel:
-            return _bounded_cluster_model(start, free, values)
-
-        def loss(values: np.ndarray) -> float:
-            cells = cluster_cells(
-                np.random.default_rng(seed), sub_hits["hit_id"].to_numpy(), rows[mask], position[mask],
-                direction[mask], modules, {int(volume_id): model_of(values)},
-            )  # fmt: skip
+        def distance(cells: pd.DataFrame, pixel: bool, sub_hits=sub_hits, target=target) -> float:
             shapes = cluster_shapes(sub_hits, cells).merge(target, on=["volume_id", "angle_bin"], suffixes=("", "_real"))
             if shapes.empty:
                 return 1e9
-            total = 0.0
-            for q in quantities:
-                total += float(np.sum(((shapes[q] - shapes[f"{q}_real"]) / shapes[f"{q}_real"]) ** 2))
-            return total / len(shapes)
+            quantities = ["cells", "channels_u", "channels_v"] + (["charge"] if pixel else [])
+            return sum(float(np.sum(((shapes[q] - shapes[f"{q}_real"]) / shapes[f"{q}_real"]) ** 2)) for q in quantities) / len(shapes)
 
-        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
+        crossings = (sub_hits["hit_id"].to_numpy(), rows[mask], position[mask], direction[mask])
+        fitted[int(volume_id)] = _fit_volume(int(volume_id), crossings, modules, distance, seed, max_evaluations)
     return fitted
 
 
@@ -147,26 +141,14 @@ def fit_cluster_models_to_truth(
     direction = momentum / norm[:, None]
     observed = cluster_summary(merged["hit_id"].to_numpy(), cells)
     modules = load_detector()
-    names = [f.name for f in fields(ClusterModel)]
     fitted = {}
     for volume_id in volumes or tuple(sorted(merged["volume_id"].unique())):
         mask = merged["volume_id"].to_numpy() == volume_id
         if mask.sum() < 20:
             continue
-        pixel = modules["pitch_v"].to_numpy()[rows[mask]].mean() < 0.5
-        free = [n for n in names if pixel or n not in ("threshold", "charge", "depth_v", "spread_v")]
-        start = CLUSTER_MODELS.get(int(volume_id), ClusterModel())
         hit_ids = merged["hit_id"].to_numpy()[mask]
-        target = observed[mask]
 
-        def model_of(values: np.ndarray) -> ClusterModel:
-            return _bounded_cluster_model(start, free, values)
-
-        def loss(values: np.ndarray) -> float:
-            simulated = cluster_cells(
-                np.random.default_rng(seed), hit_ids, rows[mask], position[mask], direction[mask], modules,
-                {int(volume_id): model_of(values)},
-            )  # fmt: skip
+        def distance(simulated: pd.DataFrame, pixel: bool, hit_ids=hit_ids, target=observed[mask]) -> float:
             got = cluster_summary(hit_ids, simulated)
             total = np.mean((got[:, 2] - target[:, 2]) ** 2) + np.mean((got[:, 3] - target[:, 3]) ** 2)
             total += 0.5 * np.mean((got[:, 0] - target[:, 0]) ** 2) / max(float(np.mean(target[:, 0])), 1.0)
@@ -174,7 +156,8 @@ def fit_cluster_models_to_truth(
                 total += np.mean((np.log(np.maximum(got[:, 1], 1e-3)) - np.log(np.maximum(target[:, 1], 1e-3))) ** 2)
             return float(total)
 
-        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
+        crossings = (hit_ids, rows[mask], position[mask], direction[mask])
+        fitted[int(volume_id)] = _fit_volume(int(volume_id), crossings, modules, distance, seed, max_evaluations)
     return fitted
 
 
