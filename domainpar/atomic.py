@@ -142,15 +142,8 @@ def name_destination(exc: BaseException, temporaries: dict[Path, Path]) -> None:
 
 
 def nearest_existing(path: str | os.PathLike, exists: Callable[[Path], bool] = os.path.lexists) -> tuple[Path, list[Path]]:
-    """The nearest of ``path`` and its parents that exists, and those below it that do not, deepest first.
-
-    The missing ones are what creating ``path`` creates (and what :func:`remove_empty` removes again after a
-    failure).
-
-    Args:
-        path: a file or directory path (made absolute).
-        exists: what counts as existing (default: anything there, a dangling symbolic link included).
-    """
+    """The nearest of ``path`` (made absolute) and its parents that ``exists`` (default: anything is there, a
+    dangling link too), and those below it that do not, deepest first: what creating ``path`` creates."""
     missing = []
     current = Path(path).absolute()
     while not exists(current) and current.parent != current:

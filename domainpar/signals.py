@@ -2,29 +2,18 @@
 
 A command unwinds on a stop signal (:func:`stops_unwind`): its handler raises ``KeyboardInterrupt`` or
 :class:`~domainpar.errors.Terminated` in the main thread, so ``finally`` blocks and the atomic writers' clean-up
-run on the way out. But Python runs a handler between any two bytecodes of the main thread, and raised at some
-of them the interrupt does harm:
+run. But Python runs the handler between any two bytecodes of the main thread, and raised at some of them the
+interrupt does harm: half way through ``concurrent.futures.wait`` taking the locks of many futures (the pool's
+manager thread then blocks for ever), inside numba code that calls back into Python (a ``SystemError``), inside
+a weakref finalizer or a ``__del__`` that the garbage collector runs ("Exception ignored in", and the stop is
+lost). Code that waits in such places holds the stop signals (:func:`hold_stops`): a signal is only noted, and
+acted on at a safe point of the code's own (:meth:`HeldStops.answer`) or as the block ends, by raising it again
+to the handler the hold replaced, so the process does what it would have done without the hold.
 
-* half way through ``concurrent.futures.wait`` taking the locks of many futures: the pool's manager thread
-  then blocks for ever on a lock left held, and the interpreter's exit hook waits for that thread;
-* inside numba code that calls back into Python: a ``SystemError`` and a traceback instead of the stop;
-* inside a weakref finalizer or a ``__del__`` (the garbage collector runs them wherever the main thread
-  allocates): the interpreter prints "Exception ignored in" with a traceback and the stop is lost.
-
-So code that waits in such places, or runs such a region, holds the stop signals (:func:`hold_stops`). While
-they are held a signal is only noted; the code acts on it at a safe point of its own
-(:meth:`HeldStops.answer`), and a signal still held when the block ends is acted on then. Acting on it means
-raising it again to the handler the hold replaced, so the process does what it would have done without the hold
-(the command's handler raises, a default action ends the process).
-
-Holds nest: only the outermost one replaces the handlers and acts on a signal. A hold inside it (a helper that
-holds on its own, used within a caller's hold) sees what arrived (:attr:`HeldStops.arrived`, e.g. to start no
-further child), but its :meth:`~HeldStops.answer` and its end act on nothing: the signal waits for the
-outermost hold's next safe point, so an inner block never raises into a region the outer one protects, and a
-signal is acted on once.
-
-Child processes start with the stop signals blocked (:func:`children_start_quietly`, the mask is inherited)
-until they have set their own handlers.
+Holds nest: only the outermost replaces the handlers and acts on a signal. A hold inside it sees what arrived
+(:attr:`HeldStops.arrived`, e.g. to start no further child), but its :meth:`~HeldStops.answer` and its end act
+on nothing: the signal waits for the outermost hold's next safe point, so an inner block never raises into a
+region the outer one protects, and a signal is acted on once.
 """
 
 from __future__ import annotations
@@ -41,12 +30,8 @@ STOP_SIGNALS = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, getattr(sign
 
 
 def _install(handler: Callable[[int, Any], Any], keep_ignored: bool) -> dict[int, Any]:
-    """Set ``handler`` for every stop signal; returns the handlers it replaced.
-
-    Args:
-        handler: the new handler.
-        keep_ignored: leave a signal that is ignored, or whose handler was set outside Python, as it is.
-    """
+    """Set ``handler`` for every stop signal (``keep_ignored``: not for one that is ignored, or whose handler was set
+    outside Python); returns the handlers it replaced."""
     replaced = {}
     for signum in sorted(STOP_SIGNALS):
         current = signal.getsignal(signum)
@@ -97,54 +82,37 @@ def stops_unwind() -> Iterator[None]:
         _restore(replaced)
 
 
-class _Holding:
-    """The outermost hold of the main thread: the handlers it replaced and the signals noted since."""
-
-    def __init__(self) -> None:
-        self.arrived: list[int] = []
-        self.replaced: dict[int, Any] = {}
-
-    def note(self, signum: int, frame: Any) -> None:
-        self.arrived.append(signum)
-
-    def hold(self) -> None:
-        # Ignored stays ignored: nothing to act on later.
-        self.replaced = _install(self.note, keep_ignored=True)
-
-    def release(self) -> None:
-        _restore(self.replaced)
-
-    def answer(self) -> None:
-        if not self.arrived:
-            return
-        signum = self.arrived[0]
-        self.arrived.clear()  # acted on now, not again as the hold ends; a later repeat is the handler's to judge
-        self.release()
-        signal.raise_signal(signum)  # the replaced handler runs here, at the caller's safe point
-        self.hold()  # it returned (a handler that only records): the block goes on, held again
-
-
 class HeldStops:
-    """One :func:`hold_stops` block's view of the held stop signals."""
+    """The stop signals a :func:`hold_stops` block holds."""
 
-    def __init__(self, holding: _Holding | None, outermost: bool) -> None:
-        self._holding = holding
-        self._outermost = outermost
+    def __init__(self, outermost: HeldStops | None = None) -> None:
+        self._outermost = outermost  # set in a nested hold: the one that acts, and whose signals it sees
+        self._arrived: list[int] = []
+        self._replaced: dict[int, Any] = {}
 
     @property
     def arrived(self) -> tuple[int, ...]:
         """The stop signals noted and not yet acted on, first first (empty outside the main thread)."""
-        return tuple(self._holding.arrived) if self._holding is not None else ()
+        return tuple((self._outermost or self)._arrived)
 
     def answer(self) -> None:
-        """A safe point: act on the first held signal as the process would have (the replaced handler runs
-        here, and usually raises). Nothing happens while none arrived, or in a hold nested in another one."""
-        if self._outermost and self._holding is not None:
-            self._holding.answer()
+        """A safe point: act on the first held signal as the process would have (the replaced handler runs here, and
+        usually raises). Nothing happens while none arrived, or in a hold nested in another one."""
+        if self._outermost is not None or not self._arrived:
+            return
+        signum = self._arrived[0]
+        self._arrived.clear()  # acted on now, not again as the hold ends; a later repeat is the handler's to judge
+        _restore(self._replaced)
+        signal.raise_signal(signum)  # the replaced handler runs here, at the caller's safe point
+        self._hold()  # it returned (a handler that only records): the block goes on, held again
+
+    def _hold(self) -> None:
+        # Ignored stays ignored: nothing to act on later.
+        self._replaced = _install(lambda signum, frame: self._arrived.append(signum), keep_ignored=True)
 
 
 #: The main thread's outermost hold, while one is active.
-_ACTIVE: list[_Holding] = []
+_ACTIVE: list[HeldStops] = []
 
 
 @contextlib.contextmanager
@@ -160,21 +128,21 @@ def hold_stops() -> Iterator[HeldStops]:
         This block's :class:`HeldStops`.
     """
     if not _in_main_thread():
-        yield HeldStops(None, outermost=False)
+        yield HeldStops()  # it replaces no handler: nothing arrives
         return
     if _ACTIVE:
-        yield HeldStops(_ACTIVE[0], outermost=False)
+        yield HeldStops(_ACTIVE[0])
         return
-    holding = _Holding()
-    _ACTIVE.append(holding)
+    held = HeldStops()
+    _ACTIVE.append(held)
     try:
-        holding.hold()
-        yield HeldStops(holding, outermost=True)
+        held._hold()
+        yield held
     finally:
         _ACTIVE.clear()
-        holding.release()
-        if holding.arrived:
-            signal.raise_signal(holding.arrived[0])
+        _restore(held._replaced)
+        if held._arrived:
+            signal.raise_signal(held._arrived[0])
 
 
 @contextlib.contextmanager

@@ -400,12 +400,8 @@ def _child(
 
 
 def _nothing_left_to_unwind() -> None:
-    """A rank whose work is done (or whose failure is reported) ends at once on SIGTERM or SIGHUP.
-
-    Raised from here on, the stop would land in the rank's way out: the group's teardown, or multiprocessing's
-    exit-time finalizers (which flush the result queue), whose traceback the process then prints. Its result is
-    needed by no one once its launcher stops it.
-    """
+    """A rank whose work is done, or whose failure is reported, ends at once on SIGTERM or SIGHUP: raised, the stop
+    would land in its way out (multiprocessing's exit-time finalizers print their traceback)."""
     for signum in STOP_SIGNALS - {signal.SIGINT}:  # SIGINT stays ignored: Ctrl-C is the launcher's
         signal.signal(signum, signal.SIG_DFL)
 

@@ -1,11 +1,9 @@
 """The sections of a training configuration that training owns: ``data``, ``optim``, ``parallel`` and ``run``.
 
-Each is a frozen dataclass whose fields are YAML keys (``optim.lr``) and command-line flags, documented by their
-field docstrings (``domainpar train --help`` shows them). Their numeric fields have domains
-(:data:`FIELD_DOMAINS`) and some fields a fixed set of values (:data:`FIELD_CHOICES`): both are written once
-here and checked alike by the dataclasses (a config file) and by click (a flag). The ``model`` and ``loss``
-sections are the model's own (:class:`~domainpar.model.config.ModelConfig`,
-:class:`~domainpar.model.loss.LossConfig`); :class:`~domainpar.train.config.TrainConfig` puts the six together.
+Frozen dataclasses whose fields are YAML keys (``optim.lr``) and flags, documented by their field docstrings;
+the domains of their numeric fields (:data:`FIELD_DOMAINS`) and the fixed values of some (:data:`FIELD_CHOICES`)
+are written once here, checked alike by the dataclasses (a config file) and by click (a flag).
+:class:`~domainpar.train.config.TrainConfig` joins them with the model's own ``model`` and ``loss`` sections.
 """
 
 from __future__ import annotations
