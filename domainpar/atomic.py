@@ -35,7 +35,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 from domainpar.errors import DomainparError, MachineFault, interrupt_of, stop_received
 
@@ -141,24 +141,32 @@ def name_destination(exc: BaseException, temporaries: dict[Path, Path]) -> None:
         item = item.__cause__ or item.__context__
 
 
-def make_parents(path: Path) -> list[Path]:
-    """Create the missing parent directories of ``path``; returns them, deepest first (for :func:`remove_empty`)."""
+def nearest_existing(path: str | os.PathLike, exists: Callable[[Path], bool] = os.path.lexists) -> tuple[Path, list[Path]]:
+    """The nearest of ``path`` (made absolute) and its parents that ``exists`` (default: anything is there, a
+    dangling link too), and those below it that do not, deepest first: what creating ``path`` creates."""
     missing = []
-    current = path.parent
-    while not os.path.lexists(current) and current.parent != current:
+    current = Path(path).absolute()
+    while not exists(current) and current.parent != current:
         missing.append(current)
         current = current.parent
+    return current, missing
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create the missing parent directories of ``path``; returns them, deepest first (for :func:`remove_empty`)."""
+    missing = nearest_existing(path.parent)[1]
     path.parent.mkdir(parents=True, exist_ok=True)
     return missing
 
 
-def remove_empty(directories: list[Path]) -> None:
-    """Remove the directories (deepest first) that are empty: what a failed write created and left."""
-    for directory in directories:
-        try:
+def remove_empty(directories: Iterable[str | os.PathLike]) -> None:
+    """Remove those of ``directories`` that are empty, deepest first: what a failed write or run created and left.
+
+    A directory with anything in it stays (something else may have been put there meanwhile), and so do its parents.
+    """
+    for directory in sorted({Path(d) for d in directories}, key=lambda d: len(d.parts), reverse=True):
+        with contextlib.suppress(OSError):
             directory.rmdir()
-        except OSError:
-            return
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:
@@ -290,6 +298,23 @@ def remove_temporaries_of(directories: list[str | os.PathLike], pids: list[int])
     return removed
 
 
+def _staged_file(destination: Path) -> Path:
+    """A new empty file beside ``destination`` under its temporary name, with the permissions open() would give."""
+    suffix = temporary_suffix(destination.name)
+    fd, name = tempfile.mkstemp(prefix=temporary_prefix(destination.name, suffix), suffix=suffix, dir=destination.parent)
+    os.close(fd)
+    tmp = Path(name)
+    _default_mode(tmp, directory=False)
+    return tmp
+
+
+def _staged_directory(destination: Path) -> Path:
+    """A new empty directory beside ``destination`` under its temporary name, with the permissions mkdir() would give."""
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(destination.name), dir=destination.parent))
+    _default_mode(tmp, directory=True)
+    return tmp
+
+
 def _default_mode(path: Path, directory: bool) -> None:
     """Give a staged file or directory the permissions a plain open()/mkdir() would (mkstemp/mkdtemp use 0600/0700)."""
     umask = os.umask(0)
@@ -317,52 +342,37 @@ class StagedOutputs:
         self._asked: dict[Path, Path] = {}
 
     def _ensure_directory(self, directory: Path) -> None:
-        missing = []
-        current = directory
-        while not current.exists():
-            missing.append(current)
-            if current.parent == current:
-                break
-            current = current.parent
-        for path in reversed(missing):
+        for path in reversed(nearest_existing(directory)[1]):
             path.mkdir()
             self._created.append(path)
 
-    def file(self, final: str | os.PathLike) -> Path:
-        """A temporary path for the file ``final`` (its suffixes kept, for writers that choose a format by them)."""
+    def _stage(self, final: str | os.PathLike, staged: list[tuple[Path, Path]], make: Callable[[Path], Path]) -> Path:
+        """A temporary made by ``make(destination)`` beside ``final`` (or its link's target), noted in ``staged``."""
         asked = Path(final)
-        final = write_target(asked)
-        self._ensure_directory(final.parent)
-        suffix = temporary_suffix(final.name)
-        fd, name = tempfile.mkstemp(prefix=temporary_prefix(final.name, suffix), suffix=suffix, dir=final.parent)
-        os.close(fd)
-        tmp = Path(name)
-        _default_mode(tmp, directory=False)
-        self._files.append((tmp, final))
+        destination = write_target(asked)
+        self._ensure_directory(destination.parent)
+        tmp = make(destination)
+        staged.append((tmp, destination))
         self._asked[tmp] = asked
         return tmp
+
+    def file(self, final: str | os.PathLike) -> Path:
+        """A temporary path for the file ``final`` (its suffixes kept, for writers that choose a format by them)."""
+        return self._stage(final, self._files, _staged_file)
 
     def directory(self, final: str | os.PathLike) -> Path:
         """An empty staging directory whose entries are merged into ``final`` (created if missing) on publish."""
-        asked = Path(final)
-        final = write_target(asked)
-        self._ensure_directory(final.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(final.name), dir=final.parent))
-        _default_mode(tmp, directory=True)
-        self._directories.append((tmp, final))
-        self._asked[tmp] = asked
-        return tmp
+        return self._stage(final, self._directories, _staged_directory)
 
     def replacement(self, final: str | os.PathLike) -> Path:
         """A new path (nothing there yet) for a directory that replaces ``final`` as a whole on publish."""
-        asked = Path(final)
-        final = write_target(asked)
-        self._ensure_directory(final.parent)
-        reserved = Path(tempfile.mkdtemp(prefix=temporary_prefix(final.name), dir=final.parent))
-        reserved.rmdir()
-        self._replacements.append((reserved, final))
-        self._asked[reserved] = asked
-        return reserved
+
+        def reserve(destination: Path) -> Path:
+            reserved = _staged_directory(destination)
+            reserved.rmdir()  # a name of our own that nothing else takes: the staged directory is renamed onto it
+            return reserved
+
+        return self._stage(final, self._replacements, reserve)
 
     def name_destinations(self, exc: BaseException) -> None:
         """Make ``exc``'s OSErrors name the outputs the user asked for instead of their temporaries."""
@@ -435,9 +445,7 @@ class StagedOutputs:
                 tmp.unlink()
         for tmp, _ in self._directories + self._replacements:
             shutil.rmtree(tmp, ignore_errors=True)
-        for directory in reversed(self._created):
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only if empty: something else may have been put there meanwhile
+        remove_empty(self._created)
         self._files, self._directories, self._replacements, self._created = [], [], [], []
         self._asked = {}
 

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from domainpar.atomic import NAME_MAX
+from domainpar.atomic import NAME_MAX, nearest_existing, remove_empty
 from domainpar.errors import DomainparError
 
 
@@ -55,14 +55,11 @@ def _dangling(link: Path, option: str, target: Path) -> DomainparError:
 
 
 def _nearest_existing(path: Path, option: str) -> Path:
-    current = path.absolute()
-    while not _exists(current, option, path):
-        if os.path.islink(current):
-            raise _dangling(current, option, path)
-        if current.parent == current:
-            break
-        current = current.parent
-    return current
+    """The nearest existing directory of ``path``: a dangling link on the way is refused, not walked past."""
+    nearest, _ = nearest_existing(path, lambda p: os.path.islink(p) or _exists(p, option, path))
+    if os.path.islink(nearest) and not _exists(nearest, option, path):
+        raise _dangling(nearest, option, path)
+    return nearest
 
 
 def _probe_writable(directory: Path, option: str, target: Path) -> None:
@@ -185,16 +182,6 @@ def check_apart(option: str, path: str | os.PathLike, kind: str, inputs: Iterabl
             )
 
 
-def missing_directories(path: str | os.PathLike) -> list[Path]:
-    """``path`` and those of its parents that do not exist yet, deepest first (what writing there creates)."""
-    missing = []
-    current = Path(path).absolute()
-    while not os.path.lexists(current) and current.parent != current:
-        missing.append(current)
-        current = current.parent
-    return missing
-
-
 @contextlib.contextmanager
 def no_empty_directories_left(*paths: str | os.PathLike | None) -> Iterator[None]:
     """Remove again, when the block ends, the directories of ``paths`` it created and left empty.
@@ -203,10 +190,8 @@ def no_empty_directories_left(*paths: str | os.PathLike | None) -> Iterator[None
     interrupt, a refused input) must not leave the output directory it created behind: the next run, or the
     user, would take an empty ``--out`` for a result.
     """
-    created = [directory for path in paths if path is not None for directory in missing_directories(path)]
+    created = [directory for path in paths if path is not None for directory in nearest_existing(path)[1]]
     try:
         yield
     finally:
-        for directory in sorted(set(created), key=lambda d: len(d.parts), reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only an empty one: anything in it is kept
+        remove_empty(created)  # only the empty ones: anything in them is kept

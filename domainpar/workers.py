@@ -32,21 +32,20 @@ output does not depend on the number of workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
 from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, message_line, one_line
 from domainpar.progress import progress as progress_display
+from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
 
 T = TypeVar("T")
 
@@ -115,21 +114,37 @@ STOP_GRACE_S = 3.0
 _STARTED: Any = None
 
 
-def failure_line(exc: BaseException) -> tuple[str, bool]:
-    """(one line, is a machine fault) for an exception raised by one item's work."""
+class FailureLine(NamedTuple):
+    """How an item's exception is reported: :func:`failure_line`."""
+
+    line: str
+    """One line: a user mistake's message, what failed on the machine, or a bug's type, place and message."""
+    fault: bool
+    """The machine failed (out of memory or disk space, an I/O error), not the item."""
+    kind: str | None
+    """``disk``, ``memory`` or ``io`` for a fault whose ``line`` does not say yet what to try (None otherwise)."""
+
+
+def failure_line(exc: BaseException) -> FailureLine:
+    """The one line that reports an item's exception, and whether the machine failed rather than the item.
+
+    A :class:`~domainpar.errors.DomainparError` is our own message, written to be read whole (paths included):
+    the CLI's line limit applies, not a parser's. A machine fault says what failed without advice: the command
+    adds what to try (its own options, by ``kind``). Anything else is a bug: its type and the place it was
+    raised come first.
+    """
     if isinstance(exc, DomainparError):
-        return message_line(str(exc)), False
+        return FailureLine(message_line(str(exc)), False, None)
     fault = fault_parts(exc)
     if fault is not None:
-        return fault[1], True
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ is not None else None
-    where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame is not None else ""
-    return f"{type(exc).__name__}{where}: {one_line(exc)}", False
+        return FailureLine(fault[1], True, fault[0])
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return FailureLine(f"{type(exc).__name__}{where}: {one_line(exc)}", False, None)
 
 
 def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResult:
-    """Run one item; a failure becomes an ItemResult (a user mistake as its line, a machine fault marked as such,
-    a bug with its type and place)."""
+    """Run one item; a failure becomes an ItemResult (:func:`failure_line`)."""
     global _IN_ITEM
     start = time.perf_counter()
     _IN_ITEM = _IN_WORKER
@@ -142,17 +157,9 @@ def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResu
             raise
         # The parent stopped this worker: the item's writers have removed their temporaries on the way here.
         os._exit(exc.exit_code)
-    except DomainparError as exc:
-        # Our own message, written to be read whole (paths included): the CLI's line limit, not a parser's.
-        return ItemResult(name, error=message_line(str(exc)), seconds=time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the type says it was a bug
-        fault = fault_parts(exc)
-        if fault is not None:
-            # What failed, without advice: the command adds what to try (its own options).
-            return ItemResult(name, error=fault[1], seconds=time.perf_counter() - start, fault=True, fault_kind=fault[0])
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
-        return ItemResult(name, error=f"{type(exc).__name__} at {where}: {one_line(exc)}", seconds=time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others; the line says whose fault it was
+        line, fault, kind = failure_line(exc)
+        return ItemResult(name, error=line, seconds=time.perf_counter() - start, fault=fault, fault_kind=kind)
     finally:
         _IN_ITEM = False
     return ItemResult(name, value=value, seconds=time.perf_counter() - start)
@@ -162,64 +169,6 @@ def _worker_stop(signum: int, frame: Any) -> None:
     if _IN_ITEM:
         raise Terminated(signum)
     os._exit(128 + signum)
-
-
-#: The stop signals a command answers (SIGHUP where the platform has it): blocked while children start.
-STOP_SIGNALS = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-
-@contextlib.contextmanager
-def children_start_quietly() -> Iterator[list[int]]:
-    """Start child processes in this block: they start with the stop signals blocked, and this process answers a
-    stop signal only once they have all started.
-
-    The mask is inherited: a child blocks SIGINT, SIGTERM and SIGHUP from its first instruction until its own
-    handlers are set (a Ctrl-C while it imports would print a traceback from each child, a SIGTERM would kill it
-    half way). This process's own answer is deferred too: a stop that interrupted it while it hands a child its
-    arguments would leave the child reading half of them (an unpickling traceback), and blocking the signal in
-    this thread alone is not enough (another thread takes it, and Python runs the handler here anyway). A stop
-    that arrives meanwhile is raised again, to the command's own handler, as the block ends.
-
-    Yields:
-        The stop signals deferred so far (the caller starts no further child once it is not empty).
-    """
-    deferred: list[int] = []
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
-            with contextlib.suppress(ValueError, OSError):
-                previous[signum] = signal.signal(signum, lambda number, frame: deferred.append(number))
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield deferred
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # what was held for this thread arrives: deferred
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
-        if deferred:
-            signal.raise_signal(deferred[0])  # answered now by the command's handler (or its default action)
-
-
-def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (if it is not running) immune to SIGHUP.
-
-    The tracker ignores SIGINT and SIGTERM itself but not SIGHUP: a hang-up sent to the command's process group
-    would kill it while the workers hold semaphores, and the tracker started again on the way out then prints a
-    ``KeyError`` traceback for each. Started with SIGHUP blocked, it keeps it blocked (the mask is inherited and it
-    unblocks only the other two); a SIGHUP to this process meanwhile stays pending and is answered right after.
-    """
-    from multiprocessing import resource_tracker
-
-    hangup = getattr(signal, "SIGHUP", None)
-    if hangup is None:
-        resource_tracker.ensure_running()
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {hangup})
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {hangup})
 
 
 def _init_worker(started: Any = None) -> None:
@@ -420,52 +369,6 @@ def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
     wakeup.wakeup = wake
 
 
-@contextlib.contextmanager
-def _stops_at_safe_points() -> Iterator[Callable[[], None]]:
-    """Hold this process's stop signals until the caller says it is at a safe point.
-
-    A stop signal's handler raises (``KeyboardInterrupt``, ``Terminated``) wherever the main thread is; inside
-    ``concurrent.futures.wait`` that is often while it holds the locks of many futures (it takes them one by one
-    and releases them in ``__exit__``, neither of which an exception raised half way completes). The pool's
-    manager thread then blocks for ever on the first future it cancels or completes, and the interpreter's exit
-    hook joins that thread: the command printed its line and never exited. Here the handlers only note the
-    signal; the caller calls the yielded function between waits, where the command's own handler is restored
-    and the signal raised again to it. A signal still held when the block ends is raised to it then.
-
-    Yields:
-        ``answer()``: raise the first held signal to the command's handler (a no-op while none arrived).
-    """
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
-            current = signal.getsignal(signum)
-            if current in (signal.SIG_IGN, None):  # ignored stays ignored; None: set outside Python, leave it
-                continue
-            with contextlib.suppress(ValueError, OSError):
-                previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
-
-    def restore() -> None:
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
-        previous.clear()
-
-    def answer() -> None:
-        if held:
-            signum = held[0]
-            held.clear()  # answered: not raised again as the block ends
-            restore()
-            signal.raise_signal(signum)  # the command's handler raises here, where no lock is held
-
-    try:
-        yield answer
-    finally:
-        restore()
-        if held:
-            signal.raise_signal(held[0])
-
-
 def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
@@ -482,8 +385,9 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
             pid, name = started.get()
             running[pid] = name
 
-    # Stop signals are answered between waits, never inside one (see _stops_at_safe_points).
-    with _stops_at_safe_points() as answer_stops:
+    # Stop signals are acted on between waits, never inside one: raised while concurrent.futures.wait holds the
+    # locks of many futures, the interrupt would leave them held and the pool's manager thread blocked for ever.
+    with hold_stops() as stops:
         try:
             # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
             # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
@@ -493,7 +397,7 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
                 processes = list((getattr(pool, "_processes", None) or {}).values())
             pending = set(futures)
             while pending:
-                answer_stops()
+                stops.answer()
                 done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
                 processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
                 for future in done:
@@ -506,7 +410,7 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
                     except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
                         result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
                     finish(index, result)
-                answer_stops()
+                stops.answer()
                 stop = should_stop() if should_stop is not None else None
                 if stop is not None:
                     raise stop
@@ -547,4 +451,4 @@ def failure_summary(results: Iterable[ItemResult], what: str = "events", names_c
     return f"{len(bad)} of {len(results)} {what} failed: {', '.join(shown)}{more} ({bad[0].name}: {reason})"
 
 
-__all__ = ["ItemResult", "available_cores", "failure_summary", "parse_shard", "run_items", "shard_items"]
+__all__ = ["FailureLine", "ItemResult", "available_cores", "failure_line", "failure_summary", "parse_shard", "run_items", "shard_items"]

@@ -130,3 +130,20 @@ def test_only_a_sigkill_is_put_down_to_memory(code, line):
     finally:
         ended.close()
     assert (result.name, result.error) == ("event2", line)
+
+
+def test_failure_line_says_whose_failure_it_was():
+    from domainpar.errors import DomainparError
+    from domainpar.workers import failure_line
+
+    assert failure_line(DomainparError("event1-hits.csv: expected a hit_id column")) == (
+        "event1-hits.csv: expected a hit_id column", False, None)
+    line, fault, kind = failure_line(OSError(28, "No space left on device", "/out/event1.npz"))
+    assert fault and kind == "disk" and "/out/event1.npz" in line
+    try:
+        raise ValueError("a bug")
+    except ValueError as exc:
+        bug = exc
+    line, fault, kind = failure_line(bug)
+    assert line.startswith("ValueError at test_workers.py:") and line.endswith(": a bug") and not fault and kind is None
+    assert failure_line(ValueError("never raised")) == ("ValueError: never raised", False, None)  # no traceback, no place

@@ -7,20 +7,16 @@ heavy imports (torch, numba) do not slow the others.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
 import os
-import signal
 import sys
-import threading
-from typing import Iterator
 
 import click
 
 from domainpar import __version__
-from domainpar.errors import (MEMORY_ADVICE, DomainparError, MachineFault, Terminated, clear_stop, fault_line, interrupt_of,
-                              message_line, note_stop)
+from domainpar.errors import MEMORY_ADVICE, DomainparError, MachineFault, Terminated, clear_stop, fault_line, interrupt_of, message_line
+from domainpar.signals import stops_unwind
 
 #: command name -> (module, attribute, one-line help shown by ``domainpar --help``)
 COMMANDS = {
@@ -106,39 +102,6 @@ def _fault_advice(argv: list[str]) -> dict[str, str]:
     return {"memory": memory} if memory else {}
 
 
-def _stop_signal(signum: int, frame) -> None:
-    """The first SIGINT/SIGTERM/SIGHUP unwinds the command (temporaries are removed on the way out); repeats are
-    ignored so that the clean-up itself is not interrupted."""
-    note_stop(signum)
-    for other in _STOP_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(other, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signum)
-
-
-_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise in the main thread while a command runs (restored after it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for signum in _STOP_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):
-            previous[signum] = signal.signal(signum, _stop_signal)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
-
-
 def _fail(line: str, code: int) -> None:
     click.echo(f"error: {message_line(line)}", err=True)
     sys.exit(code)
@@ -156,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     clear_stop()
     try:
         try:
-            with _stop_on_signals():
+            with stops_unwind():
                 cli.main(args=argv, prog_name="domainpar", standalone_mode=False)
         except SystemExit:
             raise  # a command that reported its own end (train's ranks) already printed its line

@@ -20,8 +20,8 @@ from domainpar.launch.env import planned_job
 from domainpar.launch.lifeline import Terminated, terminate_on_signals
 from domainpar.cli.inputs import all_inputs
 from domainpar.output_paths import check_apart, check_output_dir
-from domainpar.train.config import (DERIVED_FIELDS, FIELD_CHOICES, SECTION_TYPES, SettingError, domain_size_of, flag_name,
-                                    load_config, section_domains)
+from domainpar.train.config import DERIVED_FIELDS, SECTION_TYPES, SettingError, domain_size_of, flag_name, load_config
+from domainpar.train.sections import FIELD_CHOICES, section_domains
 from domainpar.train.preflight import check_run
 
 

@@ -217,9 +217,10 @@ def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> Non
     Raises:
         DomainparError: naming the model and the output that differs.
     """
-    from domainpar.verification.locality import check_parts, known_local, require_local
+    from domainpar.model.registry import is_builtin
+    from domainpar.verification.locality import check_parts, require_local
 
-    if known_local(loaded.model_config.name):
+    if is_builtin(loaded.model_config.name):
         return
     require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
                   consequence=f"--parts {num_parts} would score edges otherwise than one process",

@@ -161,9 +161,12 @@ def _checked_filter(path: Path, recorded: str | None):
     """
     from domainpar.filter.edge_filter import load_filter
 
-    if recorded is None:
-        raise DomainparError(f"--filter {path}: the model was trained on unfiltered graphs (its checkpoint records no edge filter)")
     loaded = load_filter(path)
+    if recorded is None:
+        raise DomainparError(
+            f"--filter {path}: expected the edge filter the model was trained with; the model was trained on graphs that "
+            "were not pruned (its checkpoint records no edge filter)"
+        )
     if loaded.content_hash != recorded:
         raise DomainparError(
             f"--filter {path}: expected the edge filter the model was trained with (hash {recorded}), got hash {loaded.content_hash}"

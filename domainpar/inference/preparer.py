@@ -25,15 +25,15 @@ from domainpar.workers import failure_line
 class PreparingFailed(Exception):
     """Preparing an event failed in the preparing process (its one line, and whether the machine failed)."""
 
-    def __init__(self, line: str, fault: bool) -> None:
+    def __init__(self, line: str, fault: bool, kind: str | None = None) -> None:
         super().__init__(line)
-        self.line, self.fault = line, fault
+        self.line, self.fault, self.kind = line, fault, kind
 
 
 def _preparer_main(stage: GraphStage, threads: int, jobs: Any, results: Any) -> None:
     """A preparing process: prepare every event it is sent, in order, until it is sent None.
 
-    Each result goes back as ``(name, "ok", PreparedEvent)`` or ``(name, "error", (line, is a machine fault))``.
+    Each result goes back as ``(name, "ok", PreparedEvent)`` or ``(name, "error", (line, is a machine fault, its kind))``.
     """
     import torch
 
@@ -50,7 +50,7 @@ def _preparer_main(stage: GraphStage, threads: int, jobs: Any, results: Any) -> 
         try:
             results.put((source.name, "ok", prepare_event(source, stage, prune)))
         except Exception as exc:  # noqa: BLE001 - reported to the scoring process, which names the event and goes on
-            results.put((source.name, "error", failure_line(exc)))
+            results.put((source.name, "error", tuple(failure_line(exc))))
 
 
 class Preparer:

@@ -101,9 +101,9 @@ def run_host(
             except (KeyboardInterrupt, Terminated, MachineFault):
                 raise
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
-                line, fault = (exc.line, exc.fault) if isinstance(exc, PreparingFailed) else failure_line(exc)
+                line, fault, kind = (exc.line, exc.fault, exc.kind) if isinstance(exc, PreparingFailed) else failure_line(exc)
                 if fault:
-                    raise MachineFault(f"{source.path}: {line}") from None
+                    raise MachineFault(f"{source.path}: {line}", kind=kind) from None
                 products.remove_event(config.out, source.name)  # nothing stale is left beside a failed event
                 outcome = Outcome(source.name, False, line)
             else:
@@ -244,9 +244,9 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
         # A checkpoint's built-in model travels to the ranks as loaded (its files are not read again). An exported
         # pipeline holds runtime sessions, and a user's model may live in a module imported from a file path that a
         # spawned process cannot unpickle: every rank loads those itself.
-        from domainpar.verification.locality import known_local
+        from domainpar.model.registry import is_builtin
 
-        shared = pipeline if pipeline.exported is None and known_local(pipeline.loaded.model_config.name) else None
+        shared = pipeline if pipeline.exported is None and is_builtin(pipeline.loaded.model_config.name) else None
         per_rank = spawn(_rank_main, world, (config, plan, shared, threads, prepare_threads, messages),
                          timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads)  # fmt: skip
     except SpawnError as exc:

@@ -17,9 +17,6 @@ parts, a model that is not a built-in proves it is local.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +26,7 @@ import numpy as np
 from domainpar.data.event_graph import EventGraph
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
+from domainpar.signals import hold_stops
 from domainpar.tracks.build import complete_tracks
 from domainpar.tracks.candidates import TrackCandidates, build_candidates
 
@@ -111,40 +109,6 @@ def open_scorer(pipeline: Pipeline) -> Scorer:
     return LocalGroup(spec.checkpoint, spec.num_parts, spec.method, spec.seed, spec.timeout_s)
 
 
-#: The signals that stop a run.
-_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-
-@contextlib.contextmanager
-def _signals_deferred():
-    """Hold SIGINT/SIGTERM/SIGHUP until the block ends, then act on the first one as the process would have.
-
-    The track builders' numba code calls back into Python (numba unpickles some constants while it runs); an
-    exception raised there by a stop signal's handler leaves a SystemError and a traceback instead of the one-line
-    stop. The block is short (seconds at most), so the stop waits for it.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    previous = {}
-    for signum in _STOP_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):
-            previous[signum] = signal.signal(signum, lambda number, frame: arrived.append(number))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
-        if arrived:
-            handler = previous.get(arrived[0])
-            if callable(handler):
-                handler(arrived[0], None)
-            elif handler != signal.SIG_IGN:
-                signal.raise_signal(arrived[0])
-
-
 @dataclass
 class EventResult:
     """One event through the chain."""
@@ -206,7 +170,9 @@ class EventRunner:
         graph = event.graph
         started = time.perf_counter()
         scores = sigmoid(logits)
-        with _signals_deferred():
+        # The builders' numba code calls back into Python: a stop raised in there would be a SystemError and a
+        # traceback, so it waits for the builder (seconds at most) and is answered as the block ends.
+        with hold_stops():
             candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks)
         track_id = complete_tracks(event.event_hit_id, graph.hit_id, candidates.track_id)
         seconds = {**event.seconds, "tracks": time.perf_counter() - started}

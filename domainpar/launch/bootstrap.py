@@ -6,7 +6,7 @@ child's read end: a child that dies before it has read them all (killed by
 the out-of-memory killer while it imports, or failing to unpickle them) leaves
 the parent blocked in ``Process.start()`` for ever once the arguments exceed
 the pipe's buffer (64 KiB; a training payload lists every event's files), with
-the stop signals deferred (:func:`~domainpar.workers.children_start_quietly`),
+the stop signals held (:func:`~domainpar.signals.children_start_quietly`),
 so not even Ctrl-C ends it. And a child whose unpickling raises prints
 ``spawn_main``'s traceback and exits 1 without a word to the parent.
 

@@ -58,7 +58,7 @@ from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
-from domainpar.workers import STOP_SIGNALS, children_start_quietly, start_resource_tracker
+from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
@@ -377,16 +377,19 @@ def _child(
         value = fn(rank, world_size, *args)
         # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
         payload = pickle.dumps(value)
+        _nothing_left_to_unwind()
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
         # A bug keeps its traceback; a machine fault (out of memory, disk full) is its one line.
         text = "" if is_fault(exc) else traceback.format_exc()
         if watchdog is None:
             report(raised(rank, exc), text)
+            _nothing_left_to_unwind()
             if dist.is_initialized():
                 dist.destroy_process_group()
             return
         failure = watchdog.explain(exc)
         watchdog.report(failure, text if failure.rank == rank else "")
+        _nothing_left_to_unwind()
         watchdog.finish_failed(failure, 1)
         return
     if watchdog is not None:
@@ -394,6 +397,13 @@ def _child(
         set_current(None)
     dist.destroy_process_group()
     results.put((rank, "ok", payload))
+
+
+def _nothing_left_to_unwind() -> None:
+    """A rank whose work is done, or whose failure is reported, ends at once on SIGTERM or SIGHUP: raised, the stop
+    would land in its way out (multiprocessing's exit-time finalizers print their traceback)."""
+    for signum in STOP_SIGNALS - {signal.SIGINT}:  # SIGINT stays ignored: Ctrl-C is the launcher's
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _in_bootstrap(pid: int) -> bool:
@@ -549,62 +559,67 @@ def spawn(
     reports: dict[int, tuple[Failure, str]] = {}
     order: list[int] = []
     try:
-        # The children start with the stop signals blocked until _child has set its own handlers (no traceback from
-        # a child interrupted while it imports), and this process answers a stop only once every child has all its
-        # arguments (a child left with half of them prints an unpickling error).
-        failed_start: tuple[int, int] | None = None
-        with children_start_quietly() as stopped:
-            for rank, process in enumerate(processes):
-                if stopped:
-                    break  # the stop is answered as the block ends: no more children to start and then stop
+        # A stop signal is acted on between two waits for the ranks, where no finalizer runs: raised wherever the
+        # main thread is, it could land in one (a weakref callback while a rank's result is unpickled, a __del__ the
+        # garbage collector calls), where the interpreter prints "Exception ignored in" and the stop is lost.
+        with hold_stops() as stops:
+            # The children start with the stop signals blocked until _child has set its own handlers (no traceback
+            # from a child interrupted while it imports), and this process acts on a stop only once every child has
+            # all its arguments (a child left with half of them prints an unpickling error).
+            failed_start: tuple[int, int] | None = None
+            with children_start_quietly() as starting:
+                for rank, process in enumerate(processes):
+                    if starting.arrived:
+                        break  # the stop is acted on below: no more children to start and then stop
+                    try:
+                        process.start()
+                    except StartFailed as exc:
+                        # Died before it had all its arguments (bootstrap): no later rank is started, the started
+                        # ones are stopped below.
+                        failed_start = (rank, exc.exitcode)
+                        break
+            if failed_start is not None:
+                rank, code = failed_start
+                line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
+                raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
+            deadline = time.monotonic() + timeout_s
+            exited_at: dict[int, float] = {}
+            trouble_since: float | None = None
+            while len(values) < nprocs:
+                stops.answer()
                 try:
-                    process.start()
-                except StartFailed as exc:
-                    # Died before it had all its arguments (bootstrap): no later rank is started, the started ones
-                    # are stopped below.
-                    failed_start = (rank, exc.exitcode)
-                    break
-        if failed_start is not None:
-            rank, code = failed_start
-            line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
-            raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
-        deadline = time.monotonic() + timeout_s
-        exited_at: dict[int, float] = {}
-        trouble_since: float | None = None
-        while len(values) < nprocs:
-            try:
-                rank, status, payload = results.get(timeout=0.1)
-            except queue.Empty:
-                pass
-            else:
-                if status == "ok":
-                    values[rank] = pickle.loads(payload)
+                    rank, status, payload = results.get(timeout=0.1)
+                except queue.Empty:
+                    pass
                 else:
-                    reports[rank] = (Failure.from_json(payload["failure"]), payload["traceback"])
-                    order.append(rank)
-                    trouble_since = trouble_since or time.monotonic()
-                continue
-            now = time.monotonic()
-            for rank_, process in enumerate(processes):
-                if process.exitcode is not None:
-                    exited_at.setdefault(rank_, now)
-            # A finished child's message may still be in the pipe: a second passes before it counts as dead.
-            dead = {r: t for r, t in exited_at.items() if r not in values and r not in reports and now - t > 1.0}
-            if dead and trouble_since is None:
-                trouble_since = now
-            if trouble_since is not None:
-                settled = all(r in values or r in reports or r in dead for r in range(nprocs))
-                if settled or now - trouble_since > settle_s:
-                    error = _verdict(reports, order, dead, [p.exitcode for p in processes], nprocs, reasons())
+                    if status == "ok":
+                        values[rank] = pickle.loads(payload)
+                    else:
+                        reports[rank] = (Failure.from_json(payload["failure"]), payload["traceback"])
+                        order.append(rank)
+                        trouble_since = trouble_since or time.monotonic()
+                    continue
+                now = time.monotonic()
+                for rank_, process in enumerate(processes):
+                    if process.exitcode is not None:
+                        exited_at.setdefault(rank_, now)
+                # A finished child's message may still be in the pipe: a second passes before it counts as dead.
+                dead = {r: t for r, t in exited_at.items() if r not in values and r not in reports and now - t > 1.0}
+                if dead and trouble_since is None:
+                    trouble_since = now
+                if trouble_since is not None:
+                    settled = all(r in values or r in reports or r in dead for r in range(nprocs))
+                    if settled or now - trouble_since > settle_s:
+                        error = _verdict(reports, order, dead, [p.exitcode for p in processes], nprocs, reasons())
+                        _stop(processes)
+                        raise error
+                if now > deadline:
+                    pending = [r for r in range(nprocs) if r not in values]
                     _stop(processes)
-                    raise error
-            if now > deadline:
-                pending = [r for r in range(nprocs) if r not in values]
-                _stop(processes)
-                raise SpawnError(
-                    f"ranks {pending} of {nprocs} did not finish within {timeout_s:g} s; all ranks were killed",
-                    pending,
-                )
+                    raise SpawnError(
+                        f"ranks {pending} of {nprocs} did not finish within {timeout_s:g} s; all ranks were killed",
+                        pending,
+                    )
         for process in processes:
             process.join(10.0)
     finally:

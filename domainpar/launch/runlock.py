@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from domainpar.atomic import nearest_existing, remove_empty
 from domainpar.comm.watchdog import process_gone, process_identity, same_machine
 from domainpar.errors import DomainparError
 
@@ -101,28 +102,16 @@ def acquire(out: str | os.PathLike, option: str = "--out", name: str = LOCK_NAME
         DomainparError: another live run holds it, or it is held from another host.
     """
     directory = Path(out)
-    created = []
-    missing = directory
-    while not missing.exists() and missing != missing.parent:
-        created.append(missing)
-        missing = missing.parent
+    created = nearest_existing(directory)[1]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
     me = {**process_identity(), "since": time.time(), "command": " ".join(sys.argv)[:300]}
     try:
         _take(path, me, directory, option, what)
     except BaseException:
-        _remove_empty(created)
+        remove_empty(created)
         raise
     return RunLock(path, tuple(created))
-
-
-def _remove_empty(directories: tuple[Path, ...] | list[Path]) -> None:
-    for directory in directories:
-        try:
-            directory.rmdir()
-        except OSError:
-            return
 
 
 def _take(path: Path, me: dict, directory: Path, option: str, what: str = "training run") -> None:
@@ -175,7 +164,7 @@ def release(lock: RunLock) -> None:
     holder = _read_holder(lock.path)
     if holder and holder.get("pid") == os.getpid() and holder.get("host") == process_identity()["host"]:
         lock.path.unlink(missing_ok=True)
-    _remove_empty(lock.created)
+    remove_empty(lock.created)
 
 
 @contextlib.contextmanager

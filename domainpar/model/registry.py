@@ -56,6 +56,40 @@ BUILTINS = {
 }
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is a built-in model, by name or by its import path: proven exact (local) by the test suite."""
+    return BUILTINS.get(name, name) in BUILTINS.values()
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A user's model by the content of the file that defines its class."""
+
+    digest: str
+    """sha256 of the file, hex: what ranks compare."""
+    shown: str
+    """The file's name and the start of its digest, e.g. ``my_model.py (sha256 0123456789ab)``."""
+
+
+def model_source(name: str) -> ModelSource | None:
+    """The source file of a user's model (None for a built-in, or a module with no file).
+
+    Two nodes with two versions of ``my_model.py`` run two models under one name: ranks compare this digest.
+    """
+    if is_builtin(name):
+        return None
+    module, _, _ = name.rpartition(":")
+    if module.endswith(".py"):
+        source = Path(module)
+    else:
+        spec = importlib.util.find_spec(module)
+        source = Path(spec.origin) if spec is not None and spec.origin else None
+    if source is None or not source.is_file():
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    return ModelSource(digest, f"{source.name} (sha256 {digest[:12]})")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A resolved model name: the class and what it accepts."""
@@ -247,4 +281,7 @@ def describe_models() -> list[tuple[str, str]]:
     return [(name, resolve(name).description) for name in BUILTINS]
 
 
-__all__ = ["BUILTINS", "ModelSpec", "build_model", "check_config", "describe_models", "model_options", "resolve"]
+__all__ = [
+    "BUILTINS", "ModelSource", "ModelSpec", "build_model", "check_config", "describe_models", "is_builtin", "model_options",
+    "model_source", "resolve",
+]

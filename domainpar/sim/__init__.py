@@ -85,7 +85,8 @@ Modules, in the order an event is made (:func:`domainpar.sim.event.simulate_even
 * :mod:`~domainpar.sim.event`: one event, step by step, as the challenge's four tables;
 * :mod:`~domainpar.sim.dataset`: many events written as TrackML files;
 * :mod:`~domainpar.sim.calibration`: the same per-layer and per-layer-pair figures measured on real and
-  simulated events, and the fits of the cluster models;
+  simulated events, and how far apart they may be;
+* :mod:`~domainpar.sim.cluster_fit`: the fits of the cluster models to real events;
 * :mod:`~domainpar.sim.occupancy`: what makes an event busy (hits, particles, decays, interactions, curlers,
   clusters, noise, graph edges), counted the same way on real and simulated events.
 

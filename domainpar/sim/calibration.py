@@ -28,21 +28,24 @@ Per layer pair (:func:`segment_table`): every true segment between
 consecutive layer groups with its Δr, Δz, |Δφ| and whether it jumps a layer,
 summarised by :func:`segment_summary` (median and inter-quartile range per
 pair).
+
+Per volume and bin of track angle (:func:`cluster_shapes`): the mean cluster
+content, which the cluster models are fitted to (:mod:`domainpar.sim.cluster_fit`).
+:func:`compare_layers` and :func:`compare_segments` name where a simulation is
+further from a real event than :class:`Margins` allow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 from scipy.stats import binom, ks_2samp, poisson
 
 from domainpar.data.detector import layer_index_of, layer_table, load_detector
 from domainpar.data.features import cluster_summary
 from domainpar.errors import DomainparError
-from domainpar.sim.clusters import CLUSTER_MODELS, ClusterModel, cluster_cells
 
 #: Columns of :func:`layer_response`.
 RESPONSE_COLUMNS = (
@@ -420,97 +423,6 @@ def cluster_shapes(hits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
-#: Fitted parameters of the cluster model, their bounds (pixel volumes fit all; strips have no threshold or charge).
-_CLUSTER_BOUNDS = {
-    "tan_lorentz": (-0.6, 0.6),
-    "depth_u": (0.2, 4.0),
-    "depth_v": (0.2, 4.0),
-    "spread_u": (0.0, 2.5),
-    "spread_v": (0.0, 2.5),
-    "threshold": (0.0, 0.9),
-    "charge": (0.02, 2.0),
-}
-
-
-def _bounded_cluster_model(start: ClusterModel, free: list[str], values: np.ndarray) -> ClusterModel:
-    """``start`` with its ``free`` parameters set to ``values``, each clipped to its :data:`_CLUSTER_BOUNDS`."""
-    chosen = {name: float(np.clip(value, *_CLUSTER_BOUNDS[name])) for name, value in zip(free, values)}
-    return replace(start, **chosen)
-
-
-def _minimise_cluster_loss(loss, start: ClusterModel, free: list[str], max_evaluations: int) -> np.ndarray:
-    """Nelder-Mead on ``loss`` over the ``free`` parameters of ``start``: the values it ends at."""
-    x0 = np.array([getattr(start, n) for n in free])
-    # A simplex of steps comparable to each parameter's range, so parameters starting at 0 move.
-    steps = np.array([0.15 * (_CLUSTER_BOUNDS[n][1] - _CLUSTER_BOUNDS[n][0]) for n in free])
-    simplex = np.vstack([x0, x0 + np.diag(steps)])
-    return minimize(loss, x0, method="Nelder-Mead", options={"maxfev": max_evaluations, "initial_simplex": simplex}).x
-
-
-def fit_cluster_models(
-    real_hits: pd.DataFrame,
-    real_cells: pd.DataFrame,
-    sim_frames: dict[str, pd.DataFrame],
-    volumes: tuple[int, ...] | None = None,
-    min_count: int = 200,
-    seed: int = 0,
-    max_evaluations: int = 250,
-) -> dict[int, ClusterModel]:
-    """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` to real clusters.
-
-    The crossings of a simulated event (truth positions and momenta; noise
-    along the sensor normal) are re-digitised with candidate parameters and
-    their :func:`cluster_shapes` compared with the real event's, bin by bin
-    of track angle (bins with at least ``min_count`` real hits): the squared
-    relative differences of mean cells, channels along u and v and (pixels)
-    median charge are minimised by Nelder–Mead from the current models, with
-    common random numbers so the objective is smooth.
-
-    Returns:
-        ``{volume_id: ClusterModel}`` for the fitted volumes.
-    """
-    real = cluster_shapes(real_hits, real_cells)
-    hits, truth = sim_frames["hits"], sim_frames["truth"].set_index("hit_id").loc[sim_frames["hits"]["hit_id"]]
-    rows = module_rows(hits)
-    modules = load_detector()
-    position = truth[["tx", "ty", "tz"]].to_numpy(np.float64)
-    momentum = truth[["tpx", "tpy", "tpz"]].to_numpy(np.float64)
-    norm = np.linalg.norm(momentum, axis=1)
-    normal = modules[["rot_xw", "rot_yw", "rot_zw"]].to_numpy()[rows]
-    direction = np.where(norm[:, None] > 0, momentum / np.maximum(norm, 1e-12)[:, None], normal)
-    names = [f.name for f in fields(ClusterModel)]
-    fitted = {}
-    for volume_id in volumes or tuple(sorted(real["volume_id"].unique())):
-        target = real[(real["volume_id"] == volume_id) & (real["count"] >= min_count)]
-        mask = hits["volume_id"].to_numpy() == volume_id
-        if target.empty or not mask.any():
-            continue
-        pixel = modules["pitch_v"].to_numpy()[rows[mask]].mean() < 0.5
-        free = [n for n in names if pixel or n not in ("threshold", "charge", "depth_v", "spread_v")]
-        start = CLUSTER_MODELS.get(int(volume_id), ClusterModel())
-        sub_hits = hits[mask]
-        quantities = ["cells", "channels_u", "channels_v"] + (["charge"] if pixel else [])
-
-        def model_of(values: np.ndarray) -> ClusterModel:
-            return _bounded_cluster_model(start, free, values)
-
-        def loss(values: np.ndarray) -> float:
-            cells = cluster_cells(
-                np.random.default_rng(seed), sub_hits["hit_id"].to_numpy(), rows[mask], position[mask],
-                direction[mask], modules, {int(volume_id): model_of(values)},
-            )  # fmt: skip
-            shapes = cluster_shapes(sub_hits, cells).merge(target, on=["volume_id", "angle_bin"], suffixes=("", "_real"))
-            if shapes.empty:
-                return 1e9
-            total = 0.0
-            for q in quantities:
-                total += float(np.sum(((shapes[q] - shapes[f"{q}_real"]) / shapes[f"{q}_real"]) ** 2))
-            return total / len(shapes)
-
-        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
-    return fitted
-
-
 @dataclass(frozen=True)
 class Margins:
     """How far the simulation may be from the real event before :func:`compare_layers` / :func:`compare_segments` object.
@@ -642,66 +554,3 @@ def compare_segments(sim: pd.DataFrame, real: pd.DataFrame, margins: Margins = M
                     f"{np.median(values(real_groups[key])):.4g} vs simulated {np.median(values(simulated)):.4g}"
                 )
     return problems
-
-
-def fit_cluster_models_to_truth(
-    hits: pd.DataFrame,
-    truth: pd.DataFrame,
-    cells: pd.DataFrame,
-    volumes: tuple[int, ...] | None = None,
-    seed: int = 0,
-    max_evaluations: int = 300,
-) -> dict[int, ClusterModel]:
-    """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` hit by hit to a real event with truth.
-
-    Every real signal hit is re-digitised from its true crossing point and
-    true direction (truth ``tx..tz``, ``tpx..tpz``) with candidate parameters,
-    and compared with the cluster it really left: the mean squared difference
-    of its channels along u and along v and of its cell count (and, for
-    pixels, of the log of its summed charge) is minimised by Nelder–Mead with
-    common random numbers. Conditioning on each hit's true geometry makes
-    the fit sharp with a few hundred hits per volume.
-
-    Returns:
-        ``{volume_id: ClusterModel}`` for the fitted volumes.
-    """
-    merged = hits.merge(truth, on="hit_id")
-    merged = merged[merged["particle_id"] != 0].reset_index(drop=True)
-    momentum = merged[["tpx", "tpy", "tpz"]].to_numpy(np.float64)
-    norm = np.linalg.norm(momentum, axis=1)
-    merged, momentum, norm = merged[norm > 0].reset_index(drop=True), momentum[norm > 0], norm[norm > 0]
-    rows = module_rows(merged)
-    merged, momentum, norm, rows = merged[rows >= 0].reset_index(drop=True), momentum[rows >= 0], norm[rows >= 0], rows[rows >= 0]
-    position = merged[["tx", "ty", "tz"]].to_numpy(np.float64)
-    direction = momentum / norm[:, None]
-    observed = cluster_summary(merged["hit_id"].to_numpy(), cells)
-    modules = load_detector()
-    names = [f.name for f in fields(ClusterModel)]
-    fitted = {}
-    for volume_id in volumes or tuple(sorted(merged["volume_id"].unique())):
-        mask = merged["volume_id"].to_numpy() == volume_id
-        if mask.sum() < 20:
-            continue
-        pixel = modules["pitch_v"].to_numpy()[rows[mask]].mean() < 0.5
-        free = [n for n in names if pixel or n not in ("threshold", "charge", "depth_v", "spread_v")]
-        start = CLUSTER_MODELS.get(int(volume_id), ClusterModel())
-        hit_ids = merged["hit_id"].to_numpy()[mask]
-        target = observed[mask]
-
-        def model_of(values: np.ndarray) -> ClusterModel:
-            return _bounded_cluster_model(start, free, values)
-
-        def loss(values: np.ndarray) -> float:
-            simulated = cluster_cells(
-                np.random.default_rng(seed), hit_ids, rows[mask], position[mask], direction[mask], modules,
-                {int(volume_id): model_of(values)},
-            )  # fmt: skip
-            got = cluster_summary(hit_ids, simulated)
-            total = np.mean((got[:, 2] - target[:, 2]) ** 2) + np.mean((got[:, 3] - target[:, 3]) ** 2)
-            total += 0.5 * np.mean((got[:, 0] - target[:, 0]) ** 2) / max(float(np.mean(target[:, 0])), 1.0)
-            if pixel:
-                total += np.mean((np.log(np.maximum(got[:, 1], 1e-3)) - np.log(np.maximum(target[:, 1], 1e-3))) ** 2)
-            return float(total)
-
-        fitted[int(volume_id)] = model_of(_minimise_cluster_loss(loss, start, free, max_evaluations))
-    return fitted

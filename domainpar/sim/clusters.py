@@ -29,7 +29,7 @@ class ClusterModel:
 
 
 #: Per volume cluster models, fitted to the real event 21000's clusters (per volume and bin of track angle:
-#: mean cells, channels along u and v, median summed charge; :func:`domainpar.sim.calibration.fit_cluster_models`).
+#: mean cells, channels along u and v, median summed charge; :func:`domainpar.sim.cluster_fit.fit_cluster_models`).
 CLUSTER_MODELS = {
     # Pixel endcaps (7 fitted; 9 is its mirror image), pixel barrel.
     7: ClusterModel(tan_lorentz=0.0, depth_u=4.0, depth_v=3.27, spread_u=0.09, spread_v=0.0, threshold=0.0, charge=0.301),

@@ -24,7 +24,6 @@ length, seed, precision, outputs, checkpoints, the parallel layout), except the 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from domainpar import __version__
 from domainpar.comm.agreement import Setting, agree
 from domainpar.data.dataset import event_inputs
 from domainpar.data.graph_files import graph_files, has_graph_files
-from domainpar.model.registry import BUILTINS
+from domainpar.model.registry import model_source
 from domainpar.npzfile import archive_digest
 from domainpar.train.config import TrainConfig, domain_size_of
 
@@ -107,22 +106,6 @@ def plans_setting(path: str | None) -> Setting:
     return Setting(digest, f"{path} ({len(manifests)} plan(s), content {digest[:12]})")
 
 
-def model_source(name: str) -> Setting | None:
-    """A user's model by the digest of its source file (None for a built-in, or a module with no file)."""
-    if BUILTINS.get(name, name) in BUILTINS.values():
-        return None
-    module, _, _ = name.rpartition(":")
-    if module.endswith(".py"):
-        source = Path(module)
-    else:
-        spec = importlib.util.find_spec(module)
-        source = Path(spec.origin) if spec is not None and spec.origin else None
-    if source is None or not source.is_file():
-        return None
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()
-    return Setting(digest, f"{source.name} (sha256 {digest[:12]})")
-
-
 def run_settings(config: TrainConfig, world_size: int) -> dict[str, Setting]:
     """Everything the ranks of a run must agree on, by dotted name (see the module docstring)."""
     flat = _flatten(config.to_dict())
@@ -139,7 +122,7 @@ def run_settings(config: TrainConfig, world_size: int) -> dict[str, Setting]:
     settings["data.plans"] = plans_setting(config.data.plans)
     source = model_source(config.model.name)
     if source is not None:
-        settings["model.source"] = source
+        settings["model.source"] = Setting(source.digest, source.shown)
     settings["domainpar.version"] = Setting(__version__, __version__)
     settings["torch.version"] = Setting(torch.__version__, torch.__version__)
     return settings
@@ -154,4 +137,4 @@ def agree_on_run(config: TrainConfig, world_size: int) -> None:
     agree(run_settings(config, world_size), what="train", advice=ADVICE, timeout_s=config.parallel.timeout_s)
 
 
-__all__ = ["ADVICE", "PER_RANK", "agree_on_run", "inputs_setting", "model_source", "plans_setting", "run_settings"]
+__all__ = ["ADVICE", "PER_RANK", "agree_on_run", "inputs_setting", "plans_setting", "run_settings"]

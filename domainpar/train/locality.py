@@ -28,10 +28,11 @@ from typing import Callable
 from domainpar.comm.agreement import decide_on_rank0
 from domainpar.data.graph_files import graph_files, has_graph_files
 from domainpar.errors import DomainparError, one_line
+from domainpar.model.registry import is_builtin
 from domainpar.train.config import TrainConfig, domain_size_of
 from domainpar.train.gate import write_verdict
 from domainpar.train.trainer import graph_widths, model_config_for
-from domainpar.verification.locality import check_parts, file_slice, known_local, require_local
+from domainpar.verification.locality import check_parts, file_slice, require_local
 
 #: How the user skips the check, for messages.
 SKIP = "--skip-locality-check (parallel.skip_locality_check)"
@@ -43,7 +44,7 @@ def needs_check(config: TrainConfig, world_size: int) -> bool:
         config.parallel.mode == "domain"
         and domain_size_of(config, world_size) > 1
         and not config.parallel.skip_locality_check
-        and not known_local(config.model.name)
+        and not is_builtin(config.model.name)
     )
 
 

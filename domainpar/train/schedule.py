@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from domainpar.train.config import OptimConfig
+from domainpar.train.sections import OptimConfig
 
 
 def replica_scale(lr_scaling: str, num_replicas: int) -> float:

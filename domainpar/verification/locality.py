@@ -46,7 +46,7 @@ from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import CompletedExchange
 from domainpar.model.loss import edge_loss
-from domainpar.model.registry import BUILTINS, build_model
+from domainpar.model.registry import build_model, is_builtin
 from domainpar.parallel.part import load_host_part, rank_part, stage
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartPlan, build_plan
@@ -62,11 +62,6 @@ TOLERANCE = TOLERANCES["float64"]
 MEET_TIMEOUT_S = 300.0
 #: Where the rule is written down, for messages.
 RULE = "docs/models.md, 'What it must not do'"
-
-
-def known_local(name: str) -> bool:
-    """Whether ``name`` is a built-in model (by name or by its import path): proven exact by the test suite."""
-    return BUILTINS.get(name, name) in BUILTINS.values()
 
 
 def check_parts(domain_size: int) -> int:
@@ -550,4 +545,4 @@ def require_local(
 
 
 __all__ = ["LocalityResult", "MAX_PARTS", "SLICE_NODES", "SliceExchange", "TOLERANCE", "check_locality", "check_parts",
-           "graph_slice", "known_local", "mismatch_line", "random_owner", "require_local"]
+           "graph_slice", "mismatch_line", "random_owner", "require_local"]

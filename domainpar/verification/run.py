@@ -18,12 +18,11 @@ from domainpar.errors import DomainparError, FieldError
 from domainpar.launch.env import LauncherEnv, detect
 from domainpar.launch.ranks import SpawnError, init_from_env, spawn, spawn_failure
 from domainpar.model.config import ModelConfig
-from domainpar.model.registry import build_model, check_config
+from domainpar.model.registry import build_model, check_config, model_source
 from domainpar.npzfile import archive_digest
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.owners import check_num_parts
 from domainpar.partition.partitioners import partition_graph
-from domainpar.train.agreement import model_source
 from domainpar.verification.cases import DTYPES as _DTYPES
 from domainpar.verification.cases import VerifyCase, VerifyResult
 from domainpar.verification.worker import verify_worker
@@ -196,7 +195,7 @@ def verify_settings(graph_path: str, num_parts: int, method: str, config: ModelC
         settings[f"model.{key}"] = Setting(text, text if not isinstance(value, str) else value)
     source = model_source(config.name)
     if source is not None:
-        settings["model.source"] = source
+        settings["model.source"] = Setting(source.digest, source.shown)
     return settings
 
 

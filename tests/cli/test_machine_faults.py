@@ -447,12 +447,12 @@ def test_verify_stopped_while_its_ranks_start_prints_no_child_traceback(base, tm
 _STOPPED_SPAWN = textwrap.dedent(
     """
     import sys
-    from domainpar.cli.main import _stop_on_signals
+    from domainpar.signals import stops_unwind
     from domainpar.errors import Terminated
     from domainpar.launch.ranks import spawn
     from hostile_workspace import write_and_wait
     try:
-        with _stop_on_signals():
+        with stops_unwind():
             spawn(write_and_wait, 2, args=(sys.argv[1],), timeout_s=200)
     except Terminated as exc:
         sys.exit(exc.exit_code)

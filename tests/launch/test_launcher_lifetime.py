@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -75,3 +76,65 @@ def test_ranks_die_with_their_launcher_and_the_lock_names_it(tmp_path, signum):
         assert third.returncode == 0, third.stderr
         assert f"taking over the stale lock of pid {launcher.pid} on host" in third.stderr
         assert not (out / "train.lock").exists()
+
+
+# A rank's result whose unpickling, in the launcher's main thread, runs a weakref finalizer that sends the launcher
+# SIGTERM: the stop lands inside the finalizer, as it does when the garbage collector runs one at that moment.
+_PARTING = textwrap.dedent(
+    """
+    import os, signal, weakref
+
+
+    class _Token:
+        pass
+
+
+    def _stop_while_finalizing():
+        token = _Token()
+        weakref.finalize(token, os.kill, os.getpid(), signal.SIGTERM)
+        del token  # the finalizer runs here, in the unpickling thread
+
+
+    class Parting:
+        def __reduce__(self):
+            return (_stop_while_finalizing, ())
+
+
+    def rank(rank, world_size):
+        return Parting()
+    """
+)
+
+# The launcher's SIGTERM handler is that of `domainpar train`: it raises Terminated.
+_LAUNCHER = textwrap.dedent(
+    """
+    import sys
+    from domainpar.errors import Terminated
+    from domainpar.launch.lifeline import terminate_on_signals
+    from domainpar.launch.ranks import spawn
+    from parting import rank
+
+    if __name__ == "__main__":
+        terminate_on_signals()
+        try:
+            spawn(rank, int(sys.argv[1]), timeout_s=120, watchdog=None)
+        except Terminated as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        sys.exit(3)  # the stop was lost
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("ranks", [1, 2], ids=["as-the-wait-ends", "between-waits"])
+def test_a_sigterm_inside_a_finalizer_still_stops_the_launcher(tmp_path, ranks):
+    # Before the launcher held its stop signals while it waits, the handler raised inside the finalizer: the
+    # interpreter printed "Exception ignored in" and a traceback, and the launcher went on as if never stopped.
+    (tmp_path / "parting.py").write_text(_PARTING)
+    (tmp_path / "launcher.py").write_text(_LAUNCHER)
+    done = subprocess.run([sys.executable, str(tmp_path / "launcher.py"), str(ranks)], capture_output=True, text=True,
+                          timeout=150, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == ["error: stopped by SIGTERM"], done.stderr[-3000:]

@@ -12,7 +12,7 @@ from domainpar.errors import DomainparError, FieldError
 from domainpar.model.config import ModelConfig
 from domainpar.model.interaction_gnn import InteractionGNN
 from domainpar.model.interaction_network import InteractionNetwork
-from domainpar.model.registry import BUILTINS, build_model, check_config, describe_models, resolve
+from domainpar.model.registry import BUILTINS, build_model, check_config, describe_models, is_builtin, model_source, resolve
 from domainpar.parallel.part import rank_part
 from domainpar.train.config import load_config
 from fixtures import REPO, random_graph
@@ -165,3 +165,16 @@ def test_models_are_constructed_by_the_factory_only():
                 if pattern.search(line) and not line.lstrip().startswith(("class ", "#")):
                     found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_a_users_model_is_known_by_its_source_file(tmp_path):
+    import hashlib
+
+    path = tmp_path / "my_model.py"
+    path.write_text("class M: pass\n")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    source = model_source(f"{path}:M")
+    assert (source.digest, source.shown) == (digest, f"my_model.py (sha256 {digest[:12]})")
+    assert model_source("domainpar.model.interaction_network:InteractionNetwork") is None  # a built-in, by import path
+    assert model_source(f"{tmp_path / 'missing.py'}:M") is None
+    assert is_builtin("pyg_gnn") and not is_builtin(f"{path}:M")

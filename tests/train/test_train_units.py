@@ -18,10 +18,11 @@ from domainpar.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from domainpar.train.config import OptimConfig, TrainConfig, flatten, load_config, validate_config
+from domainpar.train.config import TrainConfig, flatten, load_config, validate_config
 from domainpar.train.metrics import EdgeCounter, roc_auc_from_histograms
 from domainpar.train.sampler import BucketSampler, assign_round_robin
 from domainpar.train.schedule import learning_rate
+from domainpar.train.sections import OptimConfig
 
 
 @pytest.fixture()

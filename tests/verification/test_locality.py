@@ -26,9 +26,10 @@ from domainpar.errors import DomainparError
 from domainpar.launch import ranks
 from domainpar.launch.jobs import free_port
 from domainpar.model.config import ModelConfig
+from domainpar.model.registry import is_builtin
 from domainpar.train.gate import GateRefused, wait_at_gate
 from domainpar.verification import locality
-from domainpar.verification.locality import check_locality, file_slice, graph_slice, known_local
+from domainpar.verification.locality import check_locality, file_slice, graph_slice
 from fixtures import REPO, synthetic_graph, write_graphs
 
 MODELS = Path(__file__).resolve().parent / "user_models.py"
@@ -197,9 +198,9 @@ def test_a_damaged_graph_file_is_named_not_sliced(tmp_path):
 
 
 def test_builtins_are_known_local_by_name_and_import_path():
-    assert known_local("interaction_network") and known_local("pyg_gnn") and known_local("interaction_gnn")
-    assert known_local("domainpar.model.interaction_network:InteractionNetwork")
-    assert not known_local(user_model("ForcedInteractionNetwork"))
+    assert is_builtin("interaction_network") and is_builtin("pyg_gnn") and is_builtin("interaction_gnn")
+    assert is_builtin("domainpar.model.interaction_network:InteractionNetwork")
+    assert not is_builtin(user_model("ForcedInteractionNetwork"))
 
 
 # ------------------------------------------------------------------------------------------ train

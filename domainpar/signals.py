@@ -1,0 +1,194 @@
+"""The stop signals (SIGINT, SIGTERM, SIGHUP): how a command answers them, and where.
+
+A command unwinds on a stop signal (:func:`stops_unwind`): its handler raises ``KeyboardInterrupt`` or
+:class:`~domainpar.errors.Terminated` in the main thread, so ``finally`` blocks and the atomic writers' clean-up
+run. But Python runs the handler between any two bytecodes of the main thread, and raised at some of them the
+interrupt does harm: half way through ``concurrent.futures.wait`` taking the locks of many futures (the pool's
+manager thread then blocks for ever), inside numba code that calls back into Python (a ``SystemError``), inside
+a weakref finalizer or a ``__del__`` that the garbage collector runs ("Exception ignored in", and the stop is
+lost). Code that waits in such places holds the stop signals (:func:`hold_stops`): a signal is only noted, and
+acted on at a safe point of the code's own (:meth:`HeldStops.answer`) or as the block ends, by raising it again
+to the handler the hold replaced, so the process does what it would have done without the hold.
+
+Holds nest: only the outermost replaces the handlers and acts on a signal. A hold inside it sees what arrived
+(:attr:`HeldStops.arrived`, e.g. to start no further child), but its :meth:`~HeldStops.answer` and its end act
+on nothing: the signal waits for the outermost hold's next safe point, so an inner block never raises into a
+region the outer one protects, and a signal is acted on once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any, Callable, Iterator
+
+from domainpar.errors import Terminated, note_stop
+
+#: The signals that stop a command (SIGHUP where the platform has it).
+STOP_SIGNALS = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+def _install(handler: Callable[[int, Any], Any], keep_ignored: bool) -> dict[int, Any]:
+    """Set ``handler`` for every stop signal (``keep_ignored``: not for one that is ignored, or whose handler was set
+    outside Python); returns the handlers it replaced."""
+    replaced = {}
+    for signum in sorted(STOP_SIGNALS):
+        current = signal.getsignal(signum)
+        if keep_ignored and current in (signal.SIG_IGN, None):
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, handler)
+            replaced[signum] = current
+    return replaced
+
+
+def _restore(replaced: dict[int, Any]) -> None:
+    """Put back the handlers :func:`_install` replaced."""
+    for signum, handler in replaced.items():
+        with contextlib.suppress(ValueError, OSError, TypeError):  # TypeError: None, a handler set outside Python
+            signal.signal(signum, handler)
+    replaced.clear()
+
+
+def _in_main_thread() -> bool:
+    # Python runs signal handlers, and lets them be set, in the main thread only.
+    return threading.current_thread() is threading.main_thread()
+
+
+def unwind(signum: int, frame: Any) -> None:
+    """A command's stop handler: the first stop signal raises (``KeyboardInterrupt`` for SIGINT, else
+    :class:`~domainpar.errors.Terminated`); repeats are ignored, so the clean-up itself is not interrupted."""
+    note_stop(signum)
+    for other in STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(other, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def stops_unwind() -> Iterator[None]:
+    """While the block runs, a stop signal unwinds this process (:func:`unwind`); the handlers are restored after.
+
+    Ignored signals are answered too (a command started as a shell's background job still takes SIGINT). A
+    no-op outside the main thread.
+    """
+    replaced = _install(unwind, keep_ignored=False) if _in_main_thread() else {}
+    try:
+        yield
+    finally:
+        _restore(replaced)
+
+
+class HeldStops:
+    """The stop signals a :func:`hold_stops` block holds."""
+
+    def __init__(self, outermost: HeldStops | None = None) -> None:
+        self._outermost = outermost  # set in a nested hold: the one that acts, and whose signals it sees
+        self._arrived: list[int] = []
+        self._replaced: dict[int, Any] = {}
+
+    @property
+    def arrived(self) -> tuple[int, ...]:
+        """The stop signals noted and not yet acted on, first first (empty outside the main thread)."""
+        return tuple((self._outermost or self)._arrived)
+
+    def answer(self) -> None:
+        """A safe point: act on the first held signal as the process would have (the replaced handler runs here, and
+        usually raises). Nothing happens while none arrived, or in a hold nested in another one."""
+        if self._outermost is not None or not self._arrived:
+            return
+        signum = self._arrived[0]
+        self._arrived.clear()  # acted on now, not again as the hold ends; a later repeat is the handler's to judge
+        _restore(self._replaced)
+        signal.raise_signal(signum)  # the replaced handler runs here, at the caller's safe point
+        self._hold()  # it returned (a handler that only records): the block goes on, held again
+
+    def _hold(self) -> None:
+        # Ignored stays ignored: nothing to act on later.
+        self._replaced = _install(lambda signum, frame: self._arrived.append(signum), keep_ignored=True)
+
+
+#: The main thread's outermost hold, while one is active.
+_ACTIVE: list[HeldStops] = []
+
+
+@contextlib.contextmanager
+def hold_stops() -> Iterator[HeldStops]:
+    """Hold the stop signals until a safe point, then act on the first one as the process would have.
+
+    Inside the block a stop signal is only noted. :meth:`HeldStops.answer`, called where an exception may be
+    raised safely (between two waits), acts on it; one still held when the block ends is acted on then, also
+    when the block ends with an exception. Nested holds share the outermost one (see the module docstring).
+    Outside the main thread nothing is held (signals are handled in the main thread only).
+
+    Yields:
+        This block's :class:`HeldStops`.
+    """
+    if not _in_main_thread():
+        yield HeldStops()  # it replaces no handler: nothing arrives
+        return
+    if _ACTIVE:
+        yield HeldStops(_ACTIVE[0])
+        return
+    held = HeldStops()
+    _ACTIVE.append(held)
+    try:
+        held._hold()
+        yield held
+    finally:
+        _ACTIVE.clear()
+        _restore(held._replaced)
+        if held._arrived:
+            signal.raise_signal(held._arrived[0])
+
+
+@contextlib.contextmanager
+def children_start_quietly() -> Iterator[HeldStops]:
+    """Start child processes in this block: they start with the stop signals blocked, and this process acts on
+    a stop signal only once they have all started.
+
+    The mask is inherited: a child blocks SIGINT, SIGTERM and SIGHUP from its first instruction until its own
+    handlers are set (a Ctrl-C while it imports would print a traceback from each child, a SIGTERM would kill it
+    half way). This process's own answer is held too (:func:`hold_stops`): a stop that interrupted it while it
+    hands a child its arguments would leave the child reading half of them (an unpickling traceback), and
+    blocking the signal in this thread alone is not enough (another thread takes it, and Python runs the handler
+    here anyway).
+
+    Yields:
+        The hold: the caller starts no further child once :attr:`HeldStops.arrived` is not empty.
+    """
+    with hold_stops() as held:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            yield held
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # what was pending for this thread arrives: held
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not running) immune to SIGHUP.
+
+    The tracker ignores SIGINT and SIGTERM itself but not SIGHUP: a hang-up sent to the command's process group
+    would kill it while the workers hold semaphores, and the tracker started again on the way out then prints a
+    ``KeyError`` traceback for each. Started with SIGHUP blocked, it keeps it blocked (the mask is inherited and it
+    unblocks only the other two); a SIGHUP to this process meanwhile stays pending and is answered right after.
+    """
+    from multiprocessing import resource_tracker
+
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None:
+        resource_tracker.ensure_running()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {hangup})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+__all__ = [
+    "STOP_SIGNALS", "HeldStops", "children_start_quietly", "hold_stops", "start_resource_tracker", "stops_unwind", "unwind",
+]

@@ -1,0 +1,130 @@
+"""domainpar.signals: held stop signals are acted on once, at the outermost hold's safe point, as the process would have."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, stops_unwind
+
+
+class _Stopped(Exception):
+    pass
+
+
+@pytest.fixture
+def handled():
+    """A command's own SIGTERM handler for the test (it raises, as the command's does), restored after."""
+    seen: list[int] = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise _Stopped(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_held_signal_is_acted_on_at_the_safe_point(handled):
+    with hold_stops() as held:
+        signal.raise_signal(signal.SIGTERM)
+        assert handled == [] and held.arrived == (signal.SIGTERM,)
+        with pytest.raises(_Stopped):
+            held.answer()
+    assert handled == [signal.SIGTERM]
+
+
+def test_a_signal_still_held_is_acted_on_as_the_hold_ends(handled):
+    with pytest.raises(_Stopped):
+        with hold_stops():
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)  # a repeat while held: acted on once
+    assert handled == [signal.SIGTERM]
+
+
+def test_an_inner_hold_sees_the_signal_and_leaves_it_to_the_outermost(handled):
+    with pytest.raises(_Stopped):
+        with hold_stops() as outer:
+            with hold_stops() as inner:
+                signal.raise_signal(signal.SIGTERM)
+                assert inner.arrived == (signal.SIGTERM,)
+                inner.answer()  # not the inner block's to act on
+            assert handled == [] and outer.arrived == (signal.SIGTERM,)  # nor its end's
+            outer.answer()
+    assert handled == [signal.SIGTERM]
+    # Every handler is the command's again.
+    assert signal.getsignal(signal.SIGTERM).__name__ == "handler"
+
+
+def test_nothing_held_nothing_acted_on(handled):
+    with hold_stops() as held:
+        held.answer()
+    assert handled == [] and held.arrived == ()
+
+
+def test_a_handler_that_returns_leaves_the_block_held(handled):
+    signal.signal(signal.SIGTERM, lambda signum, frame: handled.append(signum))
+    with hold_stops() as held:
+        signal.raise_signal(signal.SIGTERM)
+        held.answer()
+        signal.raise_signal(signal.SIGTERM)  # held again: answered as the block ends
+        assert handled == [signal.SIGTERM]
+    assert handled == [signal.SIGTERM, signal.SIGTERM]
+
+
+def test_an_ignored_signal_stays_ignored():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with hold_stops() as held:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGTERM)
+            held.answer()
+        assert held.arrived == ()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_outside_the_main_thread_nothing_is_held():
+    seen = []
+
+    def run():
+        with hold_stops() as held:
+            seen.append((held.arrived, signal.getsignal(signal.SIGTERM)))
+            held.answer()
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [((), before)]
+
+
+def test_children_start_with_the_stop_signals_blocked(handled):
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with pytest.raises(_Stopped):
+        with children_start_quietly() as starting:
+            assert STOP_SIGNALS <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+            signal.raise_signal(signal.SIGTERM)  # pending while blocked, held once it arrives
+            assert handled == [] and starting.arrived == ()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert handled == [signal.SIGTERM]
+
+
+def test_a_command_unwinds_once_and_ignores_repeats():
+    from domainpar.errors import Terminated, clear_stop, stop_received
+
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        with stops_unwind():
+            with pytest.raises(Terminated):
+                signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGHUP)  # a repeat while the command unwinds: ignored
+        assert stop_received() == signal.SIGTERM
+    finally:
+        clear_stop()
+    assert {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} == before  # the caller's, after the block
