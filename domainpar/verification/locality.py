@@ -46,7 +46,7 @@ from domainpar.errors import DomainparError, one_line, shorten
 from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import CompletedExchange
 from domainpar.model.loss import edge_loss
-from domainpar.model.registry import build_model, is_builtin
+from domainpar.model.registry import build_model
 from domainpar.parallel.part import load_host_part, rank_part, stage
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartPlan, build_plan
