@@ -94,8 +94,3 @@ def check_domains(instance: Any, domains: dict[str, Domain]) -> None:
     for name, domain in domains.items():
         domain.check(name, getattr(instance, name))
 
-
-def check_float32(instance: Any, names: tuple[str, ...]) -> None:
-    """Fields that enter float32 tensors must be finite and within float32's range (larger ones overflow to inf)."""
-    for name in names:
-        Domain(-FLOAT32_MAX, FLOAT32_MAX, why="it enters float32 arithmetic, where it would overflow").check(name, getattr(instance, name))

@@ -136,12 +136,6 @@ def read_npz(
         return out
 
 
-def npz_members(path: str | os.PathLike) -> list[str]:
-    """Member names of an ``.npz`` archive (without ``.npy``), from its central directory only."""
-    with zipfile.ZipFile(path) as archive:
-        return [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
-
-
 def archive_digest(path: str | os.PathLike) -> str:
     """A digest of a zip archive's content from its central directory alone: every member's name, size and CRC-32.
 

@@ -103,11 +103,6 @@ def plan_dir_name(event_id: int) -> str:
     return f"event{event_id:09d}"
 
 
-def part_file_path(plans: str | os.PathLike, event_id: int, part: int) -> Path:
-    """Where part ``part`` of event ``event_id`` lives in ``domainpar partition`` output ``plans``."""
-    return Path(plans) / plan_dir_name(event_id) / part_file_name(part)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

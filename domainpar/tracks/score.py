@@ -62,20 +62,6 @@ class TrackTable:
         """The TrackML score of the submission."""
         return float(self.major_weight[self.good].sum())
 
-    def to_frame(self) -> pd.DataFrame:
-        """The table as a DataFrame with the challenge library's column names plus ``good``."""
-        return pd.DataFrame(
-            {
-                "track_id": self.track_id,
-                "nhits": self.nhits,
-                "major_particle_id": self.major_particle_id,
-                "major_particle_nhits": self.major_particle_nhits,
-                "major_nhits": self.major_nhits,
-                "major_weight": self.major_weight,
-                "good": self.good,
-            }
-        )
-
 
 def _integer_column(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
     """``frame[column]`` as exact int64, or a one-line error naming the first bad value and its row.

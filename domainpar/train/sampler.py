@@ -11,22 +11,11 @@ all-reduce.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from domainpar.errors import DomainparError
-
-
-@dataclass(frozen=True)
-class SamplerPosition:
-    """Where training stands: the next step to run."""
-
-    epoch: int
-    """Epoch of the next step (0-based)."""
-    step_in_epoch: int
-    """Step within that epoch (0-based)."""
 
 
 class BucketSampler:
