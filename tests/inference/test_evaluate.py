@@ -16,15 +16,6 @@ EVENT = TRACKML_DIR / "event000000001"
 HEADLINE = ("efficiency", "purity", "auc", "trackml_score", "tracking_efficiency", "fake_rate", "duplicate_rate")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: tiny graphs gain nothing from more, and the test machine is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def event_dir(tmp_path_factory) -> Path:
     """The real labelled event alone in a directory (raw TrackML layout)."""

@@ -15,19 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 from fixtures import copy_event1, pruned_recipe_run, trained_event1_checkpoint
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -24,19 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from fixtures import EVENT1, REPO, copy_event1, trained_event1_checkpoint
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
