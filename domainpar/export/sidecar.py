@@ -14,7 +14,9 @@ records:
   quantity and unit, and the scale (column = raw / scale);
   ``edge_direction``: which end of an edge is row 0;
 - ``threshold``: the score cut the model was tuned for; ``graph``: how the
-  training graphs were built (builder and cuts);
+  training graphs were built (builder and cuts); ``tracks``: the track builder
+  the training run recorded (``domainpar evaluate/reconstruct --model`` build
+  tracks with it);
 - ``stages`` (version 2): the deployed pipeline in order — ``graph`` (the
   cuts of the graph construction and the named features, computed by
   :func:`domainpar.data.features.compute_features`), ``edge_filter`` when the
@@ -136,11 +138,13 @@ def build_sidecar(
     source: dict[str, Any],
     verification: dict[str, Any],
     filter_stage: dict[str, Any] | None = None,
+    track_method: str | None = None,
 ) -> dict[str, Any]:
     """The sidecar dict of a freshly written model file (see the module docstring).
 
     Args:
         filter_stage: the ``edge_filter`` stage of the pipeline (its file, threshold, ...), None without a filter.
+        track_method: the track builder the training run recorded, None when it records none.
     """
     node_features = list(description["node_features"])
     edge_features = list(description["edge_features"]) if model_config.edge_inputs else []
@@ -206,6 +210,7 @@ def build_sidecar(
         "threshold": threshold,
         "threshold_source": threshold_source,
         "graph": {"builder": description.get("builder"), "cuts": description.get("cuts")},
+        "tracks": {"method": track_method},
         "acts": {
             "stage": "TorchEdgeClassifier" if fmt == "torchscript" else "OnnxEdgeClassifier",
             "cut": threshold,

@@ -27,6 +27,7 @@ from domainpar.model.exchange import IdentityExchange
 from domainpar.model.registry import build_model, check_config
 from domainpar.partition.local_graph import LocalGraph, tensor_of
 from domainpar.partition.plan import build_plan
+from domainpar.tracks.methods import METHODS as TRACK_METHODS
 from domainpar.train.checkpoint import load_checkpoint
 
 
@@ -48,6 +49,8 @@ class ExportSource:
     """Optimiser steps of the checkpoint."""
     threshold: float | None
     """The score threshold of the training run (``run.threshold``), None if the checkpoint has no run config."""
+    track_method: str | None
+    """The track builder the training run recorded (``run.track_method``), None when it records none."""
     description: dict | None
     """What the input columns are and how the training graphs were built (:mod:`domainpar.data.features`), None if unknown."""
 
@@ -78,6 +81,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     run = state.get("config", {}).get("run") if isinstance(state.get("config"), dict) else None
     if isinstance(run, dict) and isinstance(run.get("threshold"), (int, float)):
         threshold = float(run["threshold"])
+    track_method = run.get("track_method") if isinstance(run, dict) and run.get("track_method") in TRACK_METHODS else None
     description = state.get("data")
     if description is not None and not isinstance(description, dict):
         raise DomainparError(f"{path}: checkpoint entry 'data' must be a dict describing the input features")
@@ -95,6 +99,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
         dtype=floating[0] if floating else torch.float32,
         step=int(step) if isinstance(step, int) else None,
         threshold=threshold,
+        track_method=track_method,
         description=description,
     )
 

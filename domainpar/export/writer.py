@@ -398,6 +398,7 @@ def export_model(
             source={"checkpoint": str(source.path), "sha256": source.sha256, "step": source.step},
             verification=verification,
             filter_stage=filter_stage,
+            track_method=source.track_method,
         )
         # The model file records the digest of everything its sidecar says: a sidecar edited afterwards is refused.
         record(tmp_model, sidecar_digest(sidecar))

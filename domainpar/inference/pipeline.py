@@ -27,7 +27,7 @@ from domainpar.inference.graphs import GraphStage, filter_hash_of
 from domainpar.inference.spec import PipelineSpec
 from domainpar.parsing import parse_json
 from domainpar.tracks.candidates import TrackConfig
-from domainpar.tracks.methods import DEFAULT_METHOD
+from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def _load_exported(spec: PipelineSpec) -> Pipeline:
     graphs = GraphStage(graph_config, no_build, exported.filter_hash, None, Path(spec.model), exported.num_node_features,
                         graph_meta, f"model {Path(spec.model).name}")  # fmt: skip
     threshold = spec.threshold if spec.threshold is not None else exported.threshold
-    method = spec.track_method or sidecar.get("tracks", {}).get("method") or DEFAULT_METHOD
+    # The sidecar's record of the training run's builder (older sidecars have none: the default).
+    recorded = (sidecar.get("tracks") or {}).get("method")
+    method = spec.track_method or (recorded if recorded in METHODS else None) or DEFAULT_METHOD
     return Pipeline(spec, None, exported, graphs, threshold, TrackConfig(method=method, threshold=threshold),
                     sidecar.get("source", {}).get("step"))  # fmt: skip
 

@@ -69,6 +69,13 @@ def test_the_recorded_builder_and_threshold_decide_in_both_commands(walk_checkpo
     written = (tmp_path / "out" / "submissions" / "event000000001-submission.csv").read_text()
     (evaluation,) = report.evaluations
     assert written.splitlines()[1:] == [f"1,{h},{t}" for h, t in zip(evaluation.submission["hit_id"], evaluation.submission["track_id"])]
+    # Exported, the pipeline's sidecar carries the record: the deployed model builds its tracks the same way.
+    assert _cli(["build", "--input", events, "--out", tmp_path / "graphs", "--workers", "1", "--quiet"])[0] == 0
+    exported = tmp_path / "export" / "model.pt"
+    assert _cli(["export", "--checkpoint", walk_checkpoint, "--format", "torchscript", "--out", exported, "--graphs",
+                 tmp_path / "graphs"])[0] == 0  # fmt: skip
+    deployed = evaluate(EvaluateConfig(model=exported, data=events, progress=False)).summary
+    assert deployed["track_method"] == "walk" and deployed["threshold"] == 0.4
 
 
 def test_pruned_graph_files_need_no_filter_and_raw_events_need_it_in_both_commands(pruned_run, tmp_path):
