@@ -69,7 +69,6 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
             continue
         hits = members[lo:hi].copy()
         # Fragments in order of their first (lowest-rank) hit's distance from the origin; ranked hits by rank.
-        sort_key = np.empty(size)
         num_ranked = 0
         for k in range(size):
             if fragment[hits[k]] >= 0:
@@ -91,8 +90,6 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
                         best_rank = rank[g]
                         best_hit = g
                 frag_start[k] = origin[best_hit]
-            for k in range(size):
-                sort_key[k] = frag_start[k]
             order = np.empty(size, dtype=np.int64)
             # Stable selection by (fragment start, fragment id, rank).
             used = np.zeros(size, dtype=np.bool_)
@@ -106,7 +103,7 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
                         best = k
                         continue
                     b = hits[best]
-                    if (sort_key[k], fragment[h], rank[h]) < (sort_key[best], fragment[b], rank[b]):
+                    if (frag_start[k], fragment[h], rank[h]) < (frag_start[best], fragment[b], rank[b]):
                         best = k
                 used[best] = True
                 order[q] = hits[best]

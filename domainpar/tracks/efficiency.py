@@ -48,7 +48,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from domainpar.errors import DomainparError
-from domainpar.tracks.score import score_arrays
+from domainpar.tracks.score import check_aligned, score_arrays
 
 #: pT bin edges (GeV) of the binned efficiencies: log-spaced, the curling particles below 0.3 GeV in three bins.
 PT_BINS = np.array([0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 100.0])
@@ -84,10 +84,7 @@ class EdgeMetrics:
 def _check_scores_labels(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scores = np.asarray(scores, dtype=np.float64)
     labels = np.asarray(labels)
-    if scores.ndim != 1 or labels.shape != scores.shape:
-        raise DomainparError(
-            f"scores and labels must be one-dimensional of equal length (got shapes {scores.shape}, {labels.shape})"
-        )
+    check_aligned(scores=scores, labels=labels)
     if np.isnan(scores).any():
         raise DomainparError("scores must not contain NaN")
     return scores, labels > 0.5
@@ -343,11 +340,7 @@ def tracking_metrics(
     track_id = np.asarray(track_id, dtype=np.int64)
     particle_id = np.asarray(particle_id, dtype=np.int64)
     layer = np.asarray(layer, dtype=np.int64)
-    if not (track_id.shape == particle_id.shape == layer.shape) or track_id.ndim != 1:
-        raise DomainparError(
-            f"track_id, particle_id and layer must be one-dimensional of equal length "
-            f"(got shapes {track_id.shape}, {particle_id.shape}, {layer.shape})"
-        )
+    check_aligned(track_id=track_id, particle_id=particle_id, layer=layer)
     # Weights do not matter for matching; unit weights give the same majority analysis.
     table = score_arrays(track_id, particle_id, np.ones(track_id.size))
     real = table.major_particle_id != 0
