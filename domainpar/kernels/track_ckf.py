@@ -1,64 +1,45 @@
 """Score-ordered track following with a helix fit (a combinatorial-Kalman-filter-like builder), numba.
 
-Knows nothing of events or files: hit positions and resolutions, a
-neighbour list with edge scores, and seeds in; candidate tracks out. A
-*track* is a list of hits in order along the particle's path; it grows from
-a seed triplet of hits, first at its outer end, then at its inner end, one
-step at a time. Every judgement is the chi2 increment ``d`` of a helix fit
-(:func:`~domainpar.kernels.track_fit.helix_fit`) to the ``window`` hits
-around the new hit, which must stay within ``hit_chi2``, that fit's chi2/ndf
-staying within ``max_chi2_ndf`` (the cut of a kept track).
+Knows nothing of events or files: hit positions and resolutions, a neighbour list with edge scores, and seeds in;
+candidate tracks out. A *track* is a list of hits in order along the particle's path; it grows from a seed triplet
+of hits, first at its outer end, then at its inner end, one step at a time. Every judgement is the chi2 increment
+``d`` of a helix fit (:func:`~domainpar.kernels.track_fit.helix_fit`) to the ``window`` hits around the new hit,
+which must stay within ``hit_chi2``, that fit's chi2/ndf staying within ``max_chi2_ndf`` (the cut of a kept track).
 
-1. *Candidates* of a step are the graph neighbours (either edge direction:
-   a curling particle comes back inwards) of the track's last ``reach`` hits
-   at the growing end, not on the track yet (and free, in the claiming mode).
-2. *Double hits* first: a candidate on a layer the track holds, within
-   ``double_distance`` of every track hit there and with fewer than
-   ``max_per_layer`` of them (a particle through overlapping modules), goes
-   beside its nearest twin, on the side of the track it lies towards. A
-   curler's hit behind the end on a layer the track holds far away (the
-   track turned back: its radius fell by more than ``TURN_MM`` between two
-   hits) may have been stepped over: it goes between two of the last
-   ``reach`` hits, between them along the track, where it fits best, if it
-   fits there.
-3. *One step ahead*: among the candidates ahead of the end hit (along the
-   fitted helix's tangent there) and within ``gate`` mm of the helix (across
-   the circle, and across the (s, z) line at the arc length to the
-   candidate), the cheapest by ``d - score_weight * ln(score)`` joins the
-   track, score the best edge score joining it to the end. A candidate on a
-   layer the track already holds far away is a curler's way back: the fit
-   and the tangent decide.
-4. *Stepping stones*: when no candidate ahead passes, the neighbours of the
-   candidates and of the hits other tracks hold (within twice the gate, ahead)
-   are tried the same way, skipping one hit: a true continuation whose edge
-   the graph or the GNN lost, or a particle that crosses another's hit.
+1. *Candidates* of a step are the graph neighbours (either edge direction: a curling particle comes back inwards) of
+   the track's last ``reach`` hits at the growing end, not on the track yet (and free, in the claiming mode).
+2. *Double hits* first: a candidate on a layer the track holds, within ``double_distance`` of every track hit there
+   and with fewer than ``max_per_layer`` of them (a particle through overlapping modules), goes beside its nearest
+   twin, on the side of the track it lies towards. A curler's hit behind the end on a layer the track holds far away
+   (the track turned back: its radius fell by more than ``TURN_MM`` between two hits) may have been stepped over: it
+   goes between two of the last ``reach`` hits, between them along the track, where it fits best, if it fits there.
+3. *One step ahead*: among the candidates ahead of the end hit (along the fitted helix's tangent there) and within
+   ``gate`` mm of the helix (across the circle, and across the (s, z) line at the arc length to the candidate), the
+   cheapest by ``d - score_weight * ln(score)`` joins the track, score the best edge score joining it to the end. A
+   candidate on a layer the track already holds far away is a curler's way back: the fit and the tangent decide.
+4. *Stepping stones*: when no candidate ahead passes, the neighbours of the candidates and of the hits other tracks
+   hold (within twice the gate, ahead) are tried the same way, skipping one hit: a true continuation whose edge the
+   graph or the GNN lost, or a particle that crosses another's hit.
 
-The seeds are run in passes: the first keeps only long tracks (``passes``),
-so a short wrong track (a noise hit scored high beside a true one) cannot
-claim hits a long one needs; the last keeps every track of ``min_hits``.
+The seeds are run in passes: the first keeps only long tracks (``passes``), so a short wrong track (a noise hit
+scored high beside a true one) cannot claim hits a long one needs; the last keeps every track of ``min_hits``.
 
-A track ends when a step adds nothing. A hit accepted on its own window can
-spoil a neighbouring one; such hits are trimmed (the worst window loses the
-hit whose removal helps it most) until every window's chi2/ndf
-(:func:`~domainpar.kernels.track_fit.window_chi2_ndf`) is at most
-``max_chi2_ndf``. The track is kept when ``min_hits`` hits remain. A seed is
-skipped when its three hits lie on the track kept last for each of them, or
-when each of them seeded a track in this pass already.
+A track ends when a step adds nothing. A hit accepted on its own window can spoil a neighbouring one; such hits are
+trimmed (the worst window loses the hit whose removal helps it most) until every window's chi2/ndf
+(:func:`~domainpar.kernels.track_fit.window_chi2_ndf`) is at most ``max_chi2_ndf``. The track is kept when
+``min_hits`` hits remain. A seed is skipped when its three hits lie on the track kept last for each of them, or when
+each of them seeded a track in this pass already.
 
 Two modes:
 
-* *claiming*: seeds are taken in the given order (best first); a seed whose
-  hits are all free builds a track, and a kept track claims its hits, which
-  no later track may take;
-* *shared*: every seed with a hit on no earlier candidate builds its track
-  regardless of other tracks' hits; ambiguity resolution
-  (:mod:`domainpar.tracks.ambiguity`) then keeps a consistent subset.
+* *claiming*: seeds are taken in the given order (best first); a seed whose hits are all free builds a track, and a
+  kept track claims its hits, which no later track may take;
+* *shared*: every seed with a hit on no earlier candidate builds its track regardless of other tracks' hits;
+  ambiguity resolution (:mod:`domainpar.tracks.ambiguity`) then keeps a consistent subset.
 
-:func:`_grow` takes a track one step at a time through the pieces above:
-:func:`_gather` (1), :func:`_add_doubles` (2), :func:`_step_ahead` (3, 4);
-:func:`_trim` judges it whole.
+:func:`_grow` takes a track one step at a time through the pieces above: :func:`_gather` (1), :func:`_add_doubles`
+(2), :func:`_step_ahead` (3, 4); :func:`_trim` judges it whole.
 """
-
 
 from __future__ import annotations
 
@@ -147,14 +128,8 @@ def _end_state(columns, layer, buf, end, direction, settings):
     Returns ``(tip, tx, ty, tz, xc, yc, radius)``: the end hit, the direction of travel there ((tx, ty) a unit
     vector, tz = dz/ds) and the fitted circle (radius inf: a straight line through the tip along (tx, ty))."""
     x, y, z, var_t, var_z, var_r, var_m = columns
-    if direction > 0:
-        lo = max(0, end - settings.window)
-        hi = end
-        tip = buf[end - 1]
-    else:
-        lo = 0
-        hi = min(end, settings.window)
-        tip = buf[0]
+    w = settings.window
+    lo, hi, tip = (max(0, end - w), end, buf[end - 1]) if direction > 0 else (0, min(end, w), buf[0])
     # The chord from the nearest hit on another layer (a double hit's twin gives no direction) to the tip.
     back = buf[end - 2] if direction > 0 else buf[1]
     for k in range(1, end):
@@ -275,19 +250,9 @@ def _put_back(columns, buf, end, direction, c, settings):
 
 
 @numba.njit(cache=True, nogil=True)
-def _beside(columns, buf, end, twin, c):
-    """Where double hit c goes beside its twin ``buf[twin]``: on the side of the track it lies towards."""
-    x, y, z = columns.x, columns.y, columns.z
-    h = buf[twin]
-    ref = buf[twin + 1] if twin + 1 < end else buf[twin - 1]
-    sign = 1.0 if twin + 1 < end else -1.0
-    proj = (x[c] - x[h]) * (x[ref] - x[h]) + (y[c] - y[h]) * (y[ref] - y[h]) + (z[c] - z[h]) * (z[ref] - z[h])
-    return twin + 1 if proj * sign > 0.0 else twin
-
-
-@numba.njit(cache=True, nogil=True)
 def _add_doubles(columns, layer, member, build_id, buf, end, direction, state, settings, scratch, num_cand):
     """Double hits, and a curler's stepped-over hits (2. of the module docstring); ``(end, added)``."""
+    x, y, z = columns.x, columns.y, columns.z
     added = False
     turned = _turned(columns, buf, end, direction)
     for m in range(num_cand):
@@ -300,7 +265,12 @@ def _add_doubles(columns, layer, member, build_id, buf, end, direction, state, s
         elif twin < 0 or far or same >= settings.max_per_layer:
             continue
         else:
-            at = _beside(columns, buf, end, twin, c)
+            # Beside its twin, on the side of the track it lies towards.
+            h = buf[twin]
+            ref = buf[twin + 1] if twin + 1 < end else buf[twin - 1]
+            sign = 1.0 if twin + 1 < end else -1.0
+            proj = (x[c] - x[h]) * (x[ref] - x[h]) + (y[c] - y[h]) * (y[ref] - y[h]) + (z[c] - z[h]) * (z[ref] - z[h])
+            at = twin + 1 if proj * sign > 0.0 else twin
             window, field, ms = settings.window, settings.field, settings.ms
             if not insertion_delta(columns, buf, end, at, c, window, field, ms, settings.max_chi2_ndf) <= settings.hit_chi2:
                 at = -1  # (a nan increment fits nowhere)
@@ -418,17 +388,6 @@ def _trim(columns, buf, end, window, max_chi2_ndf, min_hits, field, ms):
 
 
 @numba.njit(cache=True, nogil=True)
-def _append(out, num, buf, count):
-    """``out`` with ``buf[:count]`` written from index ``num`` (a larger copy when it is full)."""
-    if num + count > out.shape[0]:
-        grown = np.empty(2 * (num + count), dtype=np.int64)
-        grown[:num] = out[:num]
-        out = grown
-    out[num : num + count] = buf[:count]
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def follow_tracks(
     x: np.ndarray, y: np.ndarray, z: np.ndarray, var_t: np.ndarray, var_z: np.ndarray, var_r: np.ndarray, var_m: np.ndarray,
     layer: np.ndarray, nbr_ptr: np.ndarray, nbr_node: np.ndarray, nbr_score: np.ndarray, seeds: np.ndarray, claiming: bool,
@@ -508,7 +467,12 @@ def follow_tracks(
             quality = window_chi2_ndf(x, y, z, var_t, var_z, var_r, var_m, buf, count, window, field, ms)
             if quality > max_chi2_ndf:
                 continue
-            out_hits = _append(out_hits, out_ptr[num_out], buf, count)
+            num_hits = out_ptr[num_out]
+            if num_hits + count > out_hits.shape[0]:
+                grown = np.empty(2 * (num_hits + count), dtype=np.int64)
+                grown[:num_hits] = out_hits[:num_hits]
+                out_hits = grown
+            out_hits[num_hits : num_hits + count] = buf[:count]
             for k in range(count):
                 last_track[buf[k]] = num_out
                 if claiming:

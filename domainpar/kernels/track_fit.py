@@ -1,47 +1,34 @@
 """Helix fits of hit sets in a solenoid field along z (numba).
 
-Knows nothing of events or graphs: positions in, fit figures out. A charged
-particle in a uniform field along z moves on a helix: a circle in x–y and a
-straight line in (s, z), s the arc length along the circle. :func:`helix_fit`
-fits both to the hits of one candidate, in the order given (innermost first):
+Knows nothing of events or graphs: positions in, fit figures out. A charged particle in a uniform field along z
+moves on a helix: a circle in x–y and a straight line in (s, z), s the arc length along the circle.
+:func:`helix_fit` fits both to the hits of one candidate, in the order given (innermost first):
 
-* circle: Karimäki's closed-form fit (NIM A305 (1991) 187) in coordinates
-  centred on the hits' mean, parametrised by the signed curvature, so a
-  straight line (curvature 0) is an ordinary case, never a division by 0;
-  residual of a hit = its signed distance to the circle (exact, not the
-  fit's linearised one);
-* line in (s, z): s is the turning angle around the fitted centre from the
-  first hit, unwrapped hit to hit in the given order (signed, so a hit given
-  a little out of order steps back instead of breaking the line), times the
-  radius, oriented so that the last hit lies ahead (the transverse distance
-  from the first hit along the line when the circle is a line); z = z0 + t s by least
-  squares, residual measured perpendicular to the line, ``(z - z0 - t s) /
-  sqrt(1 + t^2)``, so a forward track is not penalised for its steep slope.
+* circle: Karimäki's closed-form fit (NIM A305 (1991) 187) in coordinates centred on the hits' mean, parametrised by
+  the signed curvature, so a straight line (curvature 0) is an ordinary case, never a division by 0; residual of a
+  hit = its signed distance to the circle (exact, not the fit's linearised one);
+* line in (s, z): s is the turning angle around the fitted centre from the first hit, unwrapped hit to hit in the
+  given order (signed, so a hit given a little out of order steps back instead of breaking the line), times the
+  radius, oriented so that the last hit lies ahead (the transverse distance from the first hit along the line when
+  the circle is a line); z = z0 + t s by least squares, residual measured perpendicular to the line,
+  ``(z - z0 - t s) / sqrt(1 + t^2)``, so a forward track is not penalised for its steep slope.
 
-Errors: every hit has its own resolution — ``var_t`` across the track in x–y
-(r·phi), ``var_z`` along z and ``var_r`` along r (mm², from the module's
-pitch: a barrel strip is precise in r·phi and coarse in z, an endcap strip
-coarse in r) — and a multiple-scattering term ``var_m (ms s / pT)^2`` with pT
-the fitted one in GeV, s the fitted hits' mean spacing in units of 50 mm
-(scattering displaces hits in proportion to the distance between them) and
-``var_m`` the hit's share of material (1 in the pixel detector; the strip
-detector's modules and supports scatter more). The circle fit is unweighted (the transverse
-resolutions of pixels and strips are alike, and scattering, the same for
-every hit, dominates them below a few GeV). A hit's variance across the
-circle is its r·phi and r variances projected on the circle's normal there
-(an endcap strip's coarse r matters where a curling track crosses the disc
-at an angle), plus scattering; along the circle likewise projected on the
-tangent (var_s). The (s, z) line is fitted with weights 1 / var, the
-variance of a hit's perpendicular residual being ``(var_z + t^2 var_s) /
-(1 + t^2) + (ms / pT)^2``, t the slope (so a long barrel strip's z barely
-pulls the line). chi2 = sum over both views of
-squared residual / variance; ndf = (n - 3) + (n - 2). pT = 0.3 B R (GeV, T, m).
+Errors: every hit has its own resolution — ``var_t`` across the track in x–y (r·phi), ``var_z`` along z and
+``var_r`` along r (mm², from the module's pitch: a barrel strip is precise in r·phi and coarse in z, an endcap strip
+coarse in r) — and a multiple-scattering term ``var_m (ms s / pT)^2`` with pT the fitted one in GeV, s the fitted
+hits' mean spacing in units of 50 mm (scattering displaces hits in proportion to the distance between them) and
+``var_m`` the hit's share of material (1 in the pixel detector; the strip detector's modules and supports scatter
+more). The circle fit is unweighted (the transverse resolutions of pixels and strips are alike, and scattering, the
+same for every hit, dominates them below a few GeV). A hit's variance across the circle is its r·phi and r variances
+projected on the circle's normal there (an endcap strip's coarse r matters where a curling track crosses the disc at
+an angle), plus scattering; along the circle likewise projected on the tangent (var_s). The (s, z) line is fitted
+with weights 1 / var, the variance of a hit's perpendicular residual being
+``(var_z + t^2 var_s) / (1 + t^2) + (ms / pT)^2``, t the slope (so a long barrel strip's z barely pulls the line). chi2 = sum over both views of squared
+residual / variance; ndf = (n - 3) + (n - 2). pT = 0.3 B R (GeV, T, m).
 
-Window fits judge a track piece by piece, on a :data:`HitColumns` table:
-:func:`window_chi2_ndf` (the worst fit of ``window`` consecutive hits) and
-:func:`insertion_delta` (what one hit put into an ordered track adds to the
-fit of the window around it). The track builder
-(:mod:`~domainpar.kernels.track_ckf`) and the refinement
+Window fits judge a track piece by piece, on a :data:`HitColumns` table: :func:`window_chi2_ndf` (the worst fit of
+``window`` consecutive hits) and :func:`insertion_delta` (what one hit put into an ordered track adds to the fit of
+the window around it). The track builder (:mod:`~domainpar.kernels.track_ckf`) and the refinement
 (:mod:`~domainpar.kernels.track_refine`) judge every hit with them.
 """
 
@@ -147,11 +134,10 @@ def helix_fit(
     """Fit a helix to ``hits[:count]`` (node ids into the per-hit arrays), in that order.
 
     Returns:
-        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views
-        (with the errors of the module docstring), ndf = 2 count - 5,
-        pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm),
-        the circle centre (mm; nan for a line), and the (s, z) line's intercept
-        at the first hit and slope dz/ds. chi2 and pT are nan below 3 hits.
+        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views (with the errors of the module
+        docstring), ndf = 2 count - 5, pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm), the
+        circle centre (mm; nan for a line), and the (s, z) line's intercept at the first hit and slope dz/ds. chi2 and
+        pT are nan below 3 hits.
     """
     nan = np.nan
     if count < 3:

@@ -1,21 +1,18 @@
 """The hits of every track candidate in order along the track (numba).
 
-Knows nothing of events: positions, a candidate label per hit, and what the
-builder knew of the order in; a position along its candidate per hit out.
+Knows nothing of events: positions, a candidate label per hit, and what the builder knew of the order in; a position
+along its candidate per hit out.
 
-A builder that follows tracks hit by hit knows their order (a *fragment*:
-hits with a rank along it); refinements merge fragments and attach single
-hits, and the edge-only builders know no order at all. So, per candidate:
+A builder that follows tracks hit by hit knows their order (a *fragment*: hits with a rank along it); refinements
+merge fragments and attach single hits, and the edge-only builders know no order at all. So, per candidate:
 
-1. its fragments, each in its own rank order, are laid end to end, the
-   fragment whose first hit is nearest the origin (3-D) first;
-2. every hit without a rank is inserted where it lengthens the path least
-   (cheapest insertion: between two consecutive hits, or before the first or
-   after the last), hits nearest the origin first. A candidate without any
+1. its fragments, each in its own rank order, are laid end to end, the fragment whose first hit is nearest the
+   origin (3-D) first;
+2. every hit without a rank is inserted where it lengthens the path least (cheapest insertion: between two
+   consecutive hits, or before the first or after the last), hits nearest the origin first. A candidate without any
    ranked hit starts from its hit nearest the origin.
 
-For a particle that does not curl this is its order outwards; a curler keeps
-the order its builder followed.
+For a particle that does not curl this is its order outwards; a curler keeps the order its builder followed.
 """
 
 from __future__ import annotations

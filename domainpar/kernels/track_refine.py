@@ -1,25 +1,20 @@
 """Track candidates refined by their helix fits: fragments merged, free hits attached (numba).
 
-Knows nothing of events: hit positions and resolutions, a neighbour list with
-edge scores, and a label per hit (-1: on no track) in; new labels out.
+Knows nothing of events: hit positions and resolutions, a neighbour list with edge scores, and a label per hit (-1:
+on no track) in; new labels out.
 
-* :func:`merge_fragments` — two tracks joined by graph edges become one when
-  the hits of both, ordered along the track, fit one helix (the worst
-  windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf`
-  at most ``max_chi2_ndf``) and share no layer except through double hits
-  (at most ``max_per_layer`` hits of one layer, all within ``double_distance``
-  of each other: a particle crossing overlapping modules). Pairs are tried by
-  their number of joining edges (most first, then the higher summed score);
-  a merged track is judged whole against the next fragment. Tracks of at
-  least one hit take part, so a free hit or pair joins a track here too.
-* :func:`attach_free` — a hit on no track joins the neighbouring track whose
-  fit it disturbs least (chi2 increment of the windowed fit around its place
-  at most ``hit_chi2``, that fit's chi2/ndf at most ``max_chi2_ndf``, with the
+* :func:`merge_fragments` — two tracks joined by graph edges become one when the hits of both, ordered along the
+  track, fit one helix (the worst windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf` at most
+  ``max_chi2_ndf``) and share no layer except through double hits (at most ``max_per_layer`` hits of one layer, all
+  within ``double_distance`` of each other: a particle crossing overlapping modules). Pairs are tried by their
+  number of joining edges (most first, then the higher summed score); a merged track is judged whole against the
+  next fragment. Tracks of at least one hit take part, so a free hit or pair joins a track here too.
+* :func:`attach_free` — a hit on no track joins the neighbouring track whose fit it disturbs least (chi2 increment
+  of the windowed fit around its place at most ``hit_chi2``, that fit's chi2/ndf at most ``max_chi2_ndf``, with the
   same layer rule), best edge score first.
 
-Hits of a track are ordered by their 3-D distance from the origin (the order
-of :func:`~domainpar.tracks.candidates.assemble`): outwards along the track
-for every particle that does not curl back.
+Hits of a track are ordered by their 3-D distance from the origin (the order of
+:func:`~domainpar.tracks.candidates.assemble`): outwards along the track for every particle that does not curl back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Ambiguity resolution, the third stage of ``ambiguity``: which of the tracks that share hits keeps each.
 
-Following in the shared mode (:mod:`domainpar.tracks.following`) builds every
-seed's track regardless of other tracks' hits. The tracks are ranked by their
-number of hits (most first), then their worst window chi2/ndf (lowest first),
-and kept greedily (:func:`resolve_shared`): a track is kept when at most
-``max_shared`` of its hits are already held by better tracks and at least
-``min_hits`` are still free; it takes its free hits. ``ckf`` has no such
+Following in the shared mode (:mod:`domainpar.tracks.following`) builds every seed's track regardless of other
+tracks' hits. The tracks are ranked by their number of hits (most first), then their worst window chi2/ndf (lowest
+first), and kept greedily (:func:`resolve_shared`): a track is kept when at most ``max_shared`` of its hits are
+already held by better tracks and at least ``min_hits`` are still free; it takes its free hits. ``ckf`` has no such
 stage: its tracks claim their hits as they are followed.
 """
 

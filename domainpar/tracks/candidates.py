@@ -1,33 +1,26 @@
 """Track candidates of one event: the one way tracks are built from edge scores.
 
-:func:`build_candidates` turns hit positions, layers, graph edges and their
-scores into :class:`TrackCandidates` with the method and settings of a
-:class:`~domainpar.tracks.config.TrackConfig`. ``domainpar evaluate`` and
-``domainpar reconstruct`` build tracks only through it. Every hit lies on
-exactly one candidate (a hit no candidate keeps is a singleton candidate of
-its own); each candidate's hits are ordered along the track from its
-innermost hit (:func:`assemble`), and each candidate with 3 hits or more
-carries its helix fit (:mod:`domainpar.kernels.track_fit`).
+:func:`build_candidates` turns hit positions, layers, graph edges and their scores into :class:`TrackCandidates`
+with the method and settings of a :class:`~domainpar.tracks.config.TrackConfig`. ``domainpar evaluate`` and
+``domainpar reconstruct`` build tracks only through it. Every hit lies on exactly one candidate (a hit no candidate
+keeps is a singleton candidate of its own); each candidate's hits are ordered along the track from its innermost hit
+(:func:`assemble`), and each candidate with 3 hits or more carries its helix fit
+(:mod:`domainpar.kernels.track_fit`).
 
-The methods (:data:`domainpar.tracks.methods.METHODS`, compared in
-``docs/tracks.md``): ``components`` and ``walk`` read the edges alone
-(:mod:`domainpar.tracks.edge_methods`); ``ckf`` and ``ambiguity`` run the
-stages of a track finder, each a module of its own, in this order:
+The methods (:data:`domainpar.tracks.methods.METHODS`, compared in ``docs/tracks.md``): ``components`` and ``walk``
+read the edges alone (:mod:`domainpar.tracks.edge_methods`); ``ckf`` and ``ambiguity`` run the stages of a track
+finder, each a module of its own, in this order:
 
 1. seeding (:mod:`~domainpar.tracks.seeding`): triplets of well-scored edges;
-2. following (:mod:`~domainpar.tracks.following`): tracks grown from the
-   seeds hit by hit, judged by helix fits; in ``ckf`` a kept track claims its
-   hits;
-3. ambiguity resolution (:mod:`~domainpar.tracks.ambiguity`, ``ambiguity``
-   only): which of the tracks sharing hits keeps each;
-4. refinement (:mod:`~domainpar.tracks.refinement`): fragments merged, free
-   hits attached;
-5. selection (:mod:`~domainpar.tracks.selection`): the hole cut and the
-   short-track cut on the laid-out candidates;
+2. following (:mod:`~domainpar.tracks.following`): tracks grown from the seeds hit by hit, judged by helix fits; in
+   ``ckf`` a kept track claims its hits;
+3. ambiguity resolution (:mod:`~domainpar.tracks.ambiguity`, ``ambiguity`` only): which of the tracks sharing hits
+   keeps each;
+4. refinement (:mod:`~domainpar.tracks.refinement`): fragments merged, free hits attached;
+5. selection (:mod:`~domainpar.tracks.selection`): the hole cut and the short-track cut on the laid-out candidates;
 6. refinement again: free hits attached at the holes of the tracks kept.
 
-All of them read the hits' resolutions and every hit's scored neighbours
-(:mod:`~domainpar.tracks.inputs`).
+All of them read the hits' resolutions and every hit's scored neighbours (:mod:`~domainpar.tracks.inputs`).
 """
 
 from __future__ import annotations

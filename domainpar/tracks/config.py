@@ -1,8 +1,8 @@
 """How tracks are built: :class:`TrackConfig`, every setting of every stage, checked when it is made.
 
-The recipe's ``tracks:`` section and the options of ``domainpar evaluate`` and ``domainpar reconstruct`` become
-one; :func:`~domainpar.tracks.candidates.build_candidates` reads it. Each field's docstring names the stage it
-belongs to (the stages: :mod:`domainpar.tracks.candidates`); the edge-only methods read ``threshold`` alone.
+The recipe's ``tracks:`` section and the options of ``domainpar evaluate`` and ``domainpar reconstruct`` become one;
+:func:`~domainpar.tracks.candidates.build_candidates` reads it. Each field's docstring names the stage it belongs to
+(the stages: :mod:`domainpar.tracks.candidates`); the edge-only methods read ``threshold`` alone.
 """
 
 from __future__ import annotations

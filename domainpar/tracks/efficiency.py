@@ -149,15 +149,10 @@ def edge_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float = 0.5)
     num_predicted = int(np.count_nonzero(predicted))
     num_tp = int(np.count_nonzero(predicted & positive))
     return EdgeMetrics(
-        threshold=float(threshold),
-        efficiency=num_tp / num_true if num_true else math.nan,
-        purity=num_tp / num_predicted if num_predicted else math.nan,
-        auc=roc_auc(scores, positive),
-        num_edges=int(scores.size),
-        num_true=num_true,
-        num_predicted=num_predicted,
-        num_true_positive=num_tp,
-    )
+        threshold=float(threshold), efficiency=num_tp / num_true if num_true else math.nan,
+        purity=num_tp / num_predicted if num_predicted else math.nan, auc=roc_auc(scores, positive),
+        num_edges=int(scores.size), num_true=num_true, num_predicted=num_predicted, num_true_positive=num_tp,
+    )  # fmt: skip
 
 
 def efficiency_at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> tuple[float, float, float]:
@@ -368,24 +363,13 @@ def tracking_metrics(
     num_matched = int(np.count_nonzero(reconstructable & matched))
     num_perfect = int(np.count_nonzero(reconstructable & perfectly))
     return TrackingMetrics(
-        tracking_efficiency=_ratio(num_matched, num_reco),
-        perfect_efficiency=_ratio(num_perfect, num_reco),
-        fake_rate=_ratio(num_fakes, num_candidates),
-        duplicate_rate=_ratio(num_duplicates, num_candidates),
-        num_reconstructable=num_reco,
-        num_matched=num_matched,
-        num_perfect=num_perfect,
-        num_tracks=int(table.track_id.size),
-        num_candidates=num_candidates,
-        num_fakes=num_fakes,
-        num_duplicates=num_duplicates,
-        particle_id=hit_particles,
-        particle_pt=pt,
-        particle_eta=eta,
-        particle_nlayers=particle_nlayers.astype(np.int64),
-        particle_matched=matched,
+        tracking_efficiency=_ratio(num_matched, num_reco), perfect_efficiency=_ratio(num_perfect, num_reco),
+        fake_rate=_ratio(num_fakes, num_candidates), duplicate_rate=_ratio(num_duplicates, num_candidates),
+        num_reconstructable=num_reco, num_matched=num_matched, num_perfect=num_perfect, num_tracks=int(table.track_id.size),
+        num_candidates=num_candidates, num_fakes=num_fakes, num_duplicates=num_duplicates, particle_id=hit_particles,
+        particle_pt=pt, particle_eta=eta, particle_nlayers=particle_nlayers.astype(np.int64), particle_matched=matched,
         particle_perfect=perfectly,
-    )
+    )  # fmt: skip
 
 
 def binned_fraction(values: np.ndarray, passed: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

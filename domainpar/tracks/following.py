@@ -1,14 +1,11 @@
 """Following, the second stage of ``ckf`` and ``ambiguity``: tracks grown hit by hit from the seeds.
 
-:func:`follow` hands the seeds (:mod:`domainpar.tracks.seeding`), every
-hit's scored neighbours and the hits' resolutions
-(:mod:`domainpar.tracks.inputs`) to :func:`~domainpar.kernels.track_ckf.follow_tracks`,
-which grows and judges the tracks by their helix fits. In ``ckf`` a kept
-track claims its hits (:func:`claimed`); in ``ambiguity`` tracks may share
-hits and ambiguity resolution (:mod:`domainpar.tracks.ambiguity`) decides
-which keeps each. :func:`kept_tracks` then numbers the tracks that keep hits
-and records where each hit lies along its track, the order the candidates
-are laid out in.
+:func:`follow` hands the seeds (:mod:`domainpar.tracks.seeding`), every hit's scored neighbours and the hits'
+resolutions (:mod:`domainpar.tracks.inputs`) to :func:`~domainpar.kernels.track_ckf.follow_tracks`, which grows and
+judges the tracks by their helix fits. In ``ckf`` a kept track claims its hits (:func:`claimed`); in ``ambiguity``
+tracks may share hits and ambiguity resolution (:mod:`domainpar.tracks.ambiguity`) decides which keeps each.
+:func:`kept_tracks` then numbers the tracks that keep hits and records where each hit lies along its track, the
+order the candidates are laid out in.
 """
 
 from __future__ import annotations
@@ -41,10 +38,9 @@ def follow(columns: HitColumns, layer: np.ndarray, nbrs: tuple, seeds: np.ndarra
     """Tracks followed from the seeds (:mod:`domainpar.kernels.track_ckf`).
 
     Args:
-        columns: the hits' positions and resolutions (:func:`~domainpar.tracks.inputs.hit_columns`).
+        columns: the hits' positions and resolutions (:func:`~domainpar.kernels.track_fit.hit_columns`).
         layer: (N,) layer code of every hit.
-        nbrs: every hit's neighbours over edges above ``config.extend_threshold``
-            (:func:`~domainpar.tracks.inputs.neighbours`).
+        nbrs: every hit's neighbours over edges above ``config.extend_threshold`` (:func:`~domainpar.tracks.inputs.neighbours`).
         seeds: (3, S) seed triplets in the order they are tried (:func:`~domainpar.tracks.seeding.seed_triplets`).
         config: the :class:`~domainpar.tracks.config.TrackConfig`.
         claiming: kept tracks claim their hits (``ckf``), or share them (``ambiguity``).

@@ -3,10 +3,9 @@ hit's scored neighbours.
 
 :func:`check_inputs` validates the arrays :func:`~domainpar.tracks.candidates.build_candidates` is given
 (:func:`check_edges` the graph's part, which the edge-only methods check alone); :func:`hit_variances` is the
-hit-resolution model of every helix fit (:func:`~domainpar.kernels.track_fit.hit_columns` lays it out for the
-numba kernels).
-:func:`neighbours` lists every hit's graph neighbours (both edge directions: a track may grow inwards as well as
-outwards) with their edge scores, best first (ties in the order of the edges), for following and refinement;
+hit-resolution model of every helix fit (:func:`~domainpar.kernels.track_fit.hit_columns` lays it out for the numba
+kernels). :func:`neighbours` lists every hit's graph neighbours (both edge directions: a track may grow inwards as
+well as outwards) with their edge scores, best first (ties in the order of the edges), for following and refinement;
 seeding reads each direction alone (:func:`best_first`).
 """
 

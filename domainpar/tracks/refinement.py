@@ -81,7 +81,7 @@ def refine(
     graph or its filter lost every edge across a gap); free hits, the best-scored first.
 
     Args:
-        columns: the hits' positions and resolutions (:func:`~domainpar.tracks.inputs.hit_columns`).
+        columns: the hits' positions and resolutions (:func:`~domainpar.kernels.track_fit.hit_columns`).
         layer: (N,) layer code of every hit.
         edge_index, scores: (2, E), (E,) the graph's edges and their scores.
         nbrs: every hit's neighbours over edges above ``extend_threshold`` (:func:`~domainpar.tracks.inputs.neighbours`).
@@ -132,7 +132,7 @@ def attach_at_holes(columns: HitColumns, layer: np.ndarray, labels: np.ndarray, 
     nearest the helix within :func:`hole_gates`), judged as :func:`~domainpar.kernels.track_refine.attach_free`.
 
     Args:
-        columns: the hits' positions and resolutions (:func:`~domainpar.tracks.inputs.hit_columns`).
+        columns: the hits' positions and resolutions (:func:`~domainpar.kernels.track_fit.hit_columns`).
         layer: (N,) int64 layer of every hit.
         labels: (N,) track of every hit, -1 for none.
         config: the :class:`~domainpar.tracks.config.TrackConfig`.

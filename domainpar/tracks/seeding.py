@@ -1,14 +1,11 @@
 """Seeding, the first stage of the following methods (``ckf``, ``ambiguity``): the triplets tracks start from.
 
-Seeds are triplets of hits a → b → c joined by two graph edges both scored
-above ``seed_threshold``. They are taken in bands of their weaker edge's
-score (``seed_bucket`` wide, the best band first); within a band, the seed
-whose circle passes nearest the beam line first (a triplet that jumps
-between two crossing particles curls away from it), then by the weaker and
-the stronger score, then the lower hit ids. At most ``seeds_per_hit`` inner
-and as many outer edges (the best-scored) of every middle hit b make seeds.
-Following (:mod:`domainpar.tracks.following`) grows a track from each, in
-this order.
+Seeds are triplets of hits a → b → c joined by two graph edges both scored above ``seed_threshold``. They are taken
+in bands of their weaker edge's score (``seed_bucket`` wide, the best band first); within a band, the seed whose
+circle passes nearest the beam line first (a triplet that jumps between two crossing particles curls away from it),
+then by the weaker and the stronger score, then the lower hit ids. At most ``seeds_per_hit`` inner and as many outer
+edges (the best-scored) of every middle hit b make seeds. Following (:mod:`domainpar.tracks.following`) grows a
+track from each, in this order.
 """
 
 from __future__ import annotations

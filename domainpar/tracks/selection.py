@@ -1,7 +1,7 @@
 """Selection, the stage of ``ckf`` and ``ambiguity`` after refinement: which candidates stay tracks.
 
-Two cuts judge the laid-out candidates (:func:`select`); the hits of a candidate either drops become
-singletons, free for attaching at the holes of the tracks kept (:mod:`domainpar.tracks.refinement`):
+Two cuts judge the laid-out candidates (:func:`select`); the hits of a candidate either drops become singletons,
+free for attaching at the holes of the tracks kept (:mod:`domainpar.tracks.refinement`):
 
 * the hole cut (:func:`holed`): a track whose helix crosses as many layers of the event without a hit on them
   (holes, :func:`track_holes`) as with one is a piece of a longer track, or no particle's, unless its particle
@@ -89,7 +89,7 @@ def holed(columns: HitColumns, layer: np.ndarray, track_id: np.ndarray, fit_chi2
     ``config.ended_chi2_ndf``).
 
     Args:
-        columns: the hits' positions and resolutions (:func:`~domainpar.tracks.inputs.hit_columns`).
+        columns: the hits' positions and resolutions (:func:`~domainpar.kernels.track_fit.hit_columns`).
         layer: (N,) layer code of every hit.
         track_id: (N,) candidate of every hit (0..T-1).
         fit_chi2_ndf: (T,) helix-fit chi2/ndf of every candidate (nan: none).
@@ -152,15 +152,8 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config) -> np
 
 
 def select(candidates: TrackCandidates, columns: HitColumns, layer: np.ndarray, config) -> np.ndarray:
-    """(N,) int64 the track of every hit among the candidates kept (2 hits or more, through both cuts), numbered
-    0..K-1 in the candidates' order; -1 for the hits of the others.
-
-    Args:
-        candidates: the refined candidates, laid out (:func:`~domainpar.tracks.candidates.assemble`).
-        columns: the hits' positions and resolutions (:func:`~domainpar.tracks.inputs.hit_columns`).
-        layer: (N,) layer code of every hit.
-        config: the cuts' settings (:class:`~domainpar.tracks.config.TrackConfig`).
-    """
+    """(N,) int64 the track of every hit among the ``candidates`` kept (2 hits or more, through both cuts), numbered
+    0..K-1 in the candidates' order; -1 for the hits of the others. ``columns``, ``layer``, ``config``: as :func:`holed`."""
     weak = holed(columns, layer, candidates.track_id, candidates.fit_chi2_ndf, config) | short_and_weak(candidates, layer, config)
     kept = ~weak & (candidates.sizes() >= 2)
     return np.where(kept[candidates.track_id], np.cumsum(kept)[candidates.track_id] - 1, -1)
