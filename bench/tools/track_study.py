@@ -35,8 +35,9 @@ import numpy as np
 
 from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.errors import DomainparError
-from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.tracks.candidates import build_candidates
 from domainpar.tracks.compare import _parse_setting
+from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 from domainpar.tracks.plots import plot_track_examples
 

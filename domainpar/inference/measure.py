@@ -132,7 +132,8 @@ from domainpar.data.trackml import load_event
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
-from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.config import TrackConfig
 t1 = time.perf_counter()
 with event.install_recorder("numba:compile") as recorder:
     (hits,) = load_event(sys.argv[1], parts=("hits",))

@@ -26,7 +26,7 @@ from domainpar.errors import DomainparError, shorten
 from domainpar.inference.graphs import GraphStage, filter_hash_of
 from domainpar.inference.spec import PipelineSpec
 from domainpar.parsing import parse_json
-from domainpar.tracks.candidates import TrackConfig
+from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
 

@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from domainpar.atomic import atomic_path
-from domainpar.errors import DomainparError
 from domainpar.inference.spec import TRACK_FORMATS
 from domainpar.tracks.candidates import TrackCandidates
+from domainpar.tracks.submission import submission
 
 #: Sub-directories of ``--out`` holding per-event outputs.
 SUBMISSIONS, TRACKS, RECORDS = "submissions", "tracks", "events"
@@ -58,29 +58,9 @@ def record_path(out: Path, name: str) -> Path:
     return Path(out) / RECORDS / f"{name}.json"
 
 
-def submission(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> pd.DataFrame:
-    """The TrackML submission of one event: int64 ``event_id, hit_id, track_id``, every hit once, sorted by hit id.
-
-    Args:
-        event_id: the event number, repeated on every row.
-        hit_id: (M,) TrackML hit ids.
-        track_id: (M,) track id of every hit (non-negative, as the challenge assumed).
-    """
-    hit_id = np.asarray(hit_id, dtype=np.int64)
-    track_id = np.asarray(track_id, dtype=np.int64)
-    if hit_id.ndim != 1 or track_id.shape != hit_id.shape:
-        raise DomainparError(
-            f"hit_id and track_id must be one-dimensional of equal length (got shapes {hit_id.shape}, {track_id.shape})"
-        )
-    if track_id.size and track_id.min() < 0:
-        raise DomainparError(f"track_id must be non-negative (got {int(track_id.min())})")
-    order = np.argsort(hit_id, kind="stable")
-    return pd.DataFrame({"event_id": np.full(hit_id.size, int(event_id), dtype=np.int64), "hit_id": hit_id[order],
-                         "track_id": track_id[order]})  # fmt: skip
-
-
 def submission_bytes(table: pd.DataFrame) -> bytes:
-    """The CSV file of a :func:`submission` (what ``domainpar score`` and the challenge read)."""
+    """The CSV file of a submission table (:func:`domainpar.tracks.submission.submission`: what ``domainpar score``
+    and the challenge read)."""
     return table.to_csv(index=False, lineterminator="\n").encode()
 
 
@@ -227,7 +207,6 @@ __all__ = [
     "read_record",
     "record_path",
     "remove_event",
-    "submission",
     "submission_bytes",
     "submission_path",
     "tracks_bytes",

@@ -17,11 +17,10 @@ import pandas as pd
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.inference.events import PreparedEvent
-from domainpar.inference.products import submission
 from domainpar.inference.runner import EventResult
 from domainpar.inference.spec import EvaluateConfig
-from domainpar.tracks.build import complete_tracks
-from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
+from domainpar.tracks.candidates import TrackCandidates, build_candidates
+from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import (
     TrackingMetrics,
     binned_efficiencies,
@@ -32,6 +31,7 @@ from domainpar.tracks.efficiency import (
 )
 from domainpar.tracks.methods import METHODS as TRACK_METHODS
 from domainpar.tracks.score import score_arrays
+from domainpar.tracks.submission import complete_tracks, submission
 
 
 @dataclass

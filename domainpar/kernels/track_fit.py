@@ -1,46 +1,41 @@
 """Helix fits of hit sets in a solenoid field along z (numba).
 
-Knows nothing of events or graphs: positions in, fit figures out. A charged
-particle in a uniform field along z moves on a helix: a circle in x–y and a
-straight line in (s, z), s the arc length along the circle. :func:`helix_fit`
-fits both to the hits of one candidate, in the order given (innermost first):
+Knows nothing of events or graphs: positions in, fit figures out. A charged particle in a uniform field along z
+moves on a helix: a circle in x–y and a straight line in (s, z), s the arc length along the circle.
+:func:`helix_fit` fits both to the hits of one candidate, in the order given (innermost first):
 
-* circle: Karimäki's closed-form fit (NIM A305 (1991) 187) in coordinates
-  centred on the hits' mean, parametrised by the signed curvature, so a
-  straight line (curvature 0) is an ordinary case, never a division by 0;
-  residual of a hit = its signed distance to the circle (exact, not the
-  fit's linearised one);
-* line in (s, z): s is the turning angle around the fitted centre from the
-  first hit, unwrapped hit to hit in the given order (signed, so a hit given
-  a little out of order steps back instead of breaking the line), times the
-  radius, oriented so that the last hit lies ahead (the transverse distance
-  from the first hit along the line when the circle is a line); z = z0 + t s by least
-  squares, residual measured perpendicular to the line, ``(z - z0 - t s) /
-  sqrt(1 + t^2)``, so a forward track is not penalised for its steep slope.
+* circle: Karimäki's closed-form fit (NIM A305 (1991) 187) in coordinates centred on the hits' mean, parametrised by
+  the signed curvature, so a straight line (curvature 0) is an ordinary case, never a division by 0; residual of a
+  hit = its signed distance to the circle (exact, not the fit's linearised one);
+* line in (s, z): s is the turning angle around the fitted centre from the first hit, unwrapped hit to hit in the
+  given order (signed, so a hit given a little out of order steps back instead of breaking the line), times the
+  radius, oriented so that the last hit lies ahead (the transverse distance from the first hit along the line when
+  the circle is a line); z = z0 + t s by least squares, residual measured perpendicular to the line,
+  ``(z - z0 - t s) / sqrt(1 + t^2)``, so a forward track is not penalised for its steep slope.
 
-Errors: every hit has its own resolution — ``var_t`` across the track in x–y
-(r·phi), ``var_z`` along z and ``var_r`` along r (mm², from the module's
-pitch: a barrel strip is precise in r·phi and coarse in z, an endcap strip
-coarse in r) — and a multiple-scattering term ``var_m (ms s / pT)^2`` with pT
-the fitted one in GeV, s the fitted hits' mean spacing in units of 50 mm
-(scattering displaces hits in proportion to the distance between them) and
-``var_m`` the hit's share of material (1 in the pixel detector; the strip
-detector's modules and supports scatter more). The circle fit is unweighted (the transverse
-resolutions of pixels and strips are alike, and scattering, the same for
-every hit, dominates them below a few GeV). A hit's variance across the
-circle is its r·phi and r variances projected on the circle's normal there
-(an endcap strip's coarse r matters where a curling track crosses the disc
-at an angle), plus scattering; along the circle likewise projected on the
-tangent (var_s). The (s, z) line is fitted with weights 1 / var, the
-variance of a hit's perpendicular residual being ``(var_z + t^2 var_s) /
-(1 + t^2) + (ms / pT)^2``, t the slope (so a long barrel strip's z barely
-pulls the line). chi2 = sum over both views of
-squared residual / variance; ndf = (n - 3) + (n - 2). pT = 0.3 B R (GeV, T, m).
+Errors: every hit has its own resolution — ``var_t`` across the track in x–y (r·phi), ``var_z`` along z and
+``var_r`` along r (mm², from the module's pitch: a barrel strip is precise in r·phi and coarse in z, an endcap strip
+coarse in r) — and a multiple-scattering term ``var_m (ms s / pT)^2`` with pT the fitted one in GeV, s the fitted
+hits' mean spacing in units of 50 mm (scattering displaces hits in proportion to the distance between them) and
+``var_m`` the hit's share of material (1 in the pixel detector; the strip detector's modules and supports scatter
+more). The circle fit is unweighted (the transverse resolutions of pixels and strips are alike, and scattering, the
+same for every hit, dominates them below a few GeV). A hit's variance across the circle is its r·phi and r variances
+projected on the circle's normal there (an endcap strip's coarse r matters where a curling track crosses the disc at
+an angle), plus scattering; along the circle likewise projected on the tangent (var_s). The (s, z) line is fitted
+with weights 1 / var, the variance of a hit's perpendicular residual being
+``(var_z + t^2 var_s) / (1 + t^2) + (ms / pT)^2``, t the slope (so a long barrel strip's z barely pulls the line). chi2 = sum over both views of squared
+residual / variance; ndf = (n - 3) + (n - 2). pT = 0.3 B R (GeV, T, m).
+
+Window fits judge a track piece by piece, on a :data:`HitColumns` table: :func:`window_chi2_ndf` (the worst fit of
+``window`` consecutive hits) and :func:`insertion_delta` (what one hit put into an ordered track adds to the fit of
+the window around it). The track builder (:mod:`~domainpar.kernels.track_ckf`) and the refinement
+(:mod:`~domainpar.kernels.track_refine`) judge every hit with them.
 """
 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numba
 import numpy as np
@@ -49,8 +44,9 @@ import numpy as np
 PT_PER_TESLA_MM = 0.299792458e-3
 #: Hit spacing (mm) at which the multiple-scattering term is ``ms / pT``; it grows in proportion to wider spacings.
 SPACING_MM = 50.0
-#: Number of values :func:`helix_fit` returns per candidate (see its docstring).
-NUM_FIT_VALUES = 8
+#: Every hit's position (mm) and resolutions (:func:`helix_fit`'s per-hit arrays), each (N,) float64, as one
+#: argument of the window fits (a namedtuple numba passes by value).
+HitColumns = namedtuple("HitColumns", "x y z var_t var_z var_r var_m")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -112,65 +108,45 @@ def karimaki(x: np.ndarray, y: np.ndarray, hits: np.ndarray, count: int) -> tupl
 
 
 @numba.njit(cache=True, nogil=True)
-def circle_of(x: np.ndarray, y: np.ndarray, hits: np.ndarray, count: int) -> tuple:
-    """``(xc, yc, radius)`` of the circle fitted to ``hits[:count]`` (radius inf and the centre nan for a line)."""
-    xm, ym, rho, dca, sphi, cphi = karimaki(x, y, hits, count)
-    if abs(rho) <= 1e-12:
-        return np.nan, np.nan, np.inf
-    return xm + (dca + 1.0 / rho) * sphi, ym - (dca + 1.0 / rho) * cphi, 1.0 / abs(rho)
+def circle_residual(xm: float, ym: float, rho: float, dca: float, sphi: float, cphi: float, px: float, py: float) -> float:
+    """Signed distance of the point (px, py) from the circle :func:`karimaki` returned (exact; a line when rho is 0)."""
+    u = px - xm
+    v = py - ym
+    f = 0.5 * rho * (u * u + v * v) - (1.0 + rho * dca) * (u * sphi - v * cphi) + 0.5 * rho * dca * dca + dca
+    # From the circle's implicit form (f / (1 + ...) -> f for a line).
+    g = 1.0 + 2.0 * rho * f
+    if g < 0.0:
+        g = 0.0
+    return 2.0 * f / (1.0 + math.sqrt(g))
 
 
 @numba.njit(cache=True, nogil=True)
 def circle_distance(xm: float, ym: float, rho: float, dca: float, sphi: float, cphi: float, px: float, py: float) -> float:
     """Distance of the point (px, py) from the circle :func:`karimaki` returned (exact; a line when rho is 0)."""
-    u = px - xm
-    v = py - ym
-    f = 0.5 * rho * (u * u + v * v) - (1.0 + rho * dca) * (u * sphi - v * cphi) + 0.5 * rho * dca * dca + dca
-    g = 1.0 + 2.0 * rho * f
-    if g < 0.0:
-        g = 0.0
-    return abs(2.0 * f / (1.0 + math.sqrt(g)))
+    return abs(circle_residual(xm, ym, rho, dca, sphi, cphi, px, py))
 
 
 @numba.njit(cache=True, nogil=True)
 def helix_fit(
-    x: np.ndarray,
-    y: np.ndarray,
-    z: np.ndarray,
-    var_t: np.ndarray,
-    var_z: np.ndarray,
-    var_r: np.ndarray,
-    var_m: np.ndarray,
-    hits: np.ndarray,
-    count: int,
-    field: float,
-    ms: float,
-) -> tuple:
+    x: np.ndarray, y: np.ndarray, z: np.ndarray, var_t: np.ndarray, var_z: np.ndarray, var_r: np.ndarray, var_m: np.ndarray,
+    hits: np.ndarray, count: int, field: float, ms: float,
+) -> tuple:  # fmt: skip
     """Fit a helix to ``hits[:count]`` (node ids into the per-hit arrays), in that order.
 
     Returns:
-        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views
-        (with the errors of the module docstring), ndf = 2 count - 5,
-        pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm),
-        the circle centre (mm; nan for a line), and the (s, z) line's intercept
-        at the first hit and slope dz/ds. chi2 and pT are nan below 3 hits.
+        ``(chi2, ndf, pt, curvature, xc, yc, z0, slope)``: chi2 over both views (with the errors of the module
+        docstring), ndf = 2 count - 5, pT in GeV (inf for a straight line), the signed curvature 1/R (1/mm), the
+        circle centre (mm; nan for a line), and the (s, z) line's intercept at the first hit and slope dz/ds. chi2 and
+        pT are nan below 3 hits.
     """
     nan = np.nan
     if count < 3:
         return nan, 0.0, nan, nan, nan, nan, nan, nan
     xm, ym, rho, dca, sphi, cphi = karimaki(x, y, hits, count)
-    # Circle: 0.5 rho (u^2+v^2) - (1 + rho d)(u sin(phi) - v cos(phi)) + 0.5 rho d^2 + d = 0 (centred frame).
-    scratch = np.empty((4, count))  # one allocation: residuals, arc lengths, variances across and along
+    scratch = np.empty((5, count))  # one allocation: residuals, arc lengths, variances across and along, weights
     eps_xy = scratch[0]
     for k in range(count):
-        u = x[hits[k]] - xm
-        v = y[hits[k]] - ym
-        f = 0.5 * rho * (u * u + v * v) - (1.0 + rho * dca) * (u * sphi - v * cphi) + 0.5 * rho * dca * dca + dca
-        # Exact signed distance to the circle from its implicit form (f/(1 + ...) -> f for a line).
-        g = 1.0 + 2.0 * rho * f
-        if g < 0.0:
-            g = 0.0
-        eps_xy[k] = 2.0 * f / (1.0 + math.sqrt(g))
+        eps_xy[k] = circle_residual(xm, ym, rho, dca, sphi, cphi, x[hits[k]], y[hits[k]])
     if abs(rho) > 1e-12:
         radius = 1.0 / abs(rho)
         xc = xm + (dca + 1.0 / rho) * sphi
@@ -233,30 +209,26 @@ def helix_fit(
     # (s, z) line: an unweighted pass gives the slope the weights need, a weighted pass the line.
     slope = 0.0
     z0 = 0.0
+    weight = scratch[4]
     for weighted in range(2):
+        for k in range(count):
+            h = hits[k]
+            weight[k] = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter * var_m[h]) if weighted else 1.0
         sw = 0.0
         s_sum = 0.0
         z_sum = 0.0
         for k in range(count):
-            w = 1.0
-            if weighted:
-                h = hits[k]
-                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter * var_m[h])
-            sw += w
-            s_sum += w * s_values[k]
-            z_sum += w * z[hits[k]]
+            sw += weight[k]
+            s_sum += weight[k] * s_values[k]
+            z_sum += weight[k] * z[hits[k]]
         s_mean = s_sum / sw
         z_mean = z_sum / sw
         ss = 0.0
         sz = 0.0
         for k in range(count):
-            w = 1.0
-            if weighted:
-                h = hits[k]
-                w = 1.0 / ((var_z[h] + slope * slope * var_s[k]) / (1.0 + slope * slope) + scatter * var_m[h])
             ds = s_values[k] - s_mean
-            ss += w * ds * ds
-            sz += w * ds * (z[hits[k]] - z_mean)
+            ss += weight[k] * ds * ds
+            sz += weight[k] * ds * (z[hits[k]] - z_mean)
         slope = sz / ss if ss > 0.0 else 0.0
         z0 = z_mean - slope * s_mean
     chi2 = 0.0
@@ -301,29 +273,50 @@ def fit_candidates(
     Returns:
         ``(chi2_ndf, pt)``, each (T,) float64; nan for candidates below 3 hits.
     """
-    pos = np.asarray(pos, dtype=np.float64)
-    variances = np.asarray(variances, dtype=np.float64)
-    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)] + [np.ascontiguousarray(variances[:, i]) for i in range(4)]
-    return _fit_all(
-        *columns, np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(hits, dtype=np.int64), float(field), float(ms)
-    )
+    columns = hit_columns(np.asarray(pos), np.asarray(variances))
+    return _fit_all(*columns, np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(hits, dtype=np.int64), float(field), float(ms))
+
+
+def hit_columns(pos: np.ndarray, variances: np.ndarray) -> HitColumns:
+    """The :data:`HitColumns` of (N, 3) hit positions (mm) and (N, 4) resolutions squared and scattering weights
+    (:func:`~domainpar.tracks.inputs.hit_variances`): each column contiguous float64."""
+    return HitColumns(*(np.ascontiguousarray(a[:, i], dtype=np.float64) for a in (pos, variances) for i in range(a.shape[1])))
+
+
+@numba.njit(cache=True, nogil=True)
+def fit_chi2(columns: HitColumns, hits: np.ndarray, count: int, field: float, ms: float) -> float:
+    """chi2 of the helix fit to ``hits[:count]``; 0 below 3 hits (nothing to judge yet)."""
+    if count < 3:
+        return 0.0
+    x, y, z, var_t, var_z, var_r, var_m = columns
+    chi2, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits, count, field, ms)
+    return chi2
+
+
+@numba.njit(cache=True, nogil=True)
+def worst_window(columns: HitColumns, hits: np.ndarray, count: int, window: int, field: float, ms: float) -> tuple:
+    """The worst of the helix fits to ``window`` consecutive hits of ``hits[:count]`` (one fit of all when shorter).
+
+    Returns:
+        ``(chi2_ndf, first)``: its chi2/ndf (-1 when no fit has one) and the index of its first hit.
+    """
+    x, y, z, var_t, var_z, var_r, var_m = columns
+    size = min(window, count)
+    worst = -1.0
+    first = 0
+    for lo in range(count - size + 1):
+        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[lo:], size, field, ms)
+        if chi2 / ndf > worst:
+            worst = chi2 / ndf
+            first = lo
+    return worst, first
 
 
 @numba.njit(cache=True, nogil=True)
 def window_chi2_ndf(
-    x: np.ndarray,
-    y: np.ndarray,
-    z: np.ndarray,
-    var_t: np.ndarray,
-    var_z: np.ndarray,
-    var_r: np.ndarray,
-    var_m: np.ndarray,
-    hits: np.ndarray,
-    count: int,
-    window: int,
-    field: float,
-    ms: float,
-) -> float:
+    x: np.ndarray, y: np.ndarray, z: np.ndarray, var_t: np.ndarray, var_z: np.ndarray, var_r: np.ndarray, var_m: np.ndarray,
+    hits: np.ndarray, count: int, window: int, field: float, ms: float,
+) -> float:  # fmt: skip
     """The worst chi2/ndf of helix fits to ``window`` consecutive hits of ``hits[:count]`` (the whole set when shorter).
 
     Local fits follow a track through scattering and energy loss that one helix over a metre of detector does
@@ -334,50 +327,54 @@ def window_chi2_ndf(
     if count <= window:
         chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits, count, field, ms)
         return chi2 / ndf
-    worst = 0.0
-    for k in range(count - window + 1):
-        chi2, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[k:], window, field, ms)
-        if chi2 / ndf > worst:
-            worst = chi2 / ndf
-    return worst
+    worst, _ = worst_window(HitColumns(x, y, z, var_t, var_z, var_r, var_m), hits, count, window, field, ms)
+    return max(worst, 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
-def _window_all(x, y, z, var_t, var_z, var_r, var_m, offsets, hits, window, field, ms) -> np.ndarray:
-    num = offsets.shape[0] - 1
-    out = np.full(num, np.nan)
-    for t in range(num):
-        out[t] = window_chi2_ndf(x, y, z, var_t, var_z, var_r, var_m, hits[offsets[t] :], offsets[t + 1] - offsets[t], window, field, ms)
-    return out
+def insert_at(buf: np.ndarray, end: int, i: int, c: int) -> int:
+    """Put hit c at index i of the ordered hits ``buf[:end]`` (0 <= i <= end); the new end."""
+    for k in range(end, i, -1):
+        buf[k] = buf[k - 1]
+    buf[i] = c
+    return end + 1
 
 
-def window_candidates(
-    pos: np.ndarray, variances: np.ndarray, offsets: np.ndarray, hits: np.ndarray, window: int, field: float, ms: float
-) -> np.ndarray:
-    """(T,) :func:`window_chi2_ndf` of every candidate of a CSR hit list (arguments as :func:`fit_candidates`)."""
-    pos = np.asarray(pos, dtype=np.float64)
-    variances = np.asarray(variances, dtype=np.float64)
-    columns = [np.ascontiguousarray(pos[:, i]) for i in range(3)] + [np.ascontiguousarray(variances[:, i]) for i in range(4)]
-    return _window_all(
-        *columns, np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(hits, dtype=np.int64),
-        int(window), float(field), float(ms),
-    )  # fmt: skip
+@numba.njit(cache=True, nogil=True)
+def remove_at(buf: np.ndarray, end: int, i: int) -> int:
+    """Take the hit at index i out of the ordered hits ``buf[:end]``; the new end."""
+    for k in range(i, end - 1):
+        buf[k] = buf[k + 1]
+    return end - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def insertion_delta(
+    columns: HitColumns, buf: np.ndarray, end: int, i: int, c: int, window: int, field: float, ms: float,
+    max_chi2_ndf: float, old: float = np.nan,
+) -> float:  # fmt: skip
+    """chi2 increment of putting hit c at index i of the ordered track ``buf[:end]`` (0 <= i <= end), judged on the
+    ``window`` consecutive hits around it (the last ones at an end); inf when the fit of those hits with c has a
+    chi2/ndf above ``max_chi2_ndf`` (the cut every kept track passes). buf is left as it was (it must hold one
+    hit more). ``old``: the chi2 of those hits without c when known (the same for every candidate at one end)."""
+    lo = max(0, i - (window - 1) // 2)
+    hi = min(end + 1, lo + window)
+    lo = max(0, hi - window)
+    if np.isnan(old):
+        old = fit_chi2(columns, buf[lo:], hi - 1 - lo, field, ms)
+    insert_at(buf, end, i, c)
+    new = fit_chi2(columns, buf[lo:], hi - lo, field, ms)
+    remove_at(buf, end + 1, i)
+    if hi - lo >= 3 and new > max_chi2_ndf * (2 * (hi - lo) - 5):
+        return np.inf
+    return new - old
 
 
 @numba.njit(cache=True, nogil=True)
 def perigee(
-    x: np.ndarray,
-    y: np.ndarray,
-    z: np.ndarray,
-    var_t: np.ndarray,
-    var_z: np.ndarray,
-    var_r: np.ndarray,
-    var_m: np.ndarray,
-    hits: np.ndarray,
-    count: int,
-    field: float,
-    ms: float,
-) -> tuple:
+    x: np.ndarray, y: np.ndarray, z: np.ndarray, var_t: np.ndarray, var_z: np.ndarray, var_r: np.ndarray, var_m: np.ndarray,
+    hits: np.ndarray, count: int, field: float, ms: float,
+) -> tuple:  # fmt: skip
     """The helix fitted to ``hits[:count]`` (in order along the track) at its point of closest approach to the beam
     line (the z axis): what every piece of one particle's track shares, however far apart the pieces are.
 

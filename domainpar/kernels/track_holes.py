@@ -44,14 +44,11 @@ def crossed_layers(
         out_s: (>= L,) float64 scratch: the transverse path length from the closest approach to each crossing (mm).
     """
     num = 0
-    rmax_det = 0.0
     zmax_det = 0.0
     for layer in range(barrel.shape[0]):
         if barrel[layer]:
-            rmax_det = max(rmax_det, position[layer])
             zmax_det = max(zmax_det, abs(high[layer]), abs(low[layer]))
         else:
-            rmax_det = max(rmax_det, high[layer])
             zmax_det = max(zmax_det, abs(position[layer]))
     straight = abs(kappa) < 1e-9
     radius = np.inf if straight else 1.0 / abs(kappa)

@@ -1,21 +1,18 @@
 """The hits of every track candidate in order along the track (numba).
 
-Knows nothing of events: positions, a candidate label per hit, and what the
-builder knew of the order in; a position along its candidate per hit out.
+Knows nothing of events: positions, a candidate label per hit, and what the builder knew of the order in; a position
+along its candidate per hit out.
 
-A builder that follows tracks hit by hit knows their order (a *fragment*:
-hits with a rank along it); refinements merge fragments and attach single
-hits, and the edge-only builders know no order at all. So, per candidate:
+A builder that follows tracks hit by hit knows their order (a *fragment*: hits with a rank along it); refinements
+merge fragments and attach single hits, and the edge-only builders know no order at all. So, per candidate:
 
-1. its fragments, each in its own rank order, are laid end to end, the
-   fragment whose first hit is nearest the origin (3-D) first;
-2. every hit without a rank is inserted where it lengthens the path least
-   (cheapest insertion: between two consecutive hits, or before the first or
-   after the last), hits nearest the origin first. A candidate without any
+1. its fragments, each in its own rank order, are laid end to end, the fragment whose first hit is nearest the
+   origin (3-D) first;
+2. every hit without a rank is inserted where it lengthens the path least (cheapest insertion: between two
+   consecutive hits, or before the first or after the last), hits nearest the origin first. A candidate without any
    ranked hit starts from its hit nearest the origin.
 
-For a particle that does not curl this is its order outwards; a curler keeps
-the order its builder followed.
+For a particle that does not curl this is its order outwards; a curler keeps the order its builder followed.
 """
 
 from __future__ import annotations
@@ -69,7 +66,6 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
             continue
         hits = members[lo:hi].copy()
         # Fragments in order of their first (lowest-rank) hit's distance from the origin; ranked hits by rank.
-        sort_key = np.empty(size)
         num_ranked = 0
         for k in range(size):
             if fragment[hits[k]] >= 0:
@@ -91,8 +87,6 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
                         best_rank = rank[g]
                         best_hit = g
                 frag_start[k] = origin[best_hit]
-            for k in range(size):
-                sort_key[k] = frag_start[k]
             order = np.empty(size, dtype=np.int64)
             # Stable selection by (fragment start, fragment id, rank).
             used = np.zeros(size, dtype=np.bool_)
@@ -106,7 +100,7 @@ def order_keys(x: np.ndarray, y: np.ndarray, z: np.ndarray, labels: np.ndarray, 
                         best = k
                         continue
                     b = hits[best]
-                    if (sort_key[k], fragment[h], rank[h]) < (sort_key[best], fragment[b], rank[b]):
+                    if (frag_start[k], fragment[h], rank[h]) < (frag_start[best], fragment[b], rank[b]):
                         best = k
                 used[best] = True
                 order[q] = hits[best]

@@ -1,25 +1,20 @@
 """Track candidates refined by their helix fits: fragments merged, free hits attached (numba).
 
-Knows nothing of events: hit positions and resolutions, a neighbour list with
-edge scores, and a label per hit (-1: on no track) in; new labels out.
+Knows nothing of events: hit positions and resolutions, a neighbour list with edge scores, and a label per hit (-1:
+on no track) in; new labels out.
 
-* :func:`merge_fragments` — two tracks joined by graph edges become one when
-  the hits of both, ordered along the track, fit one helix (the worst
-  windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf`
-  at most ``max_chi2_ndf``) and share no layer except through double hits
-  (at most ``max_per_layer`` hits of one layer, all within ``double_distance``
-  of each other: a particle crossing overlapping modules). Pairs are tried by
-  their number of joining edges (most first, then the higher summed score);
-  a merged track is judged whole against the next fragment. Tracks of at
-  least one hit take part, so a free hit or pair joins a track here too.
-* :func:`attach_free` — a hit on no track joins the neighbouring track whose
-  fit it disturbs least (chi2 increment of the windowed fit around its place
-  at most ``hit_chi2``, that fit's chi2/ndf at most ``max_chi2_ndf``, with the
+* :func:`merge_fragments` — two tracks joined by graph edges become one when the hits of both, ordered along the
+  track, fit one helix (the worst windowed chi2/ndf of :func:`~domainpar.kernels.track_fit.window_chi2_ndf` at most
+  ``max_chi2_ndf``) and share no layer except through double hits (at most ``max_per_layer`` hits of one layer, all
+  within ``double_distance`` of each other: a particle crossing overlapping modules). Pairs are tried by their
+  number of joining edges (most first, then the higher summed score); a merged track is judged whole against the
+  next fragment. Tracks of at least one hit take part, so a free hit or pair joins a track here too.
+* :func:`attach_free` — a hit on no track joins the neighbouring track whose fit it disturbs least (chi2 increment
+  of the windowed fit around its place at most ``hit_chi2``, that fit's chi2/ndf at most ``max_chi2_ndf``, with the
   same layer rule), best edge score first.
 
-Hits of a track are ordered by their 3-D distance from the origin (the order
-of :func:`~domainpar.tracks.candidates.assemble`): outwards along the track
-for every particle that does not curl back.
+Hits of a track are ordered by their 3-D distance from the origin (the order of
+:func:`~domainpar.tracks.candidates.assemble`): outwards along the track for every particle that does not curl back.
 """
 
 from __future__ import annotations
@@ -27,7 +22,37 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from domainpar.kernels.track_fit import circle_distance, helix_fit, karimaki, perigee, window_chi2_ndf
+from domainpar.kernels.track_fit import HitColumns, circle_distance, insertion_delta, karimaki, perigee, window_chi2_ndf
+
+
+@numba.njit(cache=True, nogil=True)
+def _track_lists(labels):
+    """Every track's hits as a linked list, in ascending hit order (labels 0..T-1, -1: on no track).
+
+    Returns:
+        ``(head, tail, size, nxt)``: (T,) each track's first and last hit and its number of hits, and (N,) the
+        next hit of every hit's track (-1: none).
+    """
+    n = labels.shape[0]
+    num_tracks = 0
+    for i in range(n):
+        if labels[i] + 1 > num_tracks:
+            num_tracks = labels[i] + 1
+    head = np.full(num_tracks, -1, dtype=np.int64)
+    tail = np.full(num_tracks, -1, dtype=np.int64)
+    size = np.zeros(num_tracks, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        t = labels[i]
+        if t < 0:
+            continue
+        if head[t] < 0:
+            head[t] = i
+        else:
+            nxt[tail[t]] = i
+        tail[t] = i
+        size[t] += 1
+    return head, tail, size, nxt
 
 
 @numba.njit(cache=True, nogil=True)
@@ -49,6 +74,19 @@ def _sorted_hits(head, nxt, dist, root, out):
             j -= 1
         out[j + 1] = v
     return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _fit_circle(circle, t, x, y, hits, count):
+    """``circle[t]`` = :func:`~domainpar.kernels.track_fit.karimaki` of ``hits[:count]``."""
+    circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def _near_circle(circle, t, x, y, h, gate):
+    """Whether hit h lies within ``gate`` of track t's circle (``circle[t]``, nan: none, always near)."""
+    c = circle[t]
+    return not (np.isfinite(c[0]) and circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -77,7 +115,7 @@ def merge_fragments(
     """Merge tracks pair by pair (see the module docstring).
 
     Args:
-        x, y, z, var_t, var_z, var_r: (N,) positions and resolutions squared.
+        x, y, z, var_t, var_z, var_r, var_m: (N,) positions, resolutions squared and scattering weights.
         layer: (N,) layer codes.
         labels: (N,) track of every hit, -1 for none (tracks numbered 0..T-1).
         pair_a, pair_b: (P,) track pairs to try, in order.
@@ -89,33 +127,14 @@ def merge_fragments(
     Returns:
         (N,) new labels: every hit of a merged pair carries the label of the pair's root track.
     """
-    n = x.shape[0]
-    num_tracks = 0
-    for i in range(n):
-        if labels[i] + 1 > num_tracks:
-            num_tracks = labels[i] + 1
-    parent = np.arange(num_tracks)
-    head = np.full(num_tracks, -1, dtype=np.int64)
-    tail = np.full(num_tracks, -1, dtype=np.int64)
-    size = np.zeros(num_tracks, dtype=np.int64)
-    nxt = np.full(n, -1, dtype=np.int64)
+    head, tail, size, nxt = _track_lists(labels)
+    parent = np.arange(head.shape[0])
     dist = np.sqrt(x * x + y * y + z * z)
-    for i in range(n):
-        t = labels[i]
-        if t < 0:
-            continue
-        if head[t] < 0:
-            head[t] = i
-        else:
-            nxt[tail[t]] = i
-        tail[t] = i
-        size[t] += 1
     hits = np.empty(max_hits + 1, dtype=np.int64)
-    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every root track of 3 hits or more
-    for t in range(num_tracks):
+    circle = np.full((head.shape[0], 6), np.nan)  # karimaki() of every root track of 3 hits or more
+    for t in range(head.shape[0]):
         if size[t] >= 3:
-            count = _sorted_hits(head, nxt, dist, t, hits)
-            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
+            _fit_circle(circle, t, x, y, hits, _sorted_hits(head, nxt, dist, t, hits))
     for p in range(pair_a.shape[0]):
         a = pair_a[p]
         while parent[a] != a:
@@ -128,14 +147,9 @@ def merge_fragments(
         big, small = (a, b) if size[a] >= size[b] else (b, a)
         if size[big] >= 3:
             h = head[small]
-            near = True
-            while h >= 0:
-                c = circle[big]
-                if circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
-                    near = False
-                    break
+            while h >= 0 and _near_circle(circle, big, x, y, h, gate):
                 h = nxt[h]
-            if not near:
+            if h >= 0:
                 continue
         # The union, tentatively linked a -> b, sorted; undone if it does not fit.
         nxt[tail[a]] = head[b]
@@ -150,9 +164,9 @@ def merge_fragments(
         size[a] += size[b]
         parent[b] = a
         if count >= 3:
-            circle[a, 0], circle[a, 1], circle[a, 2], circle[a, 3], circle[a, 4], circle[a, 5] = karimaki(x, y, hits, count)
+            _fit_circle(circle, a, x, y, hits, count)
     out = labels.copy()
-    for i in range(n):
+    for i in range(labels.shape[0]):
         t = labels[i]
         if t < 0:
             continue
@@ -179,26 +193,16 @@ def attach_free(
     Returns:
         (N,) new labels.
     """
-    n = x.shape[0]
+    columns = HitColumns(x, y, z, var_t, var_z, var_r, var_m)
     out = labels.copy()
-    num_tracks = 0
-    for i in range(n):
-        if labels[i] + 1 > num_tracks:
-            num_tracks = labels[i] + 1
-    head = np.full(num_tracks, -1, dtype=np.int64)
-    nxt = np.full(n, -1, dtype=np.int64)
+    head, _, _, nxt = _track_lists(labels)
     dist = np.sqrt(x * x + y * y + z * z)
-    for i in range(n - 1, -1, -1):
-        t = labels[i]
-        if t >= 0:
-            nxt[i] = head[t]
-            head[t] = i
     hits = np.empty(max_hits + 2, dtype=np.int64)
-    circle = np.full((num_tracks, 6), np.nan)  # karimaki() of every track of 3 hits or more, before attaching
-    for t in range(num_tracks):
+    circle = np.full((head.shape[0], 6), np.nan)  # karimaki() of every track of 3 hits or more, before attaching
+    for t in range(head.shape[0]):
         count = _sorted_hits(head, nxt, dist, t, hits)
         if count >= 3:
-            circle[t, 0], circle[t, 1], circle[t, 2], circle[t, 3], circle[t, 4], circle[t, 5] = karimaki(x, y, hits, count)
+            _fit_circle(circle, t, x, y, hits, count)
     for q in range(order.shape[0]):
         h = order[q]
         if out[h] >= 0:
@@ -207,13 +211,11 @@ def attach_free(
         best_delta = hit_chi2
         for j in range(nbr_ptr[h], nbr_ptr[h + 1]):
             t = out[nbr_node[j]]
-            if t < 0:
-                continue
-            c = circle[t]
-            if np.isfinite(c[0]) and circle_distance(c[0], c[1], c[2], c[3], c[4], c[5], x[h], y[h]) > gate:
+            if t < 0 or not _near_circle(circle, t, x, y, h, gate):
                 continue
             count = _sorted_hits(head, nxt, dist, t, hits)
-            if count >= max_hits:
+            # Too long, or too short to judge (the window around h holds fewer than 3 hits).
+            if count >= max_hits or min(window, count + 1) < 3:
                 continue
             # Layer rule, and where h goes along the track.
             ok = True
@@ -230,20 +232,9 @@ def attach_free(
                     at = k
             if not ok or same > max_per_layer:
                 continue
-            lo = max(0, at - (window - 1) // 2)
-            hi = min(count + 1, lo + window)
-            lo = max(0, hi - window)
-            old = 0.0
-            if hi - 1 - lo >= 3:
-                old, _, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[lo:], hi - 1 - lo, field, ms)
-            for k in range(count, at, -1):
-                hits[k] = hits[k - 1]
-            hits[at] = h
-            if hi - lo < 3:
-                continue
-            new, ndf, _, _, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, hits[lo:], hi - lo, field, ms)
-            if new - old <= best_delta and new <= max_chi2_ndf * ndf:
-                best_delta = new - old
+            delta = insertion_delta(columns, hits, count, at, h, window, field, ms, max_chi2_ndf)
+            if delta <= best_delta:
+                best_delta = delta
                 best_track = t
         if best_track >= 0:
             out[h] = best_track
@@ -256,20 +247,8 @@ def attach_free(
 def track_perigees(x, y, z, var_t, var_z, var_r, var_m, labels, field, ms):
     """(T, 5) :func:`~domainpar.kernels.track_fit.perigee` of every track (hits ordered by distance from the origin;
     nan for tracks below 3 hits)."""
-    n = x.shape[0]
-    num_tracks = 0
-    for i in range(n):
-        if labels[i] + 1 > num_tracks:
-            num_tracks = labels[i] + 1
-    head = np.full(num_tracks, -1, dtype=np.int64)
-    nxt = np.full(n, -1, dtype=np.int64)
-    size = np.zeros(num_tracks, dtype=np.int64)
-    for i in range(n - 1, -1, -1):
-        t = labels[i]
-        if t >= 0:
-            nxt[i] = head[t]
-            head[t] = i
-            size[t] += 1
+    head, _, size, nxt = _track_lists(labels)
+    num_tracks = head.shape[0]
     dist = np.sqrt(x * x + y * y + z * z)
     out = np.full((num_tracks, 5), np.nan)
     hits = np.empty(max(size.max() if num_tracks else 1, 1), dtype=np.int64)

@@ -28,11 +28,12 @@ from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.data.trackml import event_id_of, event_prefixes, load_event
 from domainpar.errors import DomainparError
-from domainpar.tracks.build import complete_tracks
-from domainpar.tracks.candidates import TrackCandidates, TrackConfig, build_candidates
+from domainpar.tracks.candidates import TrackCandidates, build_candidates
+from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import ParticleTable, TrackingMetrics, tracking_metrics
 from domainpar.tracks.methods import METHODS
 from domainpar.tracks.score import score_arrays
+from domainpar.tracks.submission import complete_tracks
 
 #: The entry of a scored graph file that holds the edge scores (``domainpar.inference.scores.NPZ_SCORES``).
 SCORES_ENTRY = "edge_score"

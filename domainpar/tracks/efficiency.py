@@ -48,7 +48,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from domainpar.errors import DomainparError
-from domainpar.tracks.score import score_arrays
+from domainpar.tracks.score import check_aligned, score_arrays
 
 #: pT bin edges (GeV) of the binned efficiencies: log-spaced, the curling particles below 0.3 GeV in three bins.
 PT_BINS = np.array([0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 100.0])
@@ -84,10 +84,7 @@ class EdgeMetrics:
 def _check_scores_labels(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scores = np.asarray(scores, dtype=np.float64)
     labels = np.asarray(labels)
-    if scores.ndim != 1 or labels.shape != scores.shape:
-        raise DomainparError(
-            f"scores and labels must be one-dimensional of equal length (got shapes {scores.shape}, {labels.shape})"
-        )
+    check_aligned(scores=scores, labels=labels)
     if np.isnan(scores).any():
         raise DomainparError("scores must not contain NaN")
     return scores, labels > 0.5
@@ -152,15 +149,10 @@ def edge_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float = 0.5)
     num_predicted = int(np.count_nonzero(predicted))
     num_tp = int(np.count_nonzero(predicted & positive))
     return EdgeMetrics(
-        threshold=float(threshold),
-        efficiency=num_tp / num_true if num_true else math.nan,
-        purity=num_tp / num_predicted if num_predicted else math.nan,
-        auc=roc_auc(scores, positive),
-        num_edges=int(scores.size),
-        num_true=num_true,
-        num_predicted=num_predicted,
-        num_true_positive=num_tp,
-    )
+        threshold=float(threshold), efficiency=num_tp / num_true if num_true else math.nan,
+        purity=num_tp / num_predicted if num_predicted else math.nan, auc=roc_auc(scores, positive),
+        num_edges=int(scores.size), num_true=num_true, num_predicted=num_predicted, num_true_positive=num_tp,
+    )  # fmt: skip
 
 
 def efficiency_at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> tuple[float, float, float]:
@@ -343,11 +335,7 @@ def tracking_metrics(
     track_id = np.asarray(track_id, dtype=np.int64)
     particle_id = np.asarray(particle_id, dtype=np.int64)
     layer = np.asarray(layer, dtype=np.int64)
-    if not (track_id.shape == particle_id.shape == layer.shape) or track_id.ndim != 1:
-        raise DomainparError(
-            f"track_id, particle_id and layer must be one-dimensional of equal length "
-            f"(got shapes {track_id.shape}, {particle_id.shape}, {layer.shape})"
-        )
+    check_aligned(track_id=track_id, particle_id=particle_id, layer=layer)
     # Weights do not matter for matching; unit weights give the same majority analysis.
     table = score_arrays(track_id, particle_id, np.ones(track_id.size))
     real = table.major_particle_id != 0
@@ -375,24 +363,13 @@ def tracking_metrics(
     num_matched = int(np.count_nonzero(reconstructable & matched))
     num_perfect = int(np.count_nonzero(reconstructable & perfectly))
     return TrackingMetrics(
-        tracking_efficiency=_ratio(num_matched, num_reco),
-        perfect_efficiency=_ratio(num_perfect, num_reco),
-        fake_rate=_ratio(num_fakes, num_candidates),
-        duplicate_rate=_ratio(num_duplicates, num_candidates),
-        num_reconstructable=num_reco,
-        num_matched=num_matched,
-        num_perfect=num_perfect,
-        num_tracks=int(table.track_id.size),
-        num_candidates=num_candidates,
-        num_fakes=num_fakes,
-        num_duplicates=num_duplicates,
-        particle_id=hit_particles,
-        particle_pt=pt,
-        particle_eta=eta,
-        particle_nlayers=particle_nlayers.astype(np.int64),
-        particle_matched=matched,
+        tracking_efficiency=_ratio(num_matched, num_reco), perfect_efficiency=_ratio(num_perfect, num_reco),
+        fake_rate=_ratio(num_fakes, num_candidates), duplicate_rate=_ratio(num_duplicates, num_candidates),
+        num_reconstructable=num_reco, num_matched=num_matched, num_perfect=num_perfect, num_tracks=int(table.track_id.size),
+        num_candidates=num_candidates, num_fakes=num_fakes, num_duplicates=num_duplicates, particle_id=hit_particles,
+        particle_pt=pt, particle_eta=eta, particle_nlayers=particle_nlayers.astype(np.int64), particle_matched=matched,
         particle_perfect=perfectly,
-    )
+    )  # fmt: skip
 
 
 def binned_fraction(values: np.ndarray, passed: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

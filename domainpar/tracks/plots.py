@@ -219,14 +219,9 @@ def plot_performance(
 
 
 def plot_event_display(
-    pos: np.ndarray,
-    track_id: np.ndarray,
-    edge_index: np.ndarray,
-    edge_mask: np.ndarray,
-    path: str | os.PathLike,
-    min_track_hits: int = 3,
-    title: str = "",
-) -> Path:
+    pos: np.ndarray, track_id: np.ndarray, edge_index: np.ndarray, edge_mask: np.ndarray, path: str | os.PathLike,
+    min_track_hits: int = 3, title: str = "",
+) -> Path:  # fmt: skip
     """Found tracks in the transverse (x–y) and longitudinal (z–r) views.
 
     Tracks of at least ``min_track_hits`` hits are drawn in colour along the
@@ -343,17 +338,9 @@ def pick_track_examples(
 
 
 def plot_track_examples(
-    pos: np.ndarray,
-    offsets: np.ndarray,
-    hits: np.ndarray,
-    track_id: np.ndarray,
-    particle_id: np.ndarray,
-    particle_pt: np.ndarray,
-    path: str | os.PathLike,
-    count: int = 2,
-    pt_min: float = 1.0,
-    title: str = "",
-) -> Path:
+    pos: np.ndarray, offsets: np.ndarray, hits: np.ndarray, track_id: np.ndarray, particle_id: np.ndarray,
+    particle_pt: np.ndarray, path: str | os.PathLike, count: int = 2, pt_min: float = 1.0, title: str = "",
+) -> Path:  # fmt: skip
     """Built tracks whole, broken and fake, each in the x–y and r–z views, hits coloured by their true particle.
 
     One row per kind (:func:`pick_track_examples`), ``count`` examples a row, two panels an example zoomed on its

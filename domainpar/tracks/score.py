@@ -229,16 +229,23 @@ def score_event(truth: pd.DataFrame, submission: pd.DataFrame, source: str = "su
     return analyze_tracks(truth, submission, source=source).score
 
 
+def check_aligned(**arrays: np.ndarray) -> None:
+    """Raise unless the named arrays are one-dimensional of one length (per-hit or per-edge arrays side by side)."""
+    shapes = [np.shape(a) for a in arrays.values()]
+    if len(shapes[0]) != 1 or any(shape != shapes[0] for shape in shapes):
+        names = list(arrays)
+        raise DomainparError(
+            f"{', '.join(names[:-1])} and {names[-1]} must be one-dimensional of equal length "
+            f"(got shapes {', '.join(map(str, shapes))})"
+        )
+
+
 def score_arrays(track_id: np.ndarray, particle_id: np.ndarray, weight: np.ndarray) -> TrackTable:
     """Track table from aligned per-hit arrays (N,) — for callers that already hold them, no validation of ids."""
     track_id = np.asarray(track_id, dtype=np.int64)
     particle_id = np.asarray(particle_id, dtype=np.int64)
     weight = np.asarray(weight, dtype=np.float64)
-    if not (track_id.shape == particle_id.shape == weight.shape) or track_id.ndim != 1:
-        raise DomainparError(
-            f"track_id, particle_id and weight must be one-dimensional of equal length "
-            f"(got shapes {track_id.shape}, {particle_id.shape}, {weight.shape})"
-        )
+    check_aligned(track_id=track_id, particle_id=particle_id, weight=weight)
     if not weight.sum() > 0:
         raise DomainparError(f"weight must have a positive sum (got {weight.sum()})")
     return _analyze_arrays(track_id, particle_id, weight)

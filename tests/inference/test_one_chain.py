@@ -135,7 +135,7 @@ def test_a_recipes_defaults_are_the_packages():
     """A recipe that leaves a setting out runs with what every command uses when it is left out."""
     from domainpar.inference.spec import PipelineSpec
     from domainpar.pipeline.recipe import EvaluationSection, TracksSection, recipe_from_dict
-    from domainpar.tracks.candidates import TrackConfig
+    from domainpar.tracks.config import TrackConfig
     from domainpar.train.config import RunConfig
 
     tracks, evaluation, spec = TracksSection(), EvaluationSection(), PipelineSpec(checkpoint=Path("m.pt"))

@@ -36,7 +36,8 @@ from domainpar.kernels import rownorm
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model
 from domainpar.parallel.part import rank_part
-from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.methods import METHODS
 
 torch.set_num_threads(1)

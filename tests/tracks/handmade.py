@@ -12,6 +12,7 @@ import numpy as np
 
 from domainpar.kernels.track_fit import PT_PER_TESLA_MM
 
+
 #: Barrel layers of the TrackML detector: global layer code (EventGraph.layer) → radius (mm): pixel 7-10,
 #: short strips 24-27 (strips 1.2 mm long), long strips 40-41 (10.8 mm).
 BARREL = {7: 32.0, 8: 72.0, 9: 116.0, 10: 172.0, 24: 260.0, 25: 360.0, 26: 500.0, 27: 660.0, 40: 820.0, 41: 1020.0}
@@ -84,3 +85,70 @@ def whole(track_id: np.ndarray, particle_id: np.ndarray, particle: int) -> bool:
     mine = np.flatnonzero(particle_id == particle)
     candidate = np.flatnonzero(track_id == track_id[mine[0]])
     return np.array_equal(np.sort(mine), np.sort(candidate))
+
+
+#: The pixel and the short-strip barrel layers.
+PIXEL = [7, 8, 9, 10]
+STRIPS = [24, 25, 26, 27]
+#: A stiff particle through the pixel barrel and on through the strip barrel.
+STIFF = dict(pt=3.0, phi0=0.6, charge=1, cot=0.3)
+
+
+def ended_or_fragment(continuation: str) -> HandEvent:
+    """Particle 1 leaves hits on the four pixel layers only. ``continuation``: what lies where its helix crosses the
+    strip layers: ``"nothing"`` (it ended: an interaction), or ``"hits"`` of a particle that went on (its outer hits
+    on the helix, on no edge of the pixel ones: a fragment). Particle 2, far away, crosses all eight layers, so the
+    strip layers are the event's."""
+    ev = HandEvent()
+    inner = ev.track(1, layers=PIXEL, **STIFF)
+    ev.chain([inner[c] for c in PIXEL], 0.95)
+    if continuation == "hits":
+        outer = [ev.hit(helix_at(radius=r, **STIFF), code, 3) for code, r in ((24, 260.0), (25, 360.0), (26, 500.0), (27, 660.0))]
+        ev.chain(outer, 0.95)
+    other = ev.track(2, pt=2.0, phi0=-2.5, charge=-1, cot=-0.2, layers=PIXEL + STRIPS)
+    ev.chain([other[c] for c in PIXEL + STRIPS], 0.95)
+    return ev
+
+
+#: The long-strip barrel layers (volume 17): a hit's z is its strip's centre, up to 5.4 mm from the crossing.
+LONG_STRIPS = [40, 41]
+#: How far along z the long-strip hit lies from the helix: beyond the gate, within its resolution's widening.
+OFF_ALONG_STRIP = 9.0
+
+
+def off_along_its_strip(edge_to_it: bool) -> tuple[HandEvent, dict]:
+    """Particle 1 through pixels, short and long strips; its hit on layer 40 lies OFF_ALONG_STRIP mm along z from
+    the helix (the strip's centre, and the helix carried 160 mm on from the short strips). ``edge_to_it``: the
+    graph joins it to its neighbours (else it has no edge: a module map without that pair)."""
+    ev = HandEvent()
+    h = ev.track(1, layers=PIXEL + STRIPS + LONG_STRIPS, **STIFF)
+    pos = np.array(ev.pos)
+    pos[h[40]] += [0.0, 0.0, OFF_ALONG_STRIP]
+    ev.pos = list(pos)
+    ev.chain([h[c] for c in PIXEL + STRIPS], 0.95)
+    if edge_to_it:
+        ev.chain([h[27], h[40], h[41]], 0.95)
+    else:
+        ev.edge(h[27], h[41], 0.95)
+    return ev, h
+
+
+def noise_and_shared_hit() -> HandEvent:
+    """A noise hit beside particle 1 scored above its true continuation, and particle 2 crossing particle 1 on one
+    layer: it left no hit of its own there (one cluster, particle 1's hit), whose segments to particle 2 are scored
+    high."""
+    ev = HandEvent()
+    a = ev.track(1, pt=1.2, phi0=2.0, charge=1, cot=1.1, layers=[7, 8, 9, 10, 24, 25])
+    # Same charge, half the pT, turned so that it crosses particle 1 at r = 116 mm (layer 9).
+    b = ev.track(2, pt=0.6, phi0=2.0293, charge=1, cot=1.1, layers=[7, 8, 10, 24, 25])
+    away = ev.pos[a[10]] - ev.pos[b[10]]
+    away[2] = 0.0
+    noise = ev.hit(ev.pos[a[10]] + 2.0 * away / np.linalg.norm(away), 10, 0)  # 2 mm beside particle 1's hit
+    ev.chain([a[7], a[8], a[9]], 0.95)
+    ev.edge(a[9], noise, 0.97)
+    ev.chain([a[9], a[10], a[24], a[25]], 0.9)
+    ev.chain([b[7], b[8]], 0.9)
+    ev.edge(b[8], a[9], 0.8)
+    ev.edge(a[9], b[10], 0.8)
+    ev.chain([b[10], b[24], b[25]], 0.9)
+    return ev

@@ -12,10 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domainpar.tracks.candidates import TrackConfig, build_candidates
+from domainpar.kernels.track_fit import fit_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.config import TrackConfig
+from domainpar.tracks.inputs import hit_variances
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
-from handmade import HandEvent, helix_at, whole
+from handmade import HandEvent, helix_at, noise_and_shared_hit, whole
 
 
 def _tracks(event: HandEvent, method: str) -> tuple[np.ndarray, np.ndarray]:
@@ -84,27 +87,6 @@ def curler() -> HandEvent:
     return ev
 
 
-def noise_and_shared_hit() -> HandEvent:
-    """A noise hit beside particle 1 scored above its true continuation, and particle 2 crossing particle 1 on one
-    layer: it left no hit of its own there (one cluster, particle 1's hit), whose segments to particle 2 are scored
-    high."""
-    ev = HandEvent()
-    a = ev.track(1, pt=1.2, phi0=2.0, charge=1, cot=1.1, layers=[7, 8, 9, 10, 24, 25])
-    # Same charge, half the pT, turned so that it crosses particle 1 at r = 116 mm (layer 9).
-    b = ev.track(2, pt=0.6, phi0=2.0293, charge=1, cot=1.1, layers=[7, 8, 10, 24, 25])
-    away = ev.pos[a[10]] - ev.pos[b[10]]
-    away[2] = 0.0
-    noise = ev.hit(ev.pos[a[10]] + 2.0 * away / np.linalg.norm(away), 10, 0)  # 2 mm beside particle 1's hit
-    ev.chain([a[7], a[8], a[9]], 0.95)
-    ev.edge(a[9], noise, 0.97)
-    ev.chain([a[9], a[10], a[24], a[25]], 0.9)
-    ev.chain([b[7], b[8]], 0.9)
-    ev.edge(b[8], a[9], 0.8)
-    ev.edge(a[9], b[10], 0.8)
-    ev.chain([b[10], b[24], b[25]], 0.9)
-    return ev
-
-
 CASES = {
     "double hits on overlapping modules": (double_hits, [1]),
     "a missing layer": (missing_layer, [1]),
@@ -137,9 +119,6 @@ def test_the_hand_made_hits_lie_on_their_helices():
             mine = np.flatnonzero(particle == p)
             truth = build_candidates(pos[mine], layer[mine], np.zeros((2, 0), np.int64), np.zeros(0))
             assert truth.num_candidates == mine.size  # no edges: singletons, fitted as one below
-            from domainpar.kernels.track_fit import fit_candidates
-            from domainpar.tracks.candidates import hit_variances
-
             order = np.argsort(np.linalg.norm(pos[mine], axis=1)) if case != "a low-pT curler" else np.array(
                 [0, 1, 2, 3, 4, 9, 8, 7, 6, 5]
             )

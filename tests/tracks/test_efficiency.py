@@ -1,4 +1,4 @@
-"""Track building (components, walk-through), edge metrics and tracking efficiency on hand-made cases."""
+"""Edge metrics and tracking efficiency on hand-made cases and the real event (:mod:`domainpar.tracks.efficiency`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import pandas as pd
 import pytest
 
 from domainpar.errors import DomainparError
-from domainpar.kernels.walkthrough import walk_paths
-from domainpar.tracks.build import build_tracks, complete_tracks, components_of, submission, walk_edges
 from domainpar.tracks.efficiency import (
     ParticleTable,
     binned_efficiencies,
@@ -24,141 +22,6 @@ from domainpar.tracks.efficiency import (
 )
 
 from fixtures import EVENT1 as EVENT
-
-
-def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
-    """Two labelings describe the same grouping (ids are arbitrary)."""
-    pairs = np.unique(np.stack([a, b]), axis=1)
-    return pairs.shape[1] == np.unique(a).size == np.unique(b).size
-
-
-def test_components_on_a_small_known_graph():
-    # 0-1-2 chain, 3-4, 5 isolated, 6-7-8 with an edge below threshold between 7 and 8.
-    edge_index = np.array([[0, 1, 3, 6, 7], [1, 2, 4, 7, 8]])
-    scores = np.array([0.9, 0.8, 0.7, 0.95, 0.3])
-    tracks = build_tracks(9, edge_index, scores, threshold=0.5)
-    assert tracks.tolist() == [0, 0, 0, 1, 1, 2, 3, 3, 4]
-    # The threshold is strict: a score equal to it does not join.
-    assert build_tracks(3, np.array([[0], [1]]), np.array([0.5]), threshold=0.5).tolist() == [0, 1, 2]
-    # Direction does not matter for components; a node with two parents joins both.
-    labels = components_of(4, np.array([[0, 2], [1, 1]]))
-    assert labels.tolist() == [0, 0, 0, 1]
-
-
-def test_components_match_a_brute_force_flood_fill():
-    rng = np.random.default_rng(3)
-    n = 200
-    edge_index = rng.integers(0, n, size=(2, 150))
-    labels = components_of(n, edge_index)
-    adjacency = [set() for _ in range(n)]
-    for s, d in edge_index.T:
-        adjacency[s].add(d)
-        adjacency[d].add(s)
-    flood = -np.ones(n, dtype=int)
-    count = 0
-    for start in range(n):
-        if flood[start] >= 0:
-            continue
-        stack = [start]
-        flood[start] = count
-        while stack:
-            v = stack.pop()
-            for w in adjacency[v]:
-                if flood[w] < 0:
-                    flood[w] = count
-                    stack.append(w)
-        count += 1
-    assert np.array_equal(labels, flood)  # both number components by their lowest node
-
-
-def test_walk_resolves_branches_by_the_highest_score():
-    # 0 -> 1 -> 2 (0.9)            1 branches: the walk follows the better edge 1->2;
-    #        \-> 3 -> 5 (0.7, 0.8)  3->5 becomes a path of its own, tied to the track by one edge only.
-    edge_index = np.array([[0, 1, 1, 3], [1, 2, 3, 5]])
-    scores = np.array([0.8, 0.9, 0.7, 0.8])
-    kept = walk_edges(6, edge_index, scores, threshold=0.5)
-    assert kept.tolist() == [True, True, False, True]
-    tracks = build_tracks(6, edge_index, scores, threshold=0.5, method="walk")
-    assert tracks.tolist() == [0, 0, 0, 1, 2, 1]
-    # Components merge both branches into one track.
-    assert build_tracks(6, edge_index, scores, threshold=0.5).tolist() == [0, 0, 0, 0, 1, 0]
-    # With the scores swapped the walk follows 1->3->5 and 2 is left alone; a single hit
-    # joins the track it touches through its best edge, so here all of 0..3, 5 end up together.
-    swapped = np.array([0.8, 0.6, 0.9, 0.8])
-    assert walk_edges(6, edge_index, swapped, 0.5).tolist() == [True, True, True, True]
-
-
-def test_walk_claims_a_hit_for_the_first_walk_and_merges_diamonds():
-    # Two seeds 0 and 4 both want hit 2; seed 0 is walked first (lower index) and takes it.
-    edge_index = np.array([[0, 1, 4, 4, 6], [1, 2, 2, 6, 7]])
-    scores = np.array([0.9, 0.9, 0.95, 0.6, 0.9])
-    tracks = build_tracks(8, edge_index, scores, threshold=0.5, method="walk")
-    assert tracks.tolist() == [0, 0, 0, 1, 2, 3, 2, 2]
-    # A diamond A->B, A->B', B->C, B'->C (two hits on one layer): one track, not two.
-    diamond = np.array([[0, 0, 1, 2, 3], [1, 2, 3, 3, 4]])
-    tracks = build_tracks(5, diamond, np.array([0.9, 0.8, 0.9, 0.85, 0.9]), threshold=0.5, method="walk")
-    assert np.unique(tracks).size == 1
-    # Two-hit diamond sides: A->{B,B'}->{C,C'}->D leaves the path B'-C', tied by 4 edges: merged.
-    double = np.array([[0, 0, 1, 1, 2, 2, 3, 4], [1, 2, 3, 4, 3, 4, 5, 5]])
-    tracks = build_tracks(6, double, np.linspace(0.9, 0.6, 8), threshold=0.5, method="walk")
-    assert np.unique(tracks).size == 1
-
-
-def test_walk_paths_keep_at_most_one_edge_in_and_out_per_hit():
-    rng = np.random.default_rng(5)
-    n = 300
-    src = rng.integers(0, n - 1, 2000)
-    dst = np.minimum(src + rng.integers(1, 20, src.size), n - 1)
-    rank = rng.permutation(src.size)
-    kept = walk_paths(src, dst, rank, n)
-    assert np.bincount(src[kept], minlength=n).max() <= 1
-    assert np.bincount(dst[kept], minlength=n).max() <= 1
-    # Every walk stopped only because all targets of its last hit were taken.
-    nxt = np.full(n, -1)
-    nxt[src[kept]] = dst[kept]
-    on_path = np.zeros(n, bool)
-    on_path[src[kept]] = True
-    on_path[dst[kept]] = True
-    for v in np.flatnonzero(nxt < 0):
-        assert all(on_path[dst[e]] or dst[e] == v for e in np.flatnonzero(src == v))
-    # Cycles (not produced by inner->outer graphs) still terminate with every node on one path.
-    cyc = walk_paths(np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([0, 1, 2]), 3)
-    assert cyc.sum() == 2
-
-
-def test_walk_equals_components_without_branches():
-    # Three disjoint chains and singletons: nothing to resolve.
-    edge_index = np.array([[0, 1, 2, 5, 6, 9], [1, 2, 3, 6, 7, 10]])
-    scores = np.array([0.9, 0.6, 0.8, 0.7, 0.99, 0.51])
-    a = build_tracks(12, edge_index, scores, 0.5, method="components")
-    b = build_tracks(12, edge_index, scores, 0.5, method="walk")
-    assert np.array_equal(a, b)
-    assert a.tolist() == [0, 0, 0, 0, 1, 2, 2, 2, 3, 4, 4, 5]
-
-
-def test_build_tracks_rejects_bad_input():
-    with pytest.raises(DomainparError, match=r"edge_index must be within \[0, 3\) \(got values in \[0, 3\]\)"):
-        build_tracks(3, np.array([[0], [3]]), np.array([0.9]))
-    with pytest.raises(DomainparError, match=r"scores must have shape \(1,\) \(got \(2,\)\)"):
-        build_tracks(3, np.array([[0], [1]]), np.array([0.9, 0.1]))
-    with pytest.raises(DomainparError, match=r"method must be one of \['components', 'walk'\] \(got 'dfs'\)"):
-        build_tracks(3, np.array([[0], [1]]), np.array([0.9]), method="dfs")
-    with pytest.raises(DomainparError, match="scores must not contain NaN"):
-        build_tracks(3, np.array([[0], [1]]), np.array([np.nan]))
-
-
-def test_submission_and_completion():
-    frame = submission(7, np.array([30, 10, 20]), np.array([1, 0, 1]))
-    assert list(frame.columns) == ["event_id", "hit_id", "track_id"]
-    assert frame["hit_id"].tolist() == [10, 20, 30] and frame["track_id"].tolist() == [0, 1, 1]
-    assert (frame["event_id"] == 7).all()
-    with pytest.raises(DomainparError, match="track_id must be non-negative"):
-        submission(7, np.array([1]), np.array([-1]))
-    # Hits the graph left out become singletons after the graph's track ids.
-    full = complete_tracks(np.array([1, 2, 3, 4, 5]), np.array([4, 2, 1]), np.array([0, 1, 0]))
-    assert full.tolist() == [0, 1, 2, 0, 3]
-    with pytest.raises(DomainparError, match="graph hit_ids must belong to the event"):
-        complete_tracks(np.array([1, 2]), np.array([3]), np.array([0]))
 
 
 def test_roc_auc_is_exact_with_ties():
@@ -280,29 +143,6 @@ def test_binned_fraction():
     assert count.tolist() == [1, 2, 1, 0]
     assert fraction[:3].tolist() == [1.0, 0.5, 0.0] and math.isnan(fraction[3])
     assert error[1] == pytest.approx(math.sqrt(0.25 / 2))
-
-
-def test_walk_beats_components_on_the_real_event_with_imperfect_scores():
-    from domainpar.data.graph import build_graph
-    from domainpar.data.trackml import load_event
-    from domainpar.tracks.score import score_arrays
-
-    hits, particles, truth = load_event(EVENT, parts=("hits", "particles", "truth"))
-    graph, _ = build_graph(hits, truth, particles, event_id=1)
-    weight = truth.set_index("hit_id").loc[graph.hit_id, "weight"].to_numpy()
-    rng = np.random.default_rng(0)
-    perfect = graph.y + 0.01 * rng.random(graph.num_edges)
-    noisy = np.clip(0.8 * graph.y + rng.normal(0.1, 0.2, graph.num_edges), 0, 1)
-    scores = {}
-    for name, edge_scores in (("perfect", perfect), ("noisy", noisy)):
-        for method in ("components", "walk"):
-            tracks = build_tracks(graph.num_nodes, graph.edge_index, edge_scores, 0.5, method=method)
-            scores[name, method] = score_arrays(tracks, graph.particle_id, weight).score
-    # Perfect scores: components are exactly the particles' true-segment graphs; the walk may leave
-    # out a double-hit pair tied to its track by a single segment (see the build module docstring).
-    assert scores["perfect", "walk"] <= scores["perfect", "components"] + 1e-12
-    assert scores["perfect", "walk"] > scores["perfect", "components"] - 1e-3
-    assert scores["noisy", "walk"] > scores["noisy", "components"] + 0.05
 
 
 def test_binned_efficiencies_pool_events_and_follow_the_definitions():
