@@ -37,7 +37,7 @@ import pandas as pd
 
 from domainpar.atomic import atomic_path
 from domainpar.inference.spec import TRACK_FORMATS
-from domainpar.tracks.candidates import TrackCandidates
+from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.submission import submission
 
 #: Sub-directories of ``--out`` holding per-event outputs.

@@ -27,7 +27,8 @@ from domainpar.data.event_graph import EventGraph
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
-from domainpar.tracks.candidates import TrackCandidates, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.submission import complete_tracks
 
 

@@ -19,7 +19,8 @@ from domainpar.data.event_graph import EventGraph
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.runner import EventResult
 from domainpar.inference.spec import EvaluateConfig
-from domainpar.tracks.candidates import TrackCandidates, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import (
     TrackingMetrics,

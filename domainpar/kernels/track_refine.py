@@ -14,7 +14,7 @@ on no track) in; new labels out.
   same layer rule), best edge score first.
 
 Hits of a track are ordered by their 3-D distance from the origin (the order of
-:func:`~domainpar.tracks.candidates.assemble`): outwards along the track for every particle that does not curl back.
+:func:`~domainpar.tracks.layout.assemble`): outwards along the track for every particle that does not curl back.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.data.trackml import event_id_of, event_prefixes, load_event
 from domainpar.errors import DomainparError
-from domainpar.tracks.candidates import TrackCandidates, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import ParticleTable, TrackingMetrics, tracking_metrics
 from domainpar.tracks.methods import METHODS

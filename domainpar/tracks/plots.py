@@ -349,7 +349,7 @@ def plot_track_examples(
 
     Args:
         pos: (N, 3) hit positions (mm).
-        offsets, hits: the candidates as CSR, each candidate's hits in order (:class:`~domainpar.tracks.candidates.TrackCandidates`).
+        offsets, hits: the candidates as CSR, each candidate's hits in order (:class:`~domainpar.tracks.layout.TrackCandidates`).
         track_id: (N,) candidate of every hit.
         particle_id: (N,) truth particle of every hit (0: noise).
         particle_pt: (N,) pT of every hit's particle (GeV).

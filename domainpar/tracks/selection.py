@@ -15,17 +15,13 @@ detector's layers and the event's hits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from domainpar.kernels.track_fit import HitColumns
 from domainpar.kernels.track_holes import count_holes
 from domainpar.kernels.track_refine import track_perigees
 from domainpar.tracks.inputs import layers_by_code
-
-if TYPE_CHECKING:
-    from domainpar.tracks.candidates import TrackCandidates
+from domainpar.tracks.layout import TrackCandidates
 
 
 #: A layer crossed within this of its edge (mm) is not counted as a hole (modules do not reach the edge exactly).

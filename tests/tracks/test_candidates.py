@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domainpar.tracks.candidates import assemble, build_candidates
+from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.layout import assemble
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.inputs import hit_variances
 from domainpar.tracks.methods import METHODS
