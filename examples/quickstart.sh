@@ -30,7 +30,7 @@ domainpar partition --graph "$first_graph" --parts 2 --method metis --out "$WORK
 
 # 4. Domain-parallel training: 2 local ranks share every event, halo rows exchanged each iteration.
 domainpar train --data "$WORK/graphs/train" --val "$WORK/graphs/val" --plans "$WORK/plans" \
-    --mode domain --ranks 2 --hidden 32 --iterations 4 --epochs "$EPOCHS" --batch-events 1 \
+    --mode domain --ranks 2 --hidden 32 --iterations 4 --epochs "$EPOCHS" \
     --lr 3e-3 --pos-weight 2 --out "$WORK/train"
 
 # 5. Evaluation on the validation event, split over 2 ranks (same figures as one process):

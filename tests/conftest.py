@@ -8,11 +8,17 @@ installed ``domainpar``).
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread per process unless the caller chose: two xdist workers on 2 cores, each also spawning 2-4
+# ranks, with torch's default of one thread per core would keep several times more threads than cores busy
+# (set before any test module imports torch; the workers inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:

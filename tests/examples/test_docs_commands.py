@@ -8,7 +8,11 @@
   ``data/train`` (ids 1000 …) and ``data/val`` (1100), and for the acorn page
   those events as PyG files in ``acorn/gnn_input/{trainset,valset,testset}``.
   Lines that set up the environment (``make install``, ``source``) are skipped:
-  the test runs with this environment's ``domainpar``.
+  the test runs with this environment's ``domainpar``. A page whose steps are
+  also one script (:data:`SCRIPTED`) runs the script alone, and the steps it
+  shows must be the script's commands with the script's options. What a page's
+  run leaves is checked where the page promises it (:data:`AFTERWARDS`: the
+  deploy page's ``domainpar demo`` is the demo command's end-to-end test).
 * Every ``domainpar`` call in README.md, ``docs/*.md``, ``examples/*.md`` and
   ``slurm/`` (also under torchrun, srun and ``python -m``) names a command that
   exists and only options that command has.
@@ -16,9 +20,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +33,10 @@ import click
 import pytest
 
 from domainpar.cli.main import COMMANDS
+from domainpar.inference.model_io import load_model
+from domainpar.pipeline.demo import DemoConfig, demo_recipe
+from domainpar.pipeline.physics import TABLE_KEYS
+from domainpar.pipeline.recipe import recipe_from_dict
 from fixtures import REPO
 
 EXAMPLES = REPO / "examples"
@@ -41,7 +51,10 @@ SCALE_DOWN_ENV = {"PARTICLES": "150", "EPOCHS": "1"}
 SETUP_LINES = ("make ", "source ")
 #: Which data a doc uses without making it itself.
 FIXTURES = {"quickstart.md": (), "bring_your_own_data.md": (), "bring_your_acorn_graphs.md": ("data", "acorn"),
-            "deploy_to_acts.md": ("data",)}  # fmt: skip
+            "deploy_to_acts.md": ()}  # fmt: skip
+#: Pages whose step-by-step blocks are what one script of theirs runs (page → script): running both would run
+#: the same commands twice, so the test runs the script and checks that the steps are its commands.
+SCRIPTED = {"quickstart.md": "examples/quickstart.sh"}
 
 
 def bash_blocks(text: str) -> list[str]:
@@ -52,6 +65,14 @@ def bash_blocks(text: str) -> list[str]:
 def _logical_lines(block: str) -> list[str]:
     """Lines with backslash continuations joined."""
     return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def page_blocks(doc: str) -> list[str]:
+    """The bash blocks of an example page the test runs (a :data:`SCRIPTED` page: the blocks that run its script)."""
+    blocks = bash_blocks((EXAMPLES / doc).read_text())
+    if doc in SCRIPTED:
+        blocks = [block for block in blocks if f"bash {SCRIPTED[doc]}" in block]
+    return blocks
 
 
 def runnable(block: str) -> str:
@@ -119,6 +140,33 @@ def test_every_domainpar_call_in_the_docs_names_real_options(source):
         assert not unknown, f"{source}: `domainpar {command}` has no option(s) {unknown}"
 
 
+def _commands_and_options(text: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    """The ``domainpar`` calls of shell text as (command, [(option, value)]), a value None where it is a shell
+    variable's (a script's sizes and paths) or the option takes none; ``--quiet`` aside (a script's own choice)."""
+    calls = []
+    for command, args in domainpar_calls(text):
+        options = []
+        for at, arg in enumerate(args):
+            if arg.startswith("--") and arg != "--quiet":
+                value = args[at + 1] if at + 1 < len(args) and not args[at + 1].startswith("--") else None
+                options.append((arg, None if value is None or "$" in value else value))
+        calls.append((command, options))
+    return calls
+
+
+@pytest.mark.parametrize("doc", sorted(SCRIPTED))
+def test_the_steps_of_a_scripted_page_are_its_scripts_commands(doc):
+    blocks = bash_blocks((EXAMPLES / doc).read_text())
+    steps = "\n".join(block for block in blocks if block not in page_blocks(doc))
+    shown, scripted = _commands_and_options(steps), _commands_and_options((REPO / SCRIPTED[doc]).read_text())
+    assert len(shown) >= 5 and [c for c, _ in shown] == [c for c, _ in scripted]
+    for (command, page_options), (_, script_options) in zip(shown, scripted):
+        assert [o for o, _ in page_options] == [o for o, _ in script_options], (doc, command)
+        # Where the script takes a value from a variable (its sizes and paths) the page shows one value of it.
+        differ = [(o, a, b) for (o, a), (_, b) in zip(page_options, script_options) if a is not None and b is not None and a != b]
+        assert not differ, (doc, command, differ)
+
+
 def test_the_lint_catches_a_wrong_option():
     calls = domainpar_calls("torchrun --nproc-per-node 2 -m domainpar train --config x.yaml --rank 2 && echo ok")
     assert calls == [("train", ["--config", "x.yaml", "--rank", "2"])]
@@ -139,8 +187,33 @@ def _make_fixtures(workspace: Path, kinds: tuple[str, ...]) -> None:
         _domainpar(workspace, "simulate", "--out", "data/val", "--events", "1", "--particles", "150",
                    "--first-event-id", "1100", "--seed", "2", "--quiet")
     if "acorn" in kinds:
-        for kind, source in (("trainset", "data/train"), ("valset", "data/val"), ("testset", "data/val")):
+        for kind, source in (("trainset", "data/train"), ("valset", "data/val")):
             _domainpar(workspace, "build", "--input", source, "--out", f"acorn/gnn_input/{kind}", "--format", "pyg", "--quiet")
+        shutil.copytree(workspace / "acorn/gnn_input/valset", workspace / "acorn/gnn_input/testset")  # the same events
+
+
+def _the_demo_records_the_recipe_it_ran(workspace: Path, script: str) -> None:
+    """The deploy page's ``domainpar demo`` is the demo command's end-to-end run (``tests/pipeline/test_demo.py``
+    tests its parts): the outputs the page and the docs name are where they say, and ``eval.json`` records the
+    recipe the demo's options make."""
+    (options,) = [args for command, args in domainpar_calls(script) if command == "demo"]
+    sizes = {name[2:]: int(value) for name, value in zip(options, options[1:]) if name in ("--particles", "--epochs")}
+    out = workspace / "runs" / "demo"
+    result = json.loads((out / "eval.json").read_text())
+    recipe = demo_recipe(DemoConfig(**sizes))
+    assert recipe_from_dict(result["recipe"], source="eval.json") == recipe
+    assert set(result["evaluate"]) == {"simulated", "real"}  # tests/data/trackml holds a labelled real event
+    assert load_model(out / "train" / "model.pt").model.config.hidden == recipe.train.model.hidden
+    assert (out / "filter.pt").is_file() and (out / "partition.png").stat().st_size > 0
+    for label in ("simulated", "real"):
+        assert (out / "plots" / label / "roc.png").stat().st_size > 0
+        assert list((out / "submissions" / label).glob("event*-submission.csv"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluate"]["real"] == {key: result["evaluate"]["real"].get(key) for key in TABLE_KEYS}
+
+
+#: What a page's run must leave beside its exit status 0 (page → check of the workspace and the script run).
+AFTERWARDS = {"deploy_to_acts.md": _the_demo_records_the_recipe_it_ran}
 
 
 @pytest.mark.slow
@@ -153,7 +226,7 @@ def test_the_commands_of_an_example_run_as_written(doc, tmp_path):
     for name in ("examples", "tests"):
         (workspace / name).symlink_to(REPO / name)
     _make_fixtures(workspace, FIXTURES[doc])
-    script = "\n".join(runnable(block) for block in bash_blocks((EXAMPLES / doc).read_text()))
+    script = "\n".join(runnable(block) for block in page_blocks(doc))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["OMP_NUM_THREADS"] = "1"
@@ -161,6 +234,8 @@ def test_the_commands_of_an_example_run_as_written(doc, tmp_path):
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, env=env, capture_output=True,
                           text=True, timeout=1700)
     assert done.returncode == 0, f"{doc}:\n{script}\n--- stderr:\n{done.stderr[-4000:]}"
+    if doc in AFTERWARDS:
+        AFTERWARDS[doc](workspace, script)
     assert "Traceback" not in done.stderr
 
 

@@ -2,7 +2,9 @@
 
 Its options map onto the recipe (sizes through ``Recipe.scaled``, ranks, partitioner, model size and seed as
 overrides); it hands that recipe to :func:`~domainpar.pipeline.physics.run_recipe` and builds its closing table
-and ``summary.json`` from the runner's result, so ``eval.json`` records the recipe the demo ran.
+and ``summary.json`` from the runner's result, so ``eval.json`` records the recipe the demo ran. The command's
+end-to-end run is the deploy page's (``examples/deploy_to_acts.md``, run as written by
+``tests/examples/test_docs_commands.py``, which checks the outputs against the recipe the demo's options make).
 """
 
 from __future__ import annotations
@@ -11,16 +13,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
-from domainpar.cli.main import main
-from domainpar.inference.model_io import load_model
 from domainpar.pipeline import demo
 from domainpar.pipeline.demo import DemoConfig, demo_recipe
 from domainpar.pipeline.physics import TABLE_KEYS
-from domainpar.pipeline.recipe import load_recipe, recipe_from_dict
+from domainpar.pipeline.recipe import load_recipe
 
-from fixtures import REPO, TRACKML_DIR
+from fixtures import REPO
 
 RECIPE = REPO / "examples" / "physics.yaml"
 
@@ -81,27 +79,3 @@ def test_demo_hands_its_recipe_to_the_runner_and_reports_the_runner_result(tmp_p
     summary = json.loads((config.out / "summary.json").read_text())
     assert summary["evaluate"]["simulated"] == figures and summary["train"] == {"epoch": 2, "auc": 0.5}
     assert summary["eval"] == str(config.out / "eval.json") and summary["recipe"] == "physics"
-
-
-@pytest.mark.slow
-@pytest.mark.distributed
-@pytest.mark.timeout(900)
-def test_demo_command_end_to_end_records_the_recipe_it_ran(tmp_path):
-    """The command, shrunk: 2 ranks train and evaluate; the outputs the docs name are where they say."""
-    out = tmp_path / "demo"
-    args = ["--out", str(out), "--events", "2", "--val-events", "1", "--particles", "100", "--epochs", "1",
-            "--filter-steps", "20", "--hidden", "8", "--iterations", "1", "--real", str(TRACKML_DIR), "--quiet"]  # fmt: skip
-    main(["demo", *args])
-    config = DemoConfig(out=out, events=2, val_events=1, particles=100, epochs=1, filter_steps=20, hidden=8, iterations=1,
-                        real=TRACKML_DIR, quiet=True)  # fmt: skip
-    result = json.loads((out / "eval.json").read_text())
-    assert recipe_from_dict(result["recipe"], source="eval.json") == demo_recipe(config)
-    assert set(result["evaluate"]) == {"simulated", "real"}
-    # examples/deploy_to_acts.md exports runs/demo/train/model.pt with the filter.pt above it.
-    assert load_model(out / "train" / "model.pt").model.config.hidden == 8
-    assert (out / "filter.pt").is_file() and (out / "partition.png").stat().st_size > 0
-    for label in ("simulated", "real"):
-        assert (out / "plots" / label / "roc.png").stat().st_size > 0
-        assert list((out / "submissions" / label).glob("event*-submission.csv"))
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["evaluate"]["real"] == {key: result["evaluate"]["real"].get(key) for key in TABLE_KEYS}
