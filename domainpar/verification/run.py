@@ -169,8 +169,6 @@ def verify_graph_distributed(
     return result, env.rank, env.backend, config
 
 
-#: What a rank of a torchrun/srun `verify` may set for itself: how long it waits, and --json, which only rank 0 writes.
-VERIFY_PER_RANK = ("--timeout", "--json")
 #: What the line of ranks that disagree tells the user to do.
 VERIFY_ADVICE = "give every rank the same options (only --timeout and --json, which rank 0 alone writes, may differ)"
 
