@@ -492,7 +492,6 @@ def spawn(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     backend: str | None = None,
-    init_method: str | None = None,
     num_threads: int | None = None,
     watchdog: WatchdogConfig | None = WatchdogConfig(),
     settle_s: float = 5.0,
@@ -510,7 +509,6 @@ def spawn(
         args: extra positional arguments, pickled to every child.
         timeout_s: wall-clock limit for the whole job and the process group timeout.
         backend: "gloo", "nccl" or "cpu:gloo,cuda:nccl"; default: :func:`backend_for` the child's device.
-        init_method: rendezvous URL; default a FileStore in a fresh temp dir.
         num_threads: torch intra-op threads per child (None leaves torch's default).
         watchdog: heartbeat and liveness settings of the ranks (None: no watchdog).
         settle_s: after the first failure, how long to wait for every rank's report.
@@ -527,10 +525,9 @@ def spawn(
     ctx = mp.get_context("spawn")
     start_resource_tracker()  # before the queue registers its semaphores with it
     results = ctx.Queue()
-    # Private: the rendezvous store (unless given) and what a rank that dies starting writes (bootstrap).
+    # Private: the rendezvous store (a FileStore) and what a rank that dies starting writes (bootstrap).
     store_dir = tempfile.mkdtemp(prefix="domainpar-rdzv-")
-    if init_method is None:
-        init_method = "file://" + os.path.join(store_dir, "store")
+    init_method = "file://" + os.path.join(store_dir, "store")
     processes = []
     for rank in range(nprocs):
         process = RankProcess(
