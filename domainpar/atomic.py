@@ -184,7 +184,7 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: bool = False) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
     The temporary file lives in the same directory so that the final
@@ -192,16 +192,14 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
     ``path`` is untouched.
 
     Args:
-        path: the final destination.
-        suffix: suffix for the temporary name (defaults to the destination's,
-            so writers that pick a format by extension still work).
+        path: the final destination (its suffixes end the temporary name, for writers that pick a format by them).
         durable: fsync the file before the rename and its directory after it.
     """
     asked = Path(path)
     path = write_target(asked)
     created = make_parents(path)
     # Keep the real suffixes last: np.savez and pandas pick formats by extension.
-    real_suffix = temporary_suffix(path.name) if suffix is None else suffix
+    real_suffix = temporary_suffix(path.name)
     tmp: Path | None = None
     try:
         try:
