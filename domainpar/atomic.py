@@ -184,7 +184,7 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: bool = False) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
     The temporary file lives in the same directory so that the final
@@ -192,16 +192,14 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
     ``path`` is untouched.
 
     Args:
-        path: the final destination.
-        suffix: suffix for the temporary name (defaults to the destination's,
-            so writers that pick a format by extension still work).
+        path: the final destination (its suffixes end the temporary name, for writers that pick a format by them).
         durable: fsync the file before the rename and its directory after it.
     """
     asked = Path(path)
     path = write_target(asked)
     created = make_parents(path)
     # Keep the real suffixes last: np.savez and pandas pick formats by extension.
-    real_suffix = temporary_suffix(path.name) if suffix is None else suffix
+    real_suffix = temporary_suffix(path.name)
     tmp: Path | None = None
     try:
         try:
@@ -337,7 +335,6 @@ class StagedOutputs:
     def __init__(self) -> None:
         self._files: list[tuple[Path, Path]] = []
         self._directories: list[tuple[Path, Path]] = []
-        self._replacements: list[tuple[Path, Path]] = []
         self._created: list[Path] = []
         self._asked: dict[Path, Path] = {}
 
@@ -364,16 +361,6 @@ class StagedOutputs:
         """An empty staging directory whose entries are merged into ``final`` (created if missing) on publish."""
         return self._stage(final, self._directories, _staged_directory)
 
-    def replacement(self, final: str | os.PathLike) -> Path:
-        """A new path (nothing there yet) for a directory that replaces ``final`` as a whole on publish."""
-
-        def reserve(destination: Path) -> Path:
-            reserved = _staged_directory(destination)
-            reserved.rmdir()  # a name of our own that nothing else takes: the staged directory is renamed onto it
-            return reserved
-
-        return self._stage(final, self._replacements, reserve)
-
     def name_destinations(self, exc: BaseException) -> None:
         """Make ``exc``'s OSErrors name the outputs the user asked for instead of their temporaries."""
         name_destination(exc, dict(self._asked))
@@ -388,7 +375,6 @@ class StagedOutputs:
             if not final.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(final))
             moves += [(entry, final / entry.name) for entry in sorted(tmp.iterdir())]
-        moves += [(tmp, final) for tmp, final in self._replacements if tmp.exists()]
         moves += list(self._files)
         return moves
 
@@ -435,7 +421,7 @@ class StagedOutputs:
             if tmp.is_dir():
                 with contextlib.suppress(OSError):
                     tmp.rmdir()
-        self._files, self._directories, self._replacements, self._created = [], [], [], []
+        self._files, self._directories, self._created = [], [], []
         self._asked = {}
 
     def discard(self) -> None:
@@ -443,10 +429,10 @@ class StagedOutputs:
         for tmp, _ in self._files:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        for tmp, _ in self._directories + self._replacements:
+        for tmp, _ in self._directories:
             shutil.rmtree(tmp, ignore_errors=True)
         remove_empty(self._created)
-        self._files, self._directories, self._replacements, self._created = [], [], [], []
+        self._files, self._directories, self._created = [], [], []
         self._asked = {}
 
 

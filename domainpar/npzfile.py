@@ -136,6 +136,15 @@ def read_npz(
         return out
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, as 64 hex digits."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def archive_digest(path: str | os.PathLike) -> str:
     """A digest of a zip archive's content from its central directory alone: every member's name, size and CRC-32.
 
@@ -159,8 +168,4 @@ def archive_digest(path: str | os.PathLike) -> str:
             return "zip:" + digest.hexdigest()
     except zipfile.BadZipFile:
         pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + file_sha256(path)

@@ -53,16 +53,6 @@ def test_staged_outputs_discard_leaves_nothing_and_touches_nothing(tmp_path):
     assert (tmp_path / "existing" / "a.txt").read_text() == "before"
 
 
-def test_replacement_swaps_a_whole_directory(tmp_path):
-    (tmp_path / "plan").mkdir()
-    (tmp_path / "plan" / "part_00003.npz").write_text("from a 4-part plan")
-    with staged_outputs() as outputs:
-        new = outputs.replacement(tmp_path / "plan")
-        new.mkdir()
-        (new / "part_00000.npz").write_text("2-part plan")
-    assert _tree(tmp_path) == ["plan", "plan/part_00000.npz"]
-
-
 def test_staged_files_get_the_umask_mode(tmp_path):
     umask = os.umask(0o022)
     try:

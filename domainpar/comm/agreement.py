@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from domainpar.comm import wait
 from domainpar.comm.failure import FailureChannel, default_channel
-from domainpar.comm.watchdog import current, set_current
+from domainpar.comm.watchdog import finish_current
 from domainpar.errors import DomainparError, MachineFault
 
 #: Seconds between polls of the store while waiting for the peers.
@@ -186,10 +186,7 @@ def refuse_together(line: str, tag: str) -> RanksRefused:
     Call on every rank with the same ``line`` and ``tag``, after each has read the verdict.
     """
     channel = default_channel()
-    watchdog = current()
-    if watchdog is not None:
-        watchdog.stop(done=True)
-        set_current(None)
+    finish_current()
     if channel is not None:
         atexit.register(_leave_together, channel, f"{tag}/left", dist.get_world_size())
     return RanksRefused(line)

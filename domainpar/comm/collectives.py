@@ -1,7 +1,7 @@
-"""Small named collectives of a training run: sums, maxima, broadcasts, agreement checks.
+"""Small named collectives of a training run: sums, maxima, broadcasts.
 
-The trainer states what it wants ("the world's sum of these counters", "do
-all ranks of my group hold the same plan?") and this module decides how: one
+The trainer states what it wants ("the world's sum of these counters", "rank
+0's choice of checkpoint on every rank") and this module decides how: one
 flat tensor per call on the run's device, so each call is one collective
 whatever the number of values. Every function is a no-op when ``group`` is
 None (a one-process run), so single-process code paths need no branches.
@@ -13,9 +13,6 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
-
-#: The largest value :func:`same_on_all_ranks` compares exactly (int64 carries it and its negation).
-_MAX_DIGEST = (1 << 63) - 1
 
 
 def _active(group: Any) -> bool:
@@ -62,21 +59,6 @@ def broadcast_tensors(tensors: Iterable[torch.Tensor], group: Any, src: int = 0)
         dist.broadcast(tensor, src=src, group=group)
 
 
-def same_on_all_ranks(digest: int, group: Any, device: torch.device) -> bool:
-    """True when every rank of ``group`` passed the same ``digest`` (0 <= digest < 2**63).
-
-    One MAX all-reduce of ``(digest, -digest)``: the maxima are negatives of
-    each other only when the smallest and largest digests are equal.
-    """
-    if not 0 <= digest <= _MAX_DIGEST:
-        raise ValueError(f"digest must be in [0, 2**63) (got {digest})")
-    if not _active(group):
-        return True
-    probe = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
-    dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    return int(probe[0]) == -int(probe[1])
-
-
 def broadcast_object(value: Any, group: Any, src: int = 0) -> Any:
     """Global rank ``src``'s ``value`` (small, picklable: a path, a digest) on every rank of ``group``.
 
@@ -90,4 +72,4 @@ def broadcast_object(value: Any, group: Any, src: int = 0) -> Any:
     return holder[0]
 
 
-__all__ = ["broadcast_object", "broadcast_tensors", "max_value", "same_on_all_ranks", "sum_in_place", "sum_values"]
+__all__ = ["broadcast_object", "broadcast_tensors", "max_value", "sum_in_place", "sum_values"]

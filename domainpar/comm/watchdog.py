@@ -81,25 +81,22 @@ class WatchdogConfig:
     """Longest the rank that hosts the store waits for its peers to finish a successful run before exiting."""
 
 
+def _proc_stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name, from the state on (none when unreadable)."""
+    stat = _read(f"/proc/{pid}/stat")
+    # The command name (field 2) may contain spaces and parentheses: split after its closing bracket.
+    return stat[stat.rindex(")") + 2 :].split() if stat else []
+
+
 def _proc_start_time(pid: int) -> str | None:
     """Start time of ``pid`` (clock ticks since boot) from /proc, to tell a reused pid from the original."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after its closing bracket.
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = _proc_stat_fields(pid)
     return fields[19] if len(fields) > 19 else None
 
 
 def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()[0]
+    fields = _proc_stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def _read(path: str) -> str:
@@ -539,11 +536,19 @@ def set_current(watchdog: Watchdog | None) -> None:
     _current = watchdog
 
 
+def finish_current() -> None:
+    """Stop this process's watchdog as done (a peer that exits from now on is no death) and clear it; no-op without one."""
+    if _current is not None:
+        _current.stop(done=True)
+        set_current(None)
+
+
 __all__ = [
     "Watchdog",
     "WatchdogConfig",
     "abort_process_groups",
     "current",
+    "finish_current",
     "is_peer_loss",
     "process_gone",
     "process_identity",

@@ -194,9 +194,6 @@ class _Weights:
         self.used.add(key)
         return self.state[key].detach().to(dtype=self.dtype).clone()
 
-    def has(self, key: str) -> bool:
-        return key in self.state
-
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
     layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype)

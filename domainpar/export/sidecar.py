@@ -51,6 +51,7 @@ import torch
 
 from domainpar import __version__
 from domainpar.errors import DomainparError, reraise_fault
+from domainpar.npzfile import file_sha256
 from domainpar.parsing import load_json
 
 #: Identifies a sidecar file.
@@ -73,15 +74,6 @@ def sidecar_path(model_path: str | os.PathLike) -> Path:
     """Where the sidecar of a model file lives: ``<model file>.json``."""
     model_path = Path(model_path)
     return model_path.with_name(model_path.name + ".json")
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sidecar_digest(sidecar: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
-from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, set_current
+from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, finish_current, set_current
 from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
@@ -255,13 +255,6 @@ def fail_rank(exc: BaseException) -> None:
     watchdog.finish_failed(failure, 2 if own and failure.user_error else 1)
 
 
-def _finish_watchdog() -> None:
-    watchdog = current()
-    if watchdog is not None:
-        watchdog.stop(done=True)
-        set_current(None)
-
-
 def init_from_env(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     device: str = "auto",
@@ -321,7 +314,7 @@ def init_from_env(
         )
     if world_size > 1 and watchdog is not None and current() is None:
         _start_watchdog(rank, world_size, watchdog, functools.partial(report_to_stderr, rank))
-        atexit.register(_finish_watchdog)
+        atexit.register(finish_current)
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=chosen, backend=backend)
 
 
@@ -392,9 +385,7 @@ def _child(
         _nothing_left_to_unwind()
         watchdog.finish_failed(failure, 1)
         return
-    if watchdog is not None:
-        watchdog.stop(done=True)
-        set_current(None)
+    finish_current()
     dist.destroy_process_group()
     results.put((rank, "ok", payload))
 
@@ -501,7 +492,6 @@ def spawn(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     backend: str | None = None,
-    init_method: str | None = None,
     num_threads: int | None = None,
     watchdog: WatchdogConfig | None = WatchdogConfig(),
     settle_s: float = 5.0,
@@ -519,7 +509,6 @@ def spawn(
         args: extra positional arguments, pickled to every child.
         timeout_s: wall-clock limit for the whole job and the process group timeout.
         backend: "gloo", "nccl" or "cpu:gloo,cuda:nccl"; default: :func:`backend_for` the child's device.
-        init_method: rendezvous URL; default a FileStore in a fresh temp dir.
         num_threads: torch intra-op threads per child (None leaves torch's default).
         watchdog: heartbeat and liveness settings of the ranks (None: no watchdog).
         settle_s: after the first failure, how long to wait for every rank's report.
@@ -536,10 +525,9 @@ def spawn(
     ctx = mp.get_context("spawn")
     start_resource_tracker()  # before the queue registers its semaphores with it
     results = ctx.Queue()
-    # Private: the rendezvous store (unless given) and what a rank that dies starting writes (bootstrap).
+    # Private: the rendezvous store (a FileStore) and what a rank that dies starting writes (bootstrap).
     store_dir = tempfile.mkdtemp(prefix="domainpar-rdzv-")
-    if init_method is None:
-        init_method = "file://" + os.path.join(store_dir, "store")
+    init_method = "file://" + os.path.join(store_dir, "store")
     processes = []
     for rank in range(nprocs):
         process = RankProcess(

@@ -156,11 +156,6 @@ class InteractionGNN(nn.Module):
         )
         self.output_network = acorn_mlp(3 * hidden, hidden, o.output_layers or layers, c.activation, c.layer_norm, outputs=1)
 
-    @property
-    def exchanges_per_forward(self) -> int:
-        """Halo exchanges in one forward pass (after the encoder, then after each node update)."""
-        return self.config.num_iterations + 1
-
     def _networks(self, step: int) -> tuple[nn.Module, nn.Module]:
         index = min(step, len(self.node_networks) - 1)
         return self.node_networks[index], self.edge_networks[index]

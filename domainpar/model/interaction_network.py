@@ -198,11 +198,6 @@ class InteractionNetwork(nn.Module):
         state["_structures"] = {}
         return state
 
-    @property
-    def exchanges_per_forward(self) -> int:
-        """Halo exchanges in one forward pass (each iteration, plus the head)."""
-        return self.config.num_iterations + 1
-
     # ---- graph structure (once per graph) ----
 
     def _structure(self, graph: LocalGraph) -> _Structure:

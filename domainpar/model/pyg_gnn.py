@@ -131,11 +131,6 @@ class PygEdgeClassifier(nn.Module):
         head_inputs = (3 if self.uses_edges else 2) * hidden
         self.head = acorn_mlp(head_inputs, hidden, c.mlp_layers, c.activation, c.layer_norm, outputs=1)
 
-    @property
-    def exchanges_per_forward(self) -> int:
-        """Halo exchanges in one forward pass: one per layer, one for the head (and one of degrees for gcn)."""
-        return self.config.num_iterations + 1 + (1 if self.options.layer == "gcn" else 0)
-
     def forward(self, graph: LocalGraph, exchange: Exchange = IdentityExchange()) -> torch.Tensor:
         """(E_local,) logits of every local edge of a part, in local edge order (see :class:`InteractionGNN`'s forward)."""
         c, o = self.config, self.options

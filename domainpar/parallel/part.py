@@ -214,7 +214,7 @@ class RankPart:
         owned = self.graph.edge_owned.to(values.device)
         return self.graph.edge_ids.to(values.device)[owned], values[owned]
 
-    def scatter_edges(self, values: torch.Tensor, fill: float = 0.0, out: torch.Tensor | None = None) -> torch.Tensor:
+    def scatter_edges(self, values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
         """Put this part's per-edge outputs at their global edge ids.
 
         Only owned edges are written, so summing the results of every part of a
@@ -225,14 +225,12 @@ class RankPart:
         Args:
             values: (E_l, ...) per-local-edge outputs.
             fill: value of the edges this part does not own.
-            out: (E, ...) tensor to write into instead of a new one.
 
         Returns:
             (E, ...) with E = the event's edge count.
         """
         ids, owned_values = self.owned_edges(values)
-        if out is None:
-            out = torch.full((self.data.num_edges_graph, *values.shape[1:]), fill, dtype=values.dtype, device=values.device)
+        out = torch.full((self.data.num_edges_graph, *values.shape[1:]), fill, dtype=values.dtype, device=values.device)
         out[ids] = owned_values
         return out
 

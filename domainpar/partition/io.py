@@ -70,7 +70,7 @@ import numpy as np
 from domainpar.atomic import aside_prefix, name_destination, temporary_prefix, write_target
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault, shorten
-from domainpar.npzfile import read_npz, write_npz
+from domainpar.npzfile import file_sha256, read_npz, write_npz
 from domainpar.parsing import parse_json
 from domainpar.partition.part_data import PartData, cut_part
 from domainpar.partition.plan import PART_ARRAY_DTYPES, PART_SCALARS, PartitionPlan, PartPlan
@@ -103,16 +103,8 @@ def plan_dir_name(event_id: int) -> str:
     return f"event{event_id:09d}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _entry(path: Path) -> dict[str, object]:
-    return {"name": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return {"name": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
 
 def part_arrays(data: PartData) -> dict[str, np.ndarray]:
@@ -442,7 +434,7 @@ def _check_entry(directory: Path, entry: object, what: str) -> Path:
     size = path.stat().st_size
     if size != entry["bytes"]:
         raise DomainparError(f"{path}: {what} file must be {entry['bytes']} bytes as recorded (got {size}); it is truncated or was modified")
-    if _sha256(path) != entry["sha256"]:
+    if file_sha256(path) != entry["sha256"]:
         raise DomainparError(f"{path}: {what} file checksum must match the manifest (got a different sha256); the file is corrupted")
     return path
 

@@ -47,9 +47,6 @@ def plot_partition(
     path: str | os.PathLike,
     *,
     max_points: int = 40_000,
-    seed: int = 0,
-    title: str | None = None,
-    dpi: int = 100,
 ) -> Path:
     """Write a PNG with the x–y and r–z views of ``graph`` coloured by ``plan``'s owners.
 
@@ -57,10 +54,7 @@ def plot_partition(
         graph: the event graph the plan was made from.
         plan: the plan.
         path: output ``.png``.
-        max_points: hits drawn at most (uniform subsample above that).
-        seed: subsampling seed.
-        title: figure title (default: method, parts, event).
-        dpi: resolution of the PNG.
+        max_points: hits drawn at most (uniform subsample above that, seed 0).
     """
     # Imported on use: matplotlib.pyplot takes ~1.6 s to import; partitioning without --plot skips it.
     import matplotlib
@@ -76,7 +70,7 @@ def plot_partition(
     pos = graph.pos.astype(np.float64)
     keep = np.arange(graph.num_nodes)
     if graph.num_nodes > max_points:
-        keep = np.sort(np.random.default_rng(seed).choice(graph.num_nodes, size=max_points, replace=False))
+        keep = np.sort(np.random.default_rng(0).choice(graph.num_nodes, size=max_points, replace=False))
     halo = halo_mask(plan)[keep]
     colours = _part_colours(plan.num_parts)[plan.owner[keep]]
     x, y, z = pos[keep, 0], pos[keep, 1], pos[keep, 2]
@@ -106,10 +100,10 @@ def plot_partition(
     handles.append(plt.Line2D([], [], marker="x", linestyle="", color="black", label="halo hit"))
     ax_ep.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     shown = f" ({keep.size:,} of {graph.num_nodes:,} hits shown)" if keep.size < graph.num_nodes else ""
-    fig.suptitle(title or f"event {graph.event_id}: {plan.method}, {plan.num_parts} parts, "
+    fig.suptitle(f"event {graph.event_id}: {plan.method}, {plan.num_parts} parts, "
                  f"{int(halo_mask(plan).sum()):,} halo hits{shown}")
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi)
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path

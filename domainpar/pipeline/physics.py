@@ -85,7 +85,6 @@ def run_recipe(
     real: str | Path | None = None,
     echo: Callable[[str], None] = print,
     progress: bool = False,
-    num_parts: int | None = None,
     events_cache: str | Path | None = None,
     unlabelled: list[str | Path] | None = None,
     edge_filter: str | Path | None = None,
@@ -99,7 +98,6 @@ def run_recipe(
             training (None or missing: simulated events only).
         echo: where progress lines and the closing table go.
         progress: show progress bars.
-        num_parts: evaluate with this many parts per event (halo exchange); None: the recipe's ``evaluation.parts``.
         events_cache: keep the simulated events here, keyed by the simulation settings and the simulator's
             source, and reuse them in later runs (None: simulate under ``out``).
         unlabelled: prefixes of real events without truth (the full event 21000): after training they are built,
@@ -118,7 +116,7 @@ def run_recipe(
     if out.exists() and not out.is_dir():
         raise DomainparError(f"{out}: output must be a directory (found a file)")
     out.mkdir(parents=True, exist_ok=True)
-    num_parts = recipe.evaluation.parts if num_parts is None else num_parts
+    num_parts = recipe.evaluation.parts
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     result: dict = {"recipe": recipe.to_dict(), "timings": {}}
 

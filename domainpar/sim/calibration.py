@@ -25,9 +25,7 @@ Per layer (:func:`layer_response`):
   groups) with two or more hits — overlapping modules.
 
 Per layer pair (:func:`segment_table`): every true segment between
-consecutive layer groups with its Δr, Δz, |Δφ| and whether it jumps a layer,
-summarised by :func:`segment_summary` (median and inter-quartile range per
-pair).
+consecutive layer groups with its Δr, Δz, |Δφ| and whether it jumps a layer.
 
 Per volume and bin of track angle (:func:`cluster_shapes`): the mean cluster
 content, which the cluster models are fitted to (:mod:`domainpar.sim.cluster_fit`).
@@ -300,18 +298,6 @@ def segment_table(events: list[EventTruth], min_pt: float = 0.0) -> pd.DataFrame
     if not frames:
         return pd.DataFrame({c: np.zeros(0) for c in ("inner", "outer", "dr", "dz", "dphi", "pt")})
     return pd.concat(frames, ignore_index=True)
-
-
-def segment_summary(segments: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
-    """Per (inner, outer) layer pair: count, and median / inter-quartile range of dr, |dz| and dphi."""
-    work = segments.assign(adz=segments["dz"].abs())
-    grouped = work.groupby(["inner", "outer"])
-    quantiles = {}
-    for column in ("dr", "adz", "dphi"):
-        quantiles[f"{column}_median"] = grouped[column].median()
-        quantiles[f"{column}_iqr"] = grouped[column].quantile(0.75) - grouped[column].quantile(0.25)
-    summary = pd.DataFrame({"count": grouped.size(), **quantiles}).reset_index()
-    return summary[summary["count"] >= min_count].reset_index(drop=True)
 
 
 #: Probabilities at which :func:`residual_quantiles` samples each residual distribution.

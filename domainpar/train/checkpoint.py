@@ -34,7 +34,7 @@ whose bytes were flipped anywhere that matters — weights, optimiser moments,
 step counters — is refused on every load (train ``--resume``/``--resume-from``,
 ``evaluate``, export), while the file stays an ordinary torch file. The digest
 is also the identity of a checkpoint between ranks: rank 0 resolves which file
-to resume and broadcasts its path and :func:`checkpoint_digest`, and every rank
+to resume and broadcasts its path and digest (:data:`DIGEST_KEY`), and every rank
 passes that as ``expected_digest`` to :func:`load_checkpoint`, so a file
 system that shows a rank another file under the same name is caught.
 
@@ -596,15 +596,6 @@ def load_checkpoint(
         raise DomainparError(f"{path}: checkpoint is missing entries {missing} (expected {what})")
     _validate_fields(path, state, resumable)
     return state
-
-
-def checkpoint_digest(path: str | os.PathLike, resumable: bool = False) -> str:
-    """The verified content digest of a checkpoint file (what rank 0 broadcasts with the path).
-
-    Raises:
-        DomainparError: as :func:`load_checkpoint`.
-    """
-    return load_checkpoint(path, resumable=resumable)[DIGEST_KEY]
 
 
 # ----------------------------------------------------------------------------- RNG state

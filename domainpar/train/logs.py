@@ -51,11 +51,6 @@ def _lines(path: Path) -> list[tuple[int, Any]]:
     return found
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The whole JSON records of ``path`` (for reading a run's logs; a torn line is left out; no file: none)."""
-    return [record for _, record in _lines(path) if record is not None]
-
-
 def write_jsonl(path: Path, records: list[dict]) -> None:
     """Replace ``path`` with ``records``, one JSON object per line (atomically)."""
     with atomic_path(path) as tmp:
@@ -227,4 +222,4 @@ class RunLogs:
             self._writer = None
 
 
-__all__ = ["RunLogs", "check_resumable_logs", "read_jsonl", "write_jsonl"]
+__all__ = ["RunLogs", "check_resumable_logs", "write_jsonl"]

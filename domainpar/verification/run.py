@@ -99,7 +99,6 @@ def verify_graph_local(
     dtype: str = "float64",
     seed: int = 0,
     timeout_s: float = 600.0,
-    num_threads: int | None = None,
     fault: str | None = None,
 ) -> tuple[VerifyResult, ModelConfig]:
     """Partition the graph at ``graph_path`` and verify on ``num_parts`` spawned local gloo processes.
@@ -111,8 +110,7 @@ def verify_graph_local(
     config = case_model(config, graph)
     owner = _owner_for(graph, num_parts, method, seed)
     case = VerifyCase(f"{method}/{num_parts}", graph, owner, config, dtype=dtype, seed=seed, fault=fault)
-    if num_threads is None:
-        num_threads = max(1, (os.cpu_count() or 1) // num_parts)
+    num_threads = max(1, (os.cpu_count() or 1) // num_parts)
     try:
         per_rank = spawn(verify_worker, num_parts, args=([case],), timeout_s=timeout_s, backend="gloo", num_threads=num_threads)
     except SpawnError as exc:
@@ -169,8 +167,6 @@ def verify_graph_distributed(
     return result, env.rank, env.backend, config
 
 
-#: What a rank of a torchrun/srun `verify` may set for itself: how long it waits, and --json, which only rank 0 writes.
-VERIFY_PER_RANK = ("--timeout", "--json")
 #: What the line of ranks that disagree tells the user to do.
 VERIFY_ADVICE = "give every rank the same options (only --timeout and --json, which rank 0 alone writes, may differ)"
 

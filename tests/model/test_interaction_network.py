@@ -82,7 +82,6 @@ def test_non_recurrent_has_networks_per_iteration():
     shared = InteractionNetwork(ModelConfig(hidden=8, num_iterations=4))
     separate = InteractionNetwork(ModelConfig(hidden=8, num_iterations=4, recurrent=False))
     assert len(separate.edge_networks) == 4 and len(shared.edge_networks) == 1
-    assert shared.exchanges_per_forward == 5
 
 
 def test_zero_iterations_still_classifies():

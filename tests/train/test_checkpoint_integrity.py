@@ -22,7 +22,6 @@ from domainpar.train.checkpoint import (
     CHECKPOINT_FORMAT_VERSION,
     DIGEST_KEY,
     SUPERSEDED_DIR,
-    checkpoint_digest,
     checkpoint_files,
     load_checkpoint,
     remove_stale_checkpoint_temporaries,
@@ -71,8 +70,8 @@ def test_every_written_checkpoint_carries_a_verified_checksum(run_dir):
     for path in files + [run_dir / "run" / "model.pt"]:
         raw = torch.load(path, weights_only=True)
         assert raw["format_version"] == CHECKPOINT_FORMAT_VERSION
-        assert raw[DIGEST_KEY] == state_digest(raw) == checkpoint_digest(path)
-    assert len({checkpoint_digest(p) for p in files}) == 6
+        assert raw[DIGEST_KEY] == state_digest(raw) == load_checkpoint(path, resumable=False)[DIGEST_KEY]
+    assert len({load_checkpoint(p, resumable=False)[DIGEST_KEY] for p in files}) == 6
 
 
 def test_digest_is_canonical_and_sees_one_bit():
@@ -114,7 +113,7 @@ def test_checksum_is_what_catches_flipped_weights(run_dir, tmp_path):
 
 def test_rank_digest_mismatch_is_named(run_dir):
     first, second = checkpoint_files(run_dir / "run" / "checkpoints")[-2:]
-    digest = checkpoint_digest(first)
+    digest = load_checkpoint(first, resumable=False)[DIGEST_KEY]
     assert load_checkpoint(first, expected_digest=digest)[DIGEST_KEY] == digest
     with pytest.raises(DomainparError, match=r"but rank 0 loaded .* the ranks see different files"):
         load_checkpoint(second, expected_digest=digest)
@@ -254,13 +253,13 @@ def test_resume_from_older_checkpoint_moves_newer_ones_aside(run_dir, tmp_path, 
     out = tmp_path / "run"
     shutil.copytree(run_dir / "run", out)
     files = checkpoint_files(out / "checkpoints")
-    digests = {p.name: checkpoint_digest(p) for p in files}
+    digests = {p.name: load_checkpoint(p, resumable=False)[DIGEST_KEY] for p in files}
     older = files[1]  # step 2
     summary = train(_config(run_dir / "graphs", out, **{"run.resume_from": str(older)}))
     assert summary["steps"] == 6 and summary["steps_this_run"] == 4
     aside = sorted((out / "checkpoints" / SUPERSEDED_DIR).glob("*/step-*.pt"))
     assert [p.name for p in aside] == [p.name for p in files[2:]]
-    assert all(checkpoint_digest(p) == digests[p.name] for p in aside)  # moved, intact, not deleted
+    assert all(load_checkpoint(p, resumable=False)[DIGEST_KEY] == digests[p.name] for p in aside)  # moved, intact, not deleted
     assert "moved 4 newer checkpoint(s) aside to" in capfd.readouterr().err
     # The newest files are now those of the new history: a later --resume continues it, not the old one.
     new = checkpoint_files(out / "checkpoints")
