@@ -44,6 +44,21 @@ def _scope_of_file(path: str) -> str:
     return "+".join(shared) or path
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """On a cold numba cache, compile every kernel once before any test (and before xdist starts its workers:
+    its own hook runs last), rather than in every process that reaches a kernel first
+    (``tests/kernel_workload.py``). Only in the process that runs the session (not in an xdist worker)."""
+    if hasattr(session.config, "workerinput") or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return
+    import kernel_workload
+    from fixtures import EVENT1
+
+    if kernel_workload.cache_is_cold(Path(_REPO)):
+        line = kernel_workload.warm(Path(_REPO), EVENT1)
+        session.config.get_terminal_writer().line(line)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s two pytest-xdist workers: a whole test file goes to one worker, so its module fixtures are
