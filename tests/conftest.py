@@ -48,8 +48,11 @@ def _scope_of_file(path: str) -> str:
 def pytest_sessionstart(session):
     """On a cold numba cache, compile every kernel once before any test (and before xdist starts its workers:
     its own hook runs last), rather than in every process that reaches a kernel first
-    (``tests/kernel_workload.py``). Only in the process that runs the session (not in an xdist worker)."""
-    if hasattr(session.config, "workerinput") or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+    (``tests/kernel_workload.py``). Only in the process that runs an xdist session (not in a worker; one process
+    compiles only what its tests reach, and compiles it once)."""
+    if hasattr(session.config, "workerinput") or not getattr(session.config.option, "numprocesses", 0):
+        return
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1":
         return
     import kernel_workload
     from fixtures import EVENT1
