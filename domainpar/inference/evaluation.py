@@ -59,8 +59,9 @@ def evaluate(config: EvaluateConfig, scorer: Scorer | None = None) -> Evaluation
 
     Args:
         config: what to evaluate.
-        scorer: where the logits come from (None: the pipeline's, :func:`~domainpar.inference.runner.open_scorer`);
-            the sector baseline scores its cut events with its own.
+        scorer: where the logits come from (None: the pipeline's, :func:`~domainpar.inference.runner.open_scorer`,
+            closed at the end); the sector baseline scores its cut events with its own, a recipe run shares one
+            between its evaluated sets. A scorer given here is its caller's to close.
 
     Returns:
         The report; ``summary`` has the keys ``efficiency``, ``purity``,
@@ -78,7 +79,7 @@ def evaluate(config: EvaluateConfig, scorer: Scorer | None = None) -> Evaluation
     evaluations: list[EventEvaluation] = []
     first_source: dict[int, str] = {}
     seconds_inference = 0.0
-    with EventRunner(pipeline, scorer if scorer is not None else open_scorer(pipeline)) as runner:
+    with EventRunner(pipeline, scorer or open_scorer(pipeline), close_scorer=scorer is None) as runner:
         for source in progress(sources, desc="evaluating", unit="event", enabled=config.progress):
             event = prepare_event(source, pipeline.graphs, prune, truth=True, events_dir=config.events_dir)
             if event.event_id in first_source:

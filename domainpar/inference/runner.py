@@ -134,8 +134,9 @@ class EventResult:
 class EventRunner:
     """Runs prepared events through the pipeline's scorer and track builder."""
 
-    def __init__(self, pipeline: Pipeline, scorer: Scorer) -> None:
-        self.pipeline, self.scorer = pipeline, scorer
+    def __init__(self, pipeline: Pipeline, scorer: Scorer, close_scorer: bool = True) -> None:
+        """``close_scorer``: close the scorer with the runner (False: a scorer its caller shares between runs)."""
+        self.pipeline, self.scorer, self.close_scorer = pipeline, scorer, close_scorer
         self.locality_checked = scorer.num_parts == 1 or pipeline.spec.skip_locality_check
 
     def check_locality(self, graph: EventGraph) -> None:
@@ -180,7 +181,8 @@ class EventRunner:
         return EventResult(event, logits, scores, candidates, track_id, partition, seconds)
 
     def close(self) -> None:
-        self.scorer.close()
+        if self.close_scorer:
+            self.scorer.close()
 
     def __enter__(self) -> "EventRunner":
         return self

@@ -26,6 +26,7 @@ import json
 import resource
 import shutil
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +38,8 @@ from domainpar.data.subset import volume_subset_dir
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import EdgeFilter, load_filter, train_filter
 from domainpar.inference.evaluation import evaluate, write_outputs
+from domainpar.inference.pipeline import load_pipeline
+from domainpar.inference.runner import Scorer, open_scorer
 from domainpar.inference.spec import EvaluateConfig
 from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
@@ -137,17 +140,17 @@ def run_recipe(
     # Evaluation: held-out simulated events (and their detector regions), then the real ones.
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     evaluations = {}
-    for kind in gnn_graphs:
-        if kind == "train":
-            continue
-        label = "real" if kind == "real" else "simulated" + kind[len("val"):]
-        filtered = None if result["filter"] is None else result["filter"]["graphs"][kind]
-        evaluations[label] = _evaluate(
-            recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, out / "plots" / label,
-            out / "submissions" / label, progress, filtered,
-        )  # fmt: skip
-        echo(f"   {label}: AUC {_fmt(evaluations[label]['auc'])}, tracking efficiency {_fmt(evaluations[label]['tracking_efficiency'])}, "
-             f"TrackML score {_fmt(evaluations[label]['trackml_score'])}")  # fmt: skip
+    configs = {
+        "real" if kind == "real" else "simulated" + kind[len("val"):]: (kind, _eval_config(recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, progress))
+        for kind in gnn_graphs if kind != "train"
+    }  # fmt: skip
+    # One scorer for every set: with several parts, one group of processes started once, not once a set.
+    with closing(open_scorer(load_pipeline(next(iter(configs.values()))[1]))) as scorer:
+        for label, (kind, config) in configs.items():
+            filtered = None if result["filter"] is None else result["filter"]["graphs"][kind]
+            evaluations[label] = _evaluate(config, scorer, out / "plots" / label, out / "submissions" / label, filtered)
+            echo(f"   {label}: AUC {_fmt(evaluations[label]['auc'])}, tracking efficiency {_fmt(evaluations[label]['tracking_efficiency'])}, "
+                 f"TrackML score {_fmt(evaluations[label]['trackml_score'])}")  # fmt: skip
     stage("evaluate", begin, cpu_begin)
     result["evaluate"] = evaluations
     result["unlabelled"] = None
@@ -356,18 +359,19 @@ def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progres
     return model_path, {"steps": summary.get("steps"), "epochs": summary.get("epochs"), "final": summary.get("final") or {}}
 
 
-def _evaluate(
-    recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, plots: Path, submissions: Path, progress,
-    filtered: list[dict] | None,
-) -> dict:
-    """Judge the model on one set of graphs (their raw events give the truth weights); write its plots and submissions.
+def _eval_config(recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, progress) -> EvaluateConfig:
+    """How the recipe judges its model on one set of graphs (their raw events give the truth weights)."""
+    # The threshold and the track builder are the checkpoint's (the recipe's tracks section, recorded by training).
+    return EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, num_parts=num_parts,
+                          method=recipe.evaluation.method, progress=progress)  # fmt: skip
+
+
+def _evaluate(eval_config: EvaluateConfig, scorer: Scorer, plots: Path, submissions: Path, filtered: list[dict] | None) -> dict:
+    """Judge the model on one set of graphs with the run's scorer; write its plots and submissions.
 
     ``filtered``: the edge filter's records of these graphs (edges before the filter), for the truth-free figures.
     """
-    # The threshold and the track builder are the checkpoint's (the recipe's tracks section, recorded by training).
-    eval_config = EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, num_parts=num_parts,
-                                 method=recipe.evaluation.method, progress=progress)  # fmt: skip
-    report = evaluate(eval_config)
+    report = evaluate(eval_config, scorer)
     write_outputs(report, plots_dir=plots, submissions_dir=submissions)
     figures = {k: v for k, v in report.summary.items() if k != "events"}
     figures["events"] = report.summary["events"]

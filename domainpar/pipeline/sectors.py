@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
@@ -158,7 +159,8 @@ def _evaluate_whole(recipe: Recipe, model_path: Path, graphs: Path, events: Path
 def _evaluate_sectors(model_path: Path, graphs: Path, events: Path, num_parts: int) -> EvaluationReport:
     """The naive pipeline end to end: sector inference, then the same chain and figures as :func:`evaluate`."""
     config = EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, progress=False)
-    return evaluate(config, scorer=SectorScorer(model_path, num_parts))
+    with closing(SectorScorer(model_path, num_parts)) as scorer:
+        return evaluate(config, scorer=scorer)
 
 
 def _trained_as(model_path: Path, config) -> bool:
