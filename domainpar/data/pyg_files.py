@@ -583,7 +583,7 @@ def save_pyg_graph(
     return path
 
 
-def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress: bool = True, require_labels: bool = True) -> list[Path]:
+def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress: bool = True) -> list[Path]:
     """Convert PyG graph files once into domainpar graph files ``<target_dir>/<stem>.npz`` (kept: reused later).
 
     Training reads ``.npz`` graphs (sizes from their headers, plans and part
@@ -594,7 +594,6 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
         files: PyG graph files.
         target_dir: where the ``.npz`` files go (e.g. ``<out>/graphs/train``).
         progress: show a progress bar.
-        require_labels: refuse a file without edge labels (training needs them).
 
     Raises:
         DomainparError: two files with one stem, an unreadable or refused file, a missing field, no labels.
@@ -614,7 +613,7 @@ def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress
             target = target_dir / f"{file.stem}.npz"
             if not target.is_file():
                 loaded = load_pyg_file(file)
-                if require_labels and loaded.graph.y is None:
+                if loaded.graph.y is None:
                     raise DomainparError(f"{file}: training needs edge labels (expected a y, edge_y or truth field, found none)")
                 staging = staging or outputs.directory(target_dir)
                 save_graph(loaded.graph, staging / target.name, loaded.description)

@@ -42,8 +42,6 @@ from domainpar.tracks.submission import submission
 
 #: Sub-directories of ``--out`` holding per-event outputs.
 SUBMISSIONS, TRACKS, RECORDS = "submissions", "tracks", "events"
-#: Columns of the tracks table.
-TRACK_COLUMNS = ("track_id", "hit_order", "hit_id", "edge_score", "num_hits", "fit_chi2_ndf", "fit_pt")
 
 
 def submission_path(out: Path, name: str) -> Path:

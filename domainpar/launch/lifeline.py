@@ -42,7 +42,7 @@ def _prctl(option: int, value: Any) -> bool:
         return False
 
 
-def _watch_parent(parent_pid: int, sentinel: int | None, poll_s: float) -> None:
+def _watch_parent(parent_pid: int, sentinel: int | None, poll_s: float = 1.0) -> None:
     if sentinel is not None:
         wait([sentinel])  # readable (EOF) once the parent has exited
     else:
@@ -52,7 +52,7 @@ def _watch_parent(parent_pid: int, sentinel: int | None, poll_s: float) -> None:
     os._exit(1)
 
 
-def die_with_parent(parent_pid: int | None = None, *, poll_s: float = 1.0) -> None:
+def die_with_parent(parent_pid: int | None = None) -> None:
     """End this process when its parent (the launcher) dies, whatever killed the parent.
 
     Call it first thing in a rank's main thread.
@@ -60,7 +60,6 @@ def die_with_parent(parent_pid: int | None = None, *, poll_s: float = 1.0) -> No
     Args:
         parent_pid: the pid the parent had when it started us (default: the current parent);
             if the parent is already gone, this process exits at once.
-        poll_s: how often the fallback watch compares the parent pid.
     """
     expected = os.getppid() if parent_pid is None else parent_pid
     # The signal is tied to the thread that forked us; spawning from a main thread (ours, torchrun's) is the norm.
@@ -75,7 +74,7 @@ def die_with_parent(parent_pid: int | None = None, *, poll_s: float = 1.0) -> No
     except (AttributeError, ValueError):
         sentinel = None
     threading.Thread(
-        target=_watch_parent, args=(expected, sentinel, poll_s), name="domainpar-parent-watch", daemon=True
+        target=_watch_parent, args=(expected, sentinel), name="domainpar-parent-watch", daemon=True
     ).start()
 
 

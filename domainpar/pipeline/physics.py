@@ -140,8 +140,11 @@ def run_recipe(
     # Evaluation: held-out simulated events (and their detector regions), then the real ones.
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     evaluations = {}
+    # The threshold and the track builder are the checkpoint's (the recipe's tracks section, recorded by training).
     configs = {
-        "real" if kind == "real" else "simulated" + kind[len("val"):]: (kind, _eval_config(recipe, model_path, gnn_graphs[kind], sources[kind], num_parts, progress))
+        "real" if kind == "real" else "simulated" + kind[len("val"):]: (kind, EvaluateConfig(
+            checkpoint=model_path, data=gnn_graphs[kind], events_dir=sources[kind], num_parts=num_parts,
+            method=recipe.evaluation.method, progress=progress))
         for kind in gnn_graphs if kind != "train"
     }  # fmt: skip
     # One scorer for every set: with several parts, one group of processes started once, not once a set.
@@ -359,15 +362,9 @@ def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progres
     return model_path, {"steps": summary.get("steps"), "epochs": summary.get("epochs"), "final": summary.get("final") or {}}
 
 
-def _eval_config(recipe: Recipe, model_path: Path, graphs: Path, events: Path, num_parts: int, progress) -> EvaluateConfig:
-    """How the recipe judges its model on one set of graphs (their raw events give the truth weights)."""
-    # The threshold and the track builder are the checkpoint's (the recipe's tracks section, recorded by training).
-    return EvaluateConfig(checkpoint=model_path, data=graphs, events_dir=events, num_parts=num_parts,
-                          method=recipe.evaluation.method, progress=progress)  # fmt: skip
-
-
 def _evaluate(eval_config: EvaluateConfig, scorer: Scorer, plots: Path, submissions: Path, filtered: list[dict] | None) -> dict:
-    """Judge the model on one set of graphs with the run's scorer; write its plots and submissions.
+    """Judge the model on one set of graphs (their raw events give the truth weights) with the run's scorer; write
+    its plots and submissions.
 
     ``filtered``: the edge filter's records of these graphs (edges before the filter), for the truth-free figures.
     """
