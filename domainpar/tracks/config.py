@@ -84,6 +84,12 @@ class TrackConfig:
     short_max_chi2_ndf: float = 3.0
     """Selection: largest helix-fit chi2/ndf of a short candidate (tighter than ``max_chi2_ndf``: it has few hits)."""
 
+    @property
+    def follow_threshold(self) -> float:
+        """The score an edge must be strictly above for this builder to join hits along it: ``extend_threshold`` for
+        ``ckf`` and ``ambiguity`` (``threshold`` is not their cut), ``threshold`` for the edge-only methods."""
+        return self.extend_threshold if self.method in ("ckf", "ambiguity") else self.threshold
+
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise DomainparError(f"tracks.method: expected one of {', '.join(METHODS)}, got {self.method!r}")

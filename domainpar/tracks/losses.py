@@ -1,0 +1,258 @@
+"""Where each lost particle is lost: the first stage of the chain that breaks it, by pT (``evaluate --losses``).
+
+Every particle the binned efficiencies count (not noise, hits on at least ``min_layers`` layers; pT bins of
+:data:`LOSS_PT_BINS` and one bin above ``pt_min``, whose particles are the reconstructable ones of
+``tracking_efficiency``) is either *perfect* (a track of exactly its hits, :func:`~domainpar.tracks.efficiency.
+tracking_metrics`) or lost at the first of these stages that breaks its *chain*:
+
+1. ``graph``: graph construction. A hit of the particle is not a node of the graph, or the true segments
+   (:mod:`domainpar.data.true_segments`) the construction built do not join all its hits;
+2. ``filter``: the built ones do, the ones the edge filter kept do not;
+3. ``gnn``: the kept ones do, those the GNN scores above the builder's own cut do not
+   (:attr:`~domainpar.tracks.config.TrackConfig.follow_threshold`: ``extend_threshold``, 0.02, for ``ckf`` and
+   ``ambiguity``; the working point ``threshold`` for ``components`` and ``walk``): the builder cannot follow them;
+4. ``weak``: those do, but not the ones above the working point ``threshold`` (0.5): the builder may follow the
+   chain, the GNN backs it weakly. Empty when the builder's cut is the threshold;
+5. ``builder``: every needed segment is there and scored above the threshold, and the builder still left the
+   particle (missed it, or built it with a hit missing or foreign).
+
+What a perfect track *needs*: its hits joined into one connected piece by the particle's own true segments (taken
+undirected). A true segment joins consecutive layer groups of the particle (hits on one layer next to each other
+along its path form one group), so for a particle of one hit a layer the chain is every consecutive segment; for a
+particle with two hits on a layer (overlapping modules: A, B, B', C gives A–B, A–B', B–C, B'–C) any segment into
+each of B and B' will do, since a builder places the second hit of a layer beside its twin; a particle back on a
+layer after a loop gives groups of its own, joined in the order of its hits' distances from its vertex. A missing
+segment breaks the chain only when no other joins the two sides.
+
+The split is by the particle's first broken stage, not by what the builder did with it: a builder that bridges
+a gap (``ckf``'s stepping stones, attaching at holes, fragments merged by their helices) makes such a particle
+perfect, and it is counted perfect (``perfect_bridged`` counts them). Each lost stage is split into ``missed``
+(no double-majority track: not in ``tracking_efficiency``) and ``not_perfect`` (found, but not perfectly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from domainpar.data.true_segments import pair_keys, true_segments
+from domainpar.errors import DomainparError
+from domainpar.tracks.efficiency import PT_BINS, TrackingMetrics
+
+#: Stages in chain order; a particle's ``chain_lost`` is 1 + the index of the first that breaks it (0: none).
+STAGES = ("graph", "filter", "gnn", "weak", "builder")
+GRAPH, FILTER, GNN, WEAK, BUILDER = range(1, 6)
+#: pT bin edges (GeV) below ``pt_min`` of the losses table: the low end of :data:`~domainpar.tracks.efficiency.PT_BINS`.
+LOSS_PT_BINS = PT_BINS[PT_BINS <= 1.0]
+
+
+@dataclass(frozen=True)
+class EventSegments:
+    """The true segments among a graph's nodes and which the graph construction built (before any filter)."""
+
+    segments: np.ndarray
+    """(2, S) int64 node indices of every true segment between the graph's hits."""
+    built: np.ndarray
+    """(S,) bool: the construction made an edge of it (either direction)."""
+
+
+def event_segments(particle_id: np.ndarray, layer: np.ndarray, pos: np.ndarray, vertex: np.ndarray | None,
+                   built_edge_index: np.ndarray) -> EventSegments:  # fmt: skip
+    """The true segments of a graph's nodes, each flagged built when the unfiltered graph has it.
+
+    Args:
+        particle_id: (N,) int64 truth particle of every node (0: noise).
+        layer: (N,) int64 layer code of every node.
+        pos: (N, 3) hit positions (mm).
+        vertex: (N, 3) production vertex of every node's particle (mm), or None (the origin).
+        built_edge_index: (2, E_built) int64 the graph's edges as constructed, before the edge filter.
+    """
+    num_nodes = particle_id.shape[0]
+    segments = true_segments(np.asarray(particle_id, np.int64), np.asarray(layer, np.int64), pos, vertex)
+    built = np.isin(pair_keys(segments[0], segments[1], num_nodes),
+                    pair_keys(built_edge_index[0], built_edge_index[1], num_nodes))  # fmt: skip
+    return EventSegments(segments, built)
+
+
+@dataclass(frozen=True)
+class ParticleLosses:
+    """One event's particles, each with the first stage that breaks its chain (the module docstring)."""
+
+    particle_id: np.ndarray
+    """(P,) every non-noise particle with hits, ascending (as :class:`~domainpar.tracks.efficiency.TrackingMetrics`)."""
+    pt: np.ndarray
+    """(P,) pT (GeV)."""
+    nlayers: np.ndarray
+    """(P,) distinct layers hit."""
+    matched: np.ndarray
+    """(P,) bool: a double-majority track."""
+    perfect: np.ndarray
+    """(P,) bool: a perfectly matching track."""
+    chain_lost: np.ndarray
+    """(P,) int8: :data:`GRAPH` .. :data:`WEAK`, the first stage that breaks the particle's chain; 0 when intact."""
+
+    @property
+    def stage(self) -> np.ndarray:
+        """(P,) int8: 0 for a perfect particle, else the first stage that lost it (:data:`BUILDER` when its chain is
+        intact)."""
+        return np.where(self.perfect, 0, np.where(self.chain_lost > 0, self.chain_lost, BUILDER)).astype(np.int8)
+
+
+def _joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particle: np.ndarray, num_particles: int) -> np.ndarray:
+    """(P,) bool: the particle's graph hits are one connected piece through the kept segments.
+
+    ``node_particle`` (N,) is each node's row in the particle arrays, -1 for noise.
+    """
+    chosen = segments[:, keep]
+    adjacency = coo_matrix((np.ones(chosen.shape[1], dtype=np.int8), (chosen[0], chosen[1])), shape=(num_nodes, num_nodes))
+    num_pieces, piece = connected_components(adjacency.tocsr(), directed=False)
+    real = node_particle >= 0
+    pairs = np.unique(node_particle[real].astype(np.int64) * num_pieces + piece[real])
+    return np.bincount(pairs // num_pieces, minlength=num_particles) == 1
+
+
+def _scores_of(segments: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(present (S,), score (S,))``: whether each segment is an edge of the graph, and its score (the highest of
+    duplicate edges; -inf when absent)."""
+    keys = pair_keys(edge_index[0], edge_index[1], num_nodes)
+    order = np.lexsort((scores, keys))
+    sorted_keys = keys[order]
+    wanted = pair_keys(segments[0], segments[1], num_nodes)
+    at = np.searchsorted(sorted_keys, wanted, side="right") - 1
+    present = (at >= 0) & (sorted_keys[np.maximum(at, 0)] == wanted) if keys.size else np.zeros(wanted.size, bool)
+    score = np.where(present, scores[order][np.maximum(at, 0)] if keys.size else 0.0, -np.inf)
+    return present, score
+
+
+def particle_losses(
+    segments: EventSegments,
+    node_particle_id: np.ndarray,
+    edge_index: np.ndarray,
+    scores: np.ndarray,
+    event_particle_id: np.ndarray,
+    tracking: TrackingMetrics,
+    follow_threshold: float,
+    threshold: float,
+) -> ParticleLosses:
+    """The first stage that breaks every particle's chain (the module docstring).
+
+    Args:
+        segments: :func:`event_segments` of the graph's nodes.
+        node_particle_id: (N,) int64 truth particle of every graph node.
+        edge_index: (2, E) int64 the edges the GNN scored (after the filter).
+        scores: (E,) their scores.
+        event_particle_id: (M,) int64 truth particle of every hit of the event (the graph may hold fewer).
+        tracking: the event's track figures (the particles, their pT, layers, matches).
+        follow_threshold: the builder's own cut (:attr:`~domainpar.tracks.config.TrackConfig.follow_threshold`).
+        threshold: the working point.
+
+    Raises:
+        DomainparError: a graph node whose particle the event does not have.
+    """
+    node_particle_id = np.asarray(node_particle_id, np.int64)
+    num_nodes = node_particle_id.size
+    ids = tracking.particle_id
+    row = np.searchsorted(ids, node_particle_id)
+    real = node_particle_id != 0
+    if real.any() and not np.array_equal(ids[np.minimum(row[real], max(ids.size - 1, 0))], node_particle_id[real]):
+        raise DomainparError("graph nodes: expected particles of the event's truth, got a particle the event does not have")
+    node_particle = np.where(real, row, -1)
+    # A particle with a hit the graph has no node for cannot be built whole.
+    event_ids, event_hits = np.unique(np.asarray(event_particle_id, np.int64), return_counts=True)
+    whole = np.bincount(node_particle[real], minlength=ids.size) == event_hits[np.searchsorted(event_ids, ids)]
+    present, score = _scores_of(segments.segments, edge_index, np.asarray(scores, np.float64), num_nodes)
+    kept = segments.built & present
+    stages = (
+        segments.built,
+        kept,
+        kept & (score > follow_threshold),
+        kept & (score > max(follow_threshold, threshold)),
+    )  # fmt: skip
+    chain_lost = np.zeros(ids.size, dtype=np.int8)
+    chain_lost[~whole] = GRAPH
+    for code, keep in zip((GRAPH, FILTER, GNN, WEAK), stages):
+        broken = (chain_lost == 0) & ~_joined(num_nodes, segments.segments, keep, node_particle, ids.size)
+        chain_lost[broken] = code
+    return ParticleLosses(ids, tracking.particle_pt, tracking.particle_nlayers, tracking.particle_matched,
+                          tracking.particle_perfect, chain_lost)  # fmt: skip
+
+
+def loss_bins(pt_min: float = 1.0) -> tuple[np.ndarray, list[str]]:
+    """The losses table's pT bin edges below ``pt_min`` (GeV) and every bin's name, the last ``>pt_min``."""
+    edges = np.append(LOSS_PT_BINS[LOSS_PT_BINS < pt_min], pt_min)
+    return edges, [f"{lo:g}-{hi:g}" for lo, hi in zip(edges[:-1], edges[1:])] + [f">{pt_min:g}"]
+
+
+def losses_vs_pt(
+    losses: list[ParticleLosses], follow_threshold: float, threshold: float, pt_min: float = 1.0, min_layers: int = 3
+) -> dict:
+    """Particles by first lost stage per pT bin, pooled over events (JSON-ready).
+
+    The bins below ``pt_min`` hold pT in [low, high) (the last of them [low, pt_min]); the last bin holds pT above
+    ``pt_min``: its particles, ``tracking_efficiency`` and ``perfect_efficiency`` are evaluate's overall ones.
+
+    Returns:
+        ``bins`` (B names), ``pt_edges``, ``selection``, ``follow_threshold``, ``threshold``, ``stages``; per bin
+        (B lists): ``count``, ``tracking_efficiency``, ``perfect_efficiency`` (None in an empty bin),
+        ``perfect_bridged`` (perfect particles whose chain breaks at some stage), and ``missed`` and ``not_perfect``:
+        for every stage of :data:`STAGES` B counts of particles it lost.
+    """
+    edges, names = loss_bins(pt_min)
+    pool = {field: np.concatenate([getattr(p, field) for p in losses]) if losses else np.zeros(0)
+            for field in ("pt", "nlayers", "matched", "perfect", "chain_lost")}  # fmt: skip
+    stage = (ParticleLosses(np.zeros(0), pool["pt"], pool["nlayers"], pool["matched"].astype(bool),
+                            pool["perfect"].astype(bool), pool["chain_lost"].astype(np.int8)).stage)  # fmt: skip
+    pt = pool["pt"]
+    where = np.searchsorted(edges, pt, side="right") - 1
+    where[pt == edges[-1]] = edges.size - 2  # pT exactly pt_min: not above it, the last bin below
+    where[(pool["nlayers"] < min_layers) | (pt < edges[0])] = -1
+    matched, perfect = pool["matched"].astype(bool), pool["perfect"].astype(bool)
+    bins = range(len(names))
+    count = [int(np.count_nonzero(where == b)) for b in bins]
+    rate = lambda passed: [float(np.count_nonzero(passed & (where == b)) / count[b]) if count[b] else None for b in bins]  # noqa: E731
+    per_stage = lambda passed: {  # noqa: E731
+        name: [int(np.count_nonzero(passed & (stage == code) & (where == b))) for b in bins]
+        for code, name in enumerate(STAGES, start=1)
+    }
+    return {
+        "bins": names,
+        "pt_edges": [float(e) for e in edges],
+        "selection": f"particles on >= {min_layers} layers, pT >= {edges[0]:g} GeV",
+        "follow_threshold": float(follow_threshold),
+        "threshold": float(threshold),
+        "stages": list(STAGES),
+        "count": count,
+        "tracking_efficiency": rate(matched),
+        "perfect_efficiency": rate(perfect),
+        "perfect_bridged": [int(np.count_nonzero(perfect & (pool["chain_lost"] > 0) & (where == b))) for b in bins],
+        "missed": per_stage(~matched),
+        "not_perfect": per_stage(matched & ~perfect),
+    }
+
+
+def format_losses(table: dict) -> str:
+    """:func:`losses_vs_pt` as a Markdown table: per pT bin the particles, the efficiencies and, per stage, the
+    fraction of the bin's particles it lost first, as ``all = missed + not perfect``."""
+    cut, threshold = table["follow_threshold"], table["threshold"]
+    titles = {"graph": "graph", "filter": "filter", "gnn": f"GNN <= {cut:g}", "weak": f"GNN {cut:g}-{threshold:g}",
+              "builder": "builder"}  # fmt: skip
+    header = ["pT (GeV)", "particles", "tracking eff.", "perfect"] + [titles[s] for s in table["stages"]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for b, name in enumerate(table["bins"]):
+        n = table["count"][b]
+        fraction = lambda k: f"{k / n:.3f}" if n else "-"  # noqa: E731
+        efficiencies = [f"{table[key][b]:.3f}" if table[key][b] is not None else "-"
+                        for key in ("tracking_efficiency", "perfect_efficiency")]  # fmt: skip
+        cells = []
+        for stage in table["stages"]:
+            missed, imperfect = table["missed"][stage][b], table["not_perfect"][stage][b]
+            cells.append(f"{fraction(missed + imperfect)} = {fraction(missed)} + {fraction(imperfect)}")
+        lines.append("| " + " | ".join([name, str(n), *efficiencies, *cells]) + " |")
+    return "\n".join(lines)
+
+
+__all__ = ["BUILDER", "EventSegments", "FILTER", "GNN", "GRAPH", "LOSS_PT_BINS", "ParticleLosses", "STAGES", "WEAK",
+           "event_segments", "format_losses", "loss_bins", "losses_vs_pt", "particle_losses"]  # fmt: skip
