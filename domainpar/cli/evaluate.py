@@ -56,6 +56,10 @@ def format_table(summary: dict) -> str:
 @click.option("--write-scores", "scores_dir", type=click.Path(path_type=Path), default=None,
               help="Write every event's graph here, in the format it was read (.npz, or PyG for PyG input), with its "
                    "per-edge scores (edge_score / edge_scores) and a record of the model that produced them.")
+@click.option("--losses", is_flag=True,
+              help="Also find, per pT bin, the first stage that loses each particle not reconstructed perfectly: graph "
+                   "construction, edge filter, GNN score or track builder (JSON losses_vs_pt, docs/tracks.md). Graph "
+                   "files the filter pruned already are rebuilt from their raw events (--events) for it.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(
     data: Path,
@@ -65,6 +69,7 @@ def evaluate(
     plots_dir: Path | None,
     submissions_dir: Path | None,
     scores_dir: Path | None,
+    losses: bool,
     quiet: bool,
     **pipeline,
 ) -> None:
@@ -99,7 +104,8 @@ def evaluate(
     if ranks is not None and num_parts is not None and ranks != num_parts:
         raise DomainparError(f"--ranks must equal --parts: one process per part (got --ranks {ranks}, --parts {num_parts})")
     parts = num_parts if num_parts is not None else (ranks if ranks is not None else 1)
-    config = EvaluateConfig(data=data, events_dir=events_dir, progress=not quiet, **pipeline_fields(pipeline, parts))
+    config = EvaluateConfig(data=data, events_dir=events_dir, losses=losses, progress=not quiet,
+                            **pipeline_fields(pipeline, parts))  # fmt: skip
     if json_path is not None:
         check_output_file(json_path, "--json")
     if plots_dir is not None:
@@ -140,6 +146,12 @@ def evaluate(
         f"{s['track_method']} tracks, inference {s['seconds_inference']:.2f} s"
     )
     click.echo(format_table(s))
+    if "losses_vs_pt" in s:
+        from domainpar.tracks.losses import format_losses
+
+        click.echo(f"where particles are lost, fraction of each pT bin's particles (all = missed + not perfect; "
+                   f"{s['seconds_losses']:.2f} s):")  # fmt: skip
+        click.echo(format_losses(s["losses_vs_pt"]))
     for path in written:
         click.echo(f"wrote {path}")
     if s["num_parts"] > 1 and not any(event.get("num_halo_nodes") for event in s.get("events", [])):

@@ -81,7 +81,8 @@ def evaluate(config: EvaluateConfig, scorer: Scorer | None = None) -> Evaluation
     seconds_inference = 0.0
     with EventRunner(pipeline, scorer or open_scorer(pipeline), close_scorer=scorer is None) as runner:
         for source in progress(sources, desc="evaluating", unit="event", enabled=config.progress):
-            event = prepare_event(source, pipeline.graphs, prune, truth=True, events_dir=config.events_dir)
+            event = prepare_event(source, pipeline.graphs, prune, truth=True, events_dir=config.events_dir,
+                                  segments=config.losses)  # fmt: skip
             if event.event_id in first_source:
                 # Per-event records, submissions and plots are keyed by event id; a repeat would count the event twice.
                 raise DomainparError(
@@ -92,7 +93,7 @@ def evaluate(config: EvaluateConfig, scorer: Scorer | None = None) -> Evaluation
             result = runner.run(event)
             seconds_inference += result.seconds["inference"]
             evaluations.append(judge(result, config, pipeline.tracks))
-    summary = summarise(evaluations, pt_min=config.pt_min, min_layers=config.min_layers)
+    summary = summarise(evaluations, pt_min=config.pt_min, min_layers=config.min_layers, tracks=pipeline.tracks)
     partitioned = {"num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None}
     summary = {
         "checkpoint": None if config.checkpoint is None else str(config.checkpoint),

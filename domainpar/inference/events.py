@@ -28,6 +28,7 @@ from domainpar.errors import DomainparError
 from domainpar.inference.graphs import GraphStage, Prune
 from domainpar.inference.sources import EventSource, graph_digest, read_raw_event
 from domainpar.tracks.efficiency import ParticleTable
+from domainpar.tracks.losses import EventSegments, event_segments
 
 
 @dataclass(frozen=True)
@@ -61,13 +62,16 @@ class PreparedEvent:
     num_edges_built: int
     """Edges before the filter."""
     seconds: dict = field(default_factory=dict)
-    """read, build, filter."""
+    """read, build, filter (and segments, with :attr:`segments`: finding them, rebuilding a pruned file's graph)."""
     truth: EventTruth | None = None
     """The truth the figures are judged against (None: a run without truth)."""
     source_format: str = "raw"
     """``raw`` (TrackML CSVs, the graph built here), ``npz`` or ``pyg`` (a graph file)."""
     kept: np.ndarray | None = None
     """(E_file,) bool: the edges of the source graph file that are in ``graph`` (None: all of them)."""
+    segments: EventSegments | None = None
+    """The true segments among the graph's nodes, each flagged when the construction built it before the filter
+    (``evaluate --losses``, :mod:`domainpar.tracks.losses`); None otherwise."""
 
 
 def _truth_of(raw_hits: pd.DataFrame, particles: pd.DataFrame, truth: pd.DataFrame, path: str) -> tuple[np.ndarray, EventTruth]:
@@ -117,7 +121,12 @@ def check_same_event(graph: EventGraph, hits: pd.DataFrame, graph_source: str, e
 
 
 def prepare_event(
-    source: EventSource, stage: GraphStage, prune: Prune | None, truth: bool = False, events_dir: Path | None = None
+    source: EventSource,
+    stage: GraphStage,
+    prune: Prune | None,
+    truth: bool = False,
+    events_dir: Path | None = None,
+    segments: bool = False,
 ) -> PreparedEvent:
     """Read, build and prune one event (in a preparing process, or in the process that scores it).
 
@@ -128,6 +137,9 @@ def prepare_event(
         truth: judge against truth: a raw event's truth and particles are read, a graph file must carry labels,
             and its raw event in ``events_dir`` (when given) gives the hit weights.
         events_dir: raw events holding the truth of graph files.
+        segments: with ``truth``, find the graph's true segments and which the construction built before the filter
+            (:attr:`PreparedEvent.segments`). A graph file the recorded filter pruned already is rebuilt from its raw
+            event in ``events_dir`` for it (seconds to tens of seconds an event).
 
     Raises:
         DomainparError: a missing or malformed input, or one the model was not trained on, named.
@@ -140,9 +152,14 @@ def prepare_event(
         if truth:
             event_hit_id, event_truth = _truth_of(raw.hits, raw.particles, raw.truth, _truth_file(source.path))
         require_edges(built.graph.num_edges, source.path, "score")
-        return PreparedEvent(source, raw.event_id, built.graph, event_hit_id, raw.inputs, built.num_edges_built,
-                             {"read": raw.seconds, "build": built.seconds_build, "filter": built.seconds_filter},
-                             event_truth)  # fmt: skip
+        event = PreparedEvent(source, raw.event_id, built.graph, event_hit_id, raw.inputs, built.num_edges_built,
+                              {"read": raw.seconds, "build": built.seconds_build, "filter": built.seconds_filter},
+                              event_truth)  # fmt: skip
+        if truth and segments:
+            started = time.perf_counter()
+            event.segments = _segments(event.graph, built.edges_built)
+            event.seconds["segments"] = time.perf_counter() - started
+        return event
     started = time.perf_counter()
     info = os.stat(source.path)
     read = load_graph(source.path)
@@ -160,11 +177,52 @@ def prepare_event(
                           {"read": loaded - started, "build": 0.0, "filter": filtered - loaded},
                           source_format="pyg" if is_pyg_file(source.path) else "npz", kept=kept)  # fmt: skip
     if truth:
-        _attach_graph_truth(event, events_dir)
+        raw = _attach_graph_truth(event, events_dir)
+        if segments:
+            started = time.perf_counter()
+            event.segments = _segments(graph, _file_edges_built(read, graph, stage, raw, source, events_dir))
+            event.seconds["segments"] = time.perf_counter() - started
     return event
 
 
-def _attach_graph_truth(event: PreparedEvent, events_dir: Path | None) -> None:
+def _segments(graph: EventGraph, edges_built: np.ndarray) -> EventSegments:
+    return event_segments(graph.particle_id, graph.layer, graph.pos, graph.particle_vertex, edges_built)
+
+
+def _file_edges_built(read: EventGraph, graph: EventGraph, stage: GraphStage, raw, source: EventSource,
+                      events_dir: Path | None) -> np.ndarray:  # fmt: skip
+    """(2, E_built) the edges of a graph file's event before the filter, on the graph's nodes: the file's own when the
+    filter was not applied to it (pruned here, or no filter), else those of its raw event rebuilt with the recorded
+    build.
+
+    Raises:
+        DomainparError: a pruned file without its raw event, or one the recorded build did not make from it.
+    """
+    if graph is not read or stage.filter_hash is None:
+        return read.edge_index
+    if raw is None:
+        raise DomainparError(
+            f"{source.path}: the graph was pruned by the edge filter already; give its raw event (--events) to rebuild "
+            "the graph before the filter, which tells the graph's losses from the filter's"
+        )
+    hit_id, edges = stage.unpruned_edges(raw.hits, raw.truth, raw.particles, graph.event_id, str(source.path))
+    # The rebuilt nodes in the graph's numbering (-1: not a node of the graph).
+    order = np.argsort(graph.hit_id, kind="stable")
+    at = np.minimum(np.searchsorted(graph.hit_id[order], hit_id), max(order.size - 1, 0))
+    node = np.where(graph.hit_id[order][at] == hit_id, order[at], -1)
+    edges = node[edges]
+    edges = edges[:, (edges >= 0).all(axis=0)]
+    built = pair_keys(edges[0], edges[1], graph.num_nodes)
+    if not np.isin(pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes), built).all():
+        raise DomainparError(
+            f"--events {events_dir}: expected the graph {source.path.name} to be built from this event by the model's "
+            "recorded build (some of its edges are not among the rebuilt graph's)"
+        )
+    return edges
+
+
+def _attach_graph_truth(event: PreparedEvent, events_dir: Path | None):
+    """Set the event's truth; returns its raw event when one was read (None: the truth of the graph file alone)."""
     graph, path = event.graph, event.source.path
     if graph.y is None or graph.particle_id is None or graph.particle_pt is None:
         raise DomainparError(f"{path}: evaluation needs a graph with truth (labels y, particle_id, particle_pt); got none")
@@ -173,11 +231,12 @@ def _attach_graph_truth(event: PreparedEvent, events_dir: Path | None) -> None:
         order = np.argsort(graph.hit_id, kind="stable")
         particles = ParticleTable.from_hits(graph.particle_id, graph.particle_pt, graph.pos)
         event.truth = EventTruth(np.asarray(graph.particle_id, np.int64)[order], np.asarray(graph.layer)[order], particles, None)
-        return
+        return None
     prefix = Path(events_dir) / f"event{graph.event_id:09d}"
     raw = read_raw_event(prefix, needs_cells=False, truth=True)
     check_same_event(graph, raw.hits, str(path), str(prefix))
     event.event_hit_id, event.truth = _truth_of(raw.hits, raw.particles, raw.truth, _truth_file(prefix))
+    return raw
 
 
 __all__ = ["EventTruth", "PreparedEvent", "check_same_event", "prepare_event"]

@@ -13,10 +13,11 @@ picklable, so a preparing process gets it whole (the loaded filter with it).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from domainpar.data.event_graph import EventGraph
@@ -53,6 +54,8 @@ class BuiltGraph:
     """Graph construction (segments, features)."""
     seconds_filter: float
     """The edge filter."""
+    edges_built: np.ndarray | None = None
+    """(2, E_built) int64 the edges before the filter (what ``evaluate --losses`` tells the filter's losses by)."""
 
 
 @dataclass(frozen=True)
@@ -145,12 +148,38 @@ class GraphStage:
         config = self.graph_config
         graph, _ = build_graph(hits, truth, particles, cells if config.needs_cells else None, config=config, event_id=event_id)
         built = time.perf_counter()
-        num_edges_built = graph.num_edges
+        num_edges_built, edges_built = graph.num_edges, graph.edge_index
         if self.filter_hash is not None:
             graph = prune(graph)
         filtered = time.perf_counter()
         self.check_inputs(graph, source)
-        return BuiltGraph(graph, num_edges_built, built - started, filtered - built)
+        return BuiltGraph(graph, num_edges_built, built - started, filtered - built, edges_built)
+
+    def unpruned_edges(self, hits: pd.DataFrame, truth: pd.DataFrame, particles: pd.DataFrame, event_id: int,
+                       source: str) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The edges the recorded build gives a raw event before the filter, to compare a pruned graph file with.
+
+        Only the edges are wanted: the graph is built with the default features (the cuts alone decide the edges),
+        so no cells are read.
+
+        Returns:
+            ``(hit_id (N,), edge_index (2, E))``: the built graph's nodes and edges.
+
+        Raises:
+            DomainparError: no build is recorded to rebuild the graph with.
+        """
+        if self.no_build is not None:
+            raise DomainparError(self.no_build)
+        if self.graph_config is None:
+            raise DomainparError(f"{source}: {self.whose} records no graph build to rebuild the unfiltered graph with")
+        default = GraphConfig()
+        config = replace(self.graph_config, cell_features=False, node_features=default.node_features,
+                         edge_features=default.edge_features)  # fmt: skip
+        # Truth changes the nodes only through a truth-pT cut; without one the labels would be work for nothing.
+        labelled = config.min_pt > 0
+        graph, _ = build_graph(hits, truth if labelled else None, particles if labelled else None, config=config,
+                               event_id=event_id)  # fmt: skip
+        return graph.hit_id, graph.edge_index
 
     def from_file(self, prune: Prune | None, graph: EventGraph, source: str) -> EventGraph:
         """A graph file as the model's training graphs were: used as is when pruned by the recorded filter, pruned

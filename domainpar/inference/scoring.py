@@ -9,6 +9,7 @@ the per-event scores (as the challenge ranked submissions).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from domainpar.tracks.efficiency import (
     roc_auc,
     tracking_metrics,
 )
+from domainpar.tracks.losses import ParticleLosses, losses_vs_pt, particle_losses
 from domainpar.tracks.methods import METHODS as TRACK_METHODS
 from domainpar.tracks.score import score_arrays
 from domainpar.tracks.submission import complete_tracks, submission
@@ -45,6 +47,10 @@ class EventEvaluation:
     """JSON record of the event (see :func:`~domainpar.inference.evaluation.evaluate`)."""
     tracking: TrackingMetrics
     """Track-level figures and per-particle match flags."""
+    losses: ParticleLosses | None = None
+    """Every particle's first lost stage (``evaluate --losses``: the event prepared with its segments); else None."""
+    seconds_losses: float = 0.0
+    """Wall time of finding them, preparing the event's segments included."""
 
     @property
     def event(self) -> PreparedEvent:
@@ -141,7 +147,13 @@ def judge(result: EventResult, config: EvaluateConfig, tracks: TrackConfig) -> E
         **tracking.summary(),
         **result.partition,
     }
-    return EventEvaluation(result=result, record={k: _clean(v) for k, v in record.items()}, tracking=tracking)
+    evaluation = EventEvaluation(result=result, record={k: _clean(v) for k, v in record.items()}, tracking=tracking)
+    if event.segments is not None:
+        started = time.perf_counter()
+        evaluation.losses = particle_losses(event.segments, graph.particle_id, graph.edge_index, result.scores,
+                                            truth.particle_id, tracking, tracks.follow_threshold, threshold)  # fmt: skip
+        evaluation.seconds_losses = event.seconds.get("segments", 0.0) + time.perf_counter() - started
+    return evaluation
 
 
 def _pt1_edges(graph: EventGraph, predicted: np.ndarray, pt_min: float) -> dict:
@@ -169,8 +181,12 @@ def _at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> d
     return {"efficiency_at_purity90": _clean(efficiency), "purity_at_purity90": _clean(purity), "cut_at_purity90": _clean(cut)}
 
 
-def summarise(evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layers: int = 3) -> dict:
-    """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled)."""
+def summarise(evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layers: int = 3, tracks: TrackConfig | None = None) -> dict:
+    """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled).
+
+    With the events' losses (``evaluate --losses``) and ``tracks`` (the builder that made the tracks), also
+    ``losses_vs_pt`` (:func:`~domainpar.tracks.losses.losses_vs_pt`, pooled) and ``seconds_losses``.
+    """
     records = [e.record for e in evaluations]
     total = lambda key: sum(r[key] for r in records)  # noqa: E731
     scores = np.concatenate([e.scores for e in evaluations]) if evaluations else np.zeros(0)
@@ -195,5 +211,9 @@ def summarise(evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layer
         "seconds_tracks_max": max((r["seconds_tracks"] for r in records), default=None),
         **binned_efficiencies([e.tracking for e in evaluations], pt_min=pt_min, min_layers=min_layers),
     }
+    if evaluations and tracks is not None and all(e.losses is not None for e in evaluations):
+        summary["losses_vs_pt"] = losses_vs_pt([e.losses for e in evaluations], tracks.follow_threshold, tracks.threshold,
+                                               pt_min=pt_min, min_layers=min_layers)  # fmt: skip
+        summary["seconds_losses"] = sum(e.seconds_losses for e in evaluations)
     return summary
 

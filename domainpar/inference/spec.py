@@ -94,6 +94,9 @@ class EvaluateConfig(PipelineSpec):
     """Reconstructable particles hit at least this many distinct layers."""
     min_track_hits: int = 3
     """Tracks with fewer hits are not candidates for the fake and duplicate rates."""
+    losses: bool = False
+    """Also find where each particle that is not perfect is lost (graph, filter, GNN, builder), by pT
+    (:mod:`domainpar.tracks.losses`); a graph file pruned already is rebuilt from its raw event for it."""
     progress: bool = True
     """Show progress bars."""
 

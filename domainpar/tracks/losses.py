@@ -70,11 +70,19 @@ def event_segments(particle_id: np.ndarray, layer: np.ndarray, pos: np.ndarray, 
         vertex: (N, 3) production vertex of every node's particle (mm), or None (the origin).
         built_edge_index: (2, E_built) int64 the graph's edges as constructed, before the edge filter.
     """
+    particle_id = np.asarray(particle_id, np.int64)
     num_nodes = particle_id.shape[0]
-    segments = true_segments(np.asarray(particle_id, np.int64), np.asarray(layer, np.int64), pos, vertex)
-    built = np.isin(pair_keys(segments[0], segments[1], num_nodes),
-                    pair_keys(built_edge_index[0], built_edge_index[1], num_nodes))  # fmt: skip
+    segments = true_segments(particle_id, np.asarray(layer, np.int64), pos, vertex)
+    # Only edges within one particle can be true segments: testing those alone is an order of magnitude cheaper.
+    inner = built_edge_index[:, _within_particles(particle_id, built_edge_index)]
+    built = np.isin(pair_keys(segments[0], segments[1], num_nodes), pair_keys(inner[0], inner[1], num_nodes))
     return EventSegments(segments, built)
+
+
+def _within_particles(particle_id: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
+    """(E,) bool: the edges of ``edge_index`` (2, E) whose two hits belong to one particle (not noise)."""
+    first = particle_id[edge_index[0]]
+    return (first == particle_id[edge_index[1]]) & (first != 0)
 
 
 @dataclass(frozen=True)
@@ -114,9 +122,12 @@ def _joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particl
     return np.bincount(pairs // num_pieces, minlength=num_particles) == 1
 
 
-def _scores_of(segments: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def _scores_of(segments: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, particle_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(present (S,), score (S,))``: whether each segment is an edge of the graph, and its score (the highest of
-    duplicate edges; -inf when absent)."""
+    duplicate edges; -inf when absent). ``particle_id`` (N,) is every node's particle."""
+    num_nodes = particle_id.size
+    inner = _within_particles(particle_id, edge_index)  # the only edges that can be true segments
+    edge_index, scores = edge_index[:, inner], scores[inner]
     keys = pair_keys(edge_index[0], edge_index[1], num_nodes)
     order = np.lexsort((scores, keys))
     sorted_keys = keys[order]
@@ -163,7 +174,7 @@ def particle_losses(
     # A particle with a hit the graph has no node for cannot be built whole.
     event_ids, event_hits = np.unique(np.asarray(event_particle_id, np.int64), return_counts=True)
     whole = np.bincount(node_particle[real], minlength=ids.size) == event_hits[np.searchsorted(event_ids, ids)]
-    present, score = _scores_of(segments.segments, edge_index, np.asarray(scores, np.float64), num_nodes)
+    present, score = _scores_of(segments.segments, edge_index, np.asarray(scores, np.float64), node_particle_id)
     kept = segments.built & present
     stages = (
         segments.built,

@@ -178,3 +178,41 @@ def test_reconstruct_then_score_is_evaluate_on_the_real_full_pixel_event(tmp_pat
     assert written["hit_id"].tolist() == evaluation.submission["hit_id"].tolist()
     assert written["track_id"].tolist() == evaluation.submission["track_id"].tolist()
     assert report.summary["events"][0]["num_nodes"] == 66114
+
+
+def test_where_particles_are_lost_is_the_same_from_every_input(pruned_run):
+    """``evaluate --losses`` finds each particle's first lost stage from the raw event (built, then pruned here) and
+    from the pruned graph file (its graph rebuilt from the raw event) alike, and the figures evaluate gives without
+    it are untouched."""
+    import numpy as np
+
+    from domainpar.errors import DomainparError
+    from domainpar.inference import EvaluateConfig, evaluate
+    from domainpar.tracks.losses import FILTER
+
+    checkpoint, root, events = pruned_run["checkpoint"], pruned_run["root"], pruned_run["events"]
+    routes = {
+        "raw": dict(data=events, edge_filter=pruned_run["filter"]),
+        "pruned file": dict(data=root / "filtered", events_dir=events),
+    }
+    reports = {name: evaluate(EvaluateConfig(checkpoint=checkpoint, losses=True, progress=False, **route))
+               for name, route in routes.items()}  # fmt: skip
+    plain = evaluate(EvaluateConfig(checkpoint=checkpoint, progress=False, **routes["pruned file"])).summary
+    assert "losses_vs_pt" not in plain
+    summary = reports["pruned file"].summary
+    for key, value in plain.items():
+        if key not in ("events", "data", "seconds_inference", "seconds_tracks_max"):
+            assert summary[key] == value, key
+    first = reports["raw"].evaluations[0].losses
+    for name, report in reports.items():
+        losses = report.evaluations[0].losses
+        assert np.array_equal(losses.particle_id, first.particle_id), name
+        assert np.array_equal(losses.chain_lost, first.chain_lost) and np.array_equal(losses.stage, first.stage), name
+    # The filter keeps ~60 % of the edges: it breaks chains the construction had built.
+    assert (first.chain_lost == FILTER).any()
+    table = summary["losses_vs_pt"]
+    assert table["count"][-1] == summary["events"][0]["num_reconstructable"]
+    assert table["tracking_efficiency"][-1] == summary["tracking_efficiency"]
+    # A pruned file alone cannot tell the construction's losses from the filter's.
+    with pytest.raises(DomainparError, match="give its raw event"):
+        evaluate(EvaluateConfig(checkpoint=checkpoint, data=root / "filtered", losses=True, progress=False))
