@@ -25,9 +25,11 @@ layer after a loop gives groups of its own, joined in the order of its hits' dis
 segment breaks the chain only when no other joins the two sides.
 
 The split is by the particle's first broken stage, not by what the builder did with it: a builder that bridges
-a gap (``ckf``'s stepping stones, attaching at holes, fragments merged by their helices) makes such a particle
-perfect, and it is counted perfect (``perfect_bridged`` counts them). Each lost stage is split into ``missed``
-(no double-majority track: not in ``tracking_efficiency``) and ``not_perfect`` (found, but not perfectly).
+a gap (``ckf``'s stepping stones, attaching at holes, fragments merged by their helices, or an edge between two
+of the particle's hits that is no true segment, such as one jumping a layer over a hit of it) makes such a
+particle perfect, and it is counted perfect (``perfect_broken`` counts them by the stage that broke their
+chain). Each lost stage is split into ``missed`` (no double-majority track: not in ``tracking_efficiency``) and
+``not_perfect`` (found, but not perfectly).
 """
 
 from __future__ import annotations
@@ -208,8 +210,8 @@ def losses_vs_pt(
     Returns:
         ``bins`` (B names), ``pt_edges``, ``selection``, ``follow_threshold``, ``threshold``, ``stages``; per bin
         (B lists): ``count``, ``tracking_efficiency``, ``perfect_efficiency`` (None in an empty bin),
-        ``perfect_bridged`` (perfect particles whose chain breaks at some stage), and ``missed`` and ``not_perfect``:
-        for every stage of :data:`STAGES` B counts of particles it lost.
+        and ``missed`` and ``not_perfect``: for every stage of :data:`STAGES` B counts of the particles it lost;
+        ``perfect_broken``: the same for perfect particles whose chain that stage broke (``builder``: none).
     """
     edges, names = loss_bins(pt_min)
     pool = {field: np.concatenate([getattr(p, field) for p in losses]) if losses else np.zeros(0)
@@ -238,19 +240,23 @@ def losses_vs_pt(
         "count": count,
         "tracking_efficiency": rate(matched),
         "perfect_efficiency": rate(perfect),
-        "perfect_bridged": [int(np.count_nonzero(perfect & (pool["chain_lost"] > 0) & (where == b))) for b in bins],
         "missed": per_stage(~matched),
         "not_perfect": per_stage(matched & ~perfect),
+        "perfect_broken": {
+            name: [int(np.count_nonzero(perfect & (pool["chain_lost"] == code) & (where == b))) for b in bins]
+            for code, name in enumerate(STAGES, start=1)
+        },
     }
 
 
 def format_losses(table: dict) -> str:
-    """:func:`losses_vs_pt` as a Markdown table: per pT bin the particles, the efficiencies and, per stage, the
-    fraction of the bin's particles it lost first, as ``all = missed + not perfect``."""
+    """:func:`losses_vs_pt` as a Markdown table: per pT bin the particles, the efficiencies, per stage the fraction
+    of the bin's particles it lost first, as ``all = missed + not perfect``, and the fraction *bridged*: perfect
+    although their chain broke before the builder's cut (graph, filter or GNN)."""
     cut, threshold = table["follow_threshold"], table["threshold"]
     titles = {"graph": "graph", "filter": "filter", "gnn": f"GNN <= {cut:g}", "weak": f"GNN {cut:g}-{threshold:g}",
               "builder": "builder"}  # fmt: skip
-    header = ["pT (GeV)", "particles", "tracking eff.", "perfect"] + [titles[s] for s in table["stages"]]
+    header = ["pT (GeV)", "particles", "tracking eff.", "perfect"] + [titles[s] for s in table["stages"]] + ["bridged"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for b, name in enumerate(table["bins"]):
         n = table["count"][b]
@@ -261,7 +267,9 @@ def format_losses(table: dict) -> str:
         for stage in table["stages"]:
             missed, imperfect = table["missed"][stage][b], table["not_perfect"][stage][b]
             cells.append(f"{fraction(missed + imperfect)} = {fraction(missed)} + {fraction(imperfect)}")
-        lines.append("| " + " | ".join([name, str(n), *efficiencies, *cells]) + " |")
+        # Perfect although the builder had no chain of true segments above its cut to follow.
+        bridged = sum(table["perfect_broken"][stage][b] for stage in ("graph", "filter", "gnn"))
+        lines.append("| " + " | ".join([name, str(n), *efficiencies, *cells, fraction(bridged)]) + " |")
     return "\n".join(lines)
 
 

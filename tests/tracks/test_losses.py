@@ -112,9 +112,10 @@ def test_the_table_splits_missed_from_not_perfect_and_agrees_with_the_efficienci
     assert table["not_perfect"]["graph"] == [2, 0, 0, 0, 0, 0]  # particle 9 keeps 4 of its 5 hits on one track
     assert table["not_perfect"]["gnn"] == [0, 0, 1, 0, 0, 0]
     assert table["not_perfect"]["builder"] == [0, 0, 0, 0, 1, 1]
-    assert table["perfect_bridged"] == [0, 0, 0, 0, 0, 1]
+    assert table["perfect_broken"]["graph"] == [0, 0, 0, 0, 0, 1] and not any(table["perfect_broken"]["builder"])
     # Every particle of a bin is perfect or lost at exactly one stage.
     lost = np.sum([np.add(table["missed"][s], table["not_perfect"][s]) for s in table["stages"]], axis=0)
     assert (lost + np.round(np.multiply(table["perfect_efficiency"], table["count"])) == table["count"]).all()
     text = format_losses(table)
     assert "| 0.1-0.2 | 2 |" in text and "GNN 0.02-0.5" in text and "1.000 = 0.000 + 1.000" in text
+    assert text.splitlines()[-1].endswith("| 0.333 |")  # particle 8 of the three above 1 GeV
