@@ -111,10 +111,15 @@ class ParticleLosses:
         return np.where(self.perfect, 0, np.where(self.chain_lost > 0, self.chain_lost, BUILDER)).astype(np.int8)
 
 
-def _joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particle: np.ndarray, num_particles: int) -> np.ndarray:
+def chain_joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particle: np.ndarray, num_particles: int) -> np.ndarray:
     """(P,) bool: the particle's graph hits are one connected piece through the kept segments.
 
-    ``node_particle`` (N,) is each node's row in the particle arrays, -1 for noise.
+    Args:
+        num_nodes: N, the graph's nodes.
+        segments: (2, S) int64 true segments (:attr:`EventSegments.segments`).
+        keep: (S,) bool the segments a stage kept.
+        node_particle: (N,) int64 each node's row in the particle arrays, -1 for noise.
+        num_particles: P.
     """
     chosen = segments[:, keep]
     adjacency = coo_matrix((np.ones(chosen.shape[1], dtype=np.int8), (chosen[0], chosen[1])), shape=(num_nodes, num_nodes))
@@ -187,7 +192,7 @@ def particle_losses(
     chain_lost = np.zeros(ids.size, dtype=np.int8)
     chain_lost[~whole] = GRAPH
     for code, keep in zip((GRAPH, FILTER, GNN, WEAK), stages):
-        broken = (chain_lost == 0) & ~_joined(num_nodes, segments.segments, keep, node_particle, ids.size)
+        broken = (chain_lost == 0) & ~chain_joined(num_nodes, segments.segments, keep, node_particle, ids.size)
         chain_lost[broken] = code
     return ParticleLosses(ids, tracking.particle_pt, tracking.particle_nlayers, tracking.particle_matched,
                           tracking.particle_perfect, chain_lost)  # fmt: skip
@@ -274,4 +279,4 @@ def format_losses(table: dict) -> str:
 
 
 __all__ = ["BUILDER", "EventSegments", "FILTER", "GNN", "GRAPH", "LOSS_PT_BINS", "ParticleLosses", "STAGES", "WEAK",
-           "event_segments", "format_losses", "loss_bins", "losses_vs_pt", "particle_losses"]  # fmt: skip
+           "chain_joined", "event_segments", "format_losses", "loss_bins", "losses_vs_pt", "particle_losses"]  # fmt: skip
