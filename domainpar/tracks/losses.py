@@ -265,7 +265,7 @@ def format_losses(table: dict) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for b, name in enumerate(table["bins"]):
         n = table["count"][b]
-        fraction = lambda k: f"{k / n:.3f}" if n else "-"  # noqa: E731
+        fraction = lambda k, n=n: f"{k / n:.3f}" if n else "-"  # noqa: E731
         efficiencies = [f"{table[key][b]:.3f}" if table[key][b] is not None else "-"
                         for key in ("tracking_efficiency", "perfect_efficiency")]  # fmt: skip
         cells = []

@@ -192,8 +192,8 @@ def test_where_particles_are_lost_is_the_same_from_every_input(pruned_run):
 
     checkpoint, root, events = pruned_run["checkpoint"], pruned_run["root"], pruned_run["events"]
     routes = {
-        "raw": dict(data=events, edge_filter=pruned_run["filter"]),
-        "pruned file": dict(data=root / "filtered", events_dir=events),
+        "raw": {"data": events, "edge_filter": pruned_run["filter"]},
+        "pruned file": {"data": root / "filtered", "events_dir": events},
     }
     reports = {name: evaluate(EvaluateConfig(checkpoint=checkpoint, losses=True, progress=False, **route))
                for name, route in routes.items()}  # fmt: skip

@@ -91,7 +91,7 @@ def judged():
 
 
 def test_every_particle_is_lost_at_its_first_broken_stage(judged):
-    tracking, losses = judged
+    _, losses = judged
     stage = dict(zip(losses.particle_id.tolist(), losses.stage.tolist()))
     # A score equal to the builder's cut is below it: the builder follows edges strictly above.
     assert stage == {1: 0, 2: GRAPH, 3: FILTER, 4: GNN, 5: WEAK, 6: BUILDER, 7: BUILDER, 8: 0, 9: GRAPH}
