@@ -44,7 +44,8 @@ from domainpar.inference.sources import list_sources
 from domainpar.inference.spec import EvaluateConfig
 from domainpar.tracks.losses import chain_joined, loss_bins
 
-CAUSES = ("loops back", "no layer pair", "jumps a layer", "phi slope, prompt", "phi slope, displaced", "z0", "eta window", "other")
+CAUSES = ("loops back", "no layer pair", "jumps a layer", "phi slope, prompt", "phi slope, displaced", "z0", "eta window",
+          "other")  # fmt: skip
 
 
 def _particles(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
-        result = study(EvaluateConfig(checkpoint=args.checkpoint, edge_filter=args.filter, data=args.data, progress=False))
+        config = EvaluateConfig(checkpoint=args.checkpoint, edge_filter=args.filter, data=args.data, progress=False)
+        result = study(config)
     except DomainparError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

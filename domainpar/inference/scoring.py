@@ -181,7 +181,9 @@ def _at_purity(scores: np.ndarray, labels: np.ndarray, floor: float = 0.90) -> d
     return {"efficiency_at_purity90": _clean(efficiency), "purity_at_purity90": _clean(purity), "cut_at_purity90": _clean(cut)}
 
 
-def summarise(evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layers: int = 3, tracks: TrackConfig | None = None) -> dict:
+def summarise(
+    evaluations: list[EventEvaluation], pt_min: float = 1.0, min_layers: int = 3, tracks: TrackConfig | None = None
+) -> dict:
     """Overall figures of several events (aggregation rules in the module docstring; binned efficiencies pooled).
 
     With the events' losses (``evaluate --losses``) and ``tracks`` (the builder that made the tracks), also

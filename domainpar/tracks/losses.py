@@ -111,7 +111,9 @@ class ParticleLosses:
         return np.where(self.perfect, 0, np.where(self.chain_lost > 0, self.chain_lost, BUILDER)).astype(np.int8)
 
 
-def chain_joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particle: np.ndarray, num_particles: int) -> np.ndarray:
+def chain_joined(
+    num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_particle: np.ndarray, num_particles: int
+) -> np.ndarray:
     """(P,) bool: the particle's graph hits are one connected piece through the kept segments.
 
     Args:
@@ -122,14 +124,17 @@ def chain_joined(num_nodes: int, segments: np.ndarray, keep: np.ndarray, node_pa
         num_particles: P.
     """
     chosen = segments[:, keep]
-    adjacency = coo_matrix((np.ones(chosen.shape[1], dtype=np.int8), (chosen[0], chosen[1])), shape=(num_nodes, num_nodes))
+    ones = np.ones(chosen.shape[1], dtype=np.int8)
+    adjacency = coo_matrix((ones, (chosen[0], chosen[1])), shape=(num_nodes, num_nodes))
     num_pieces, piece = connected_components(adjacency.tocsr(), directed=False)
     real = node_particle >= 0
     pairs = np.unique(node_particle[real].astype(np.int64) * num_pieces + piece[real])
     return np.bincount(pairs // num_pieces, minlength=num_particles) == 1
 
 
-def _scores_of(segments: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, particle_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scores_of(
+    segments: np.ndarray, edge_index: np.ndarray, scores: np.ndarray, particle_id: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """``(present (S,), score (S,))``: whether each segment is an edge of the graph, and its score (the highest of
     duplicate edges; -inf when absent). ``particle_id`` (N,) is every node's particle."""
     num_nodes = particle_id.size

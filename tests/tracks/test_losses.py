@@ -67,7 +67,8 @@ def judged():
     built = np.delete(segs, not_built, axis=1)
     fake = np.array([[0], [7]])  # one false edge, which no stage needs
     built = np.hstack([built, fake])
-    filtered = np.delete(built, [int(np.flatnonzero(pair_keys(*built, nodes.size) == pair_keys(*segs[:, [find(3, 1, 2)]], nodes.size))[0])], axis=1)
+    dropped = pair_keys(*segs[:, [find(3, 1, 2)]], nodes.size)  # the edge filter drops particle 3's segment 1-2
+    filtered = built[:, pair_keys(*built, nodes.size) != dropped]
     scores = np.full(filtered.shape[1], 0.9)
     keys = pair_keys(*filtered, nodes.size)
     for (p, a, b), s in {(4, 3, 4): FOLLOW, (5, 0, 1): 0.3}.items():
