@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
-from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, message_line, one_line
+from domainpar.errors import DomainparError, Terminated, fault_at, fault_parts, message_line, one_line
 from domainpar.progress import progress as progress_display
 from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
 
@@ -97,7 +97,7 @@ class ItemResult:
     fault: bool = False
     """The failure was the machine's (out of memory or disk space, a killed worker), not the item's."""
     fault_kind: str | None = None
-    """``disk``, ``memory`` or ``io`` for a fault whose ``error`` does not say yet what to try."""
+    """``disk``, ``memory``, ``io``, ``install`` or ``cache`` for a fault whose ``error`` does not say yet what to try."""
 
     @property
     def ok(self) -> bool:
@@ -196,7 +196,7 @@ def _init_worker(started: Any = None) -> None:
 def _raise_fault(result: ItemResult) -> None:
     """A machine fault ends the run: the other items would meet the same full disk or memory."""
     if result.fault:
-        raise MachineFault(f"{result.name}: {result.error}", kind=result.fault_kind)
+        raise fault_at(result.name, result.error, result.fault_kind)
 
 
 def run_items(

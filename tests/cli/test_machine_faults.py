@@ -183,6 +183,60 @@ def test_an_allocation_failure_inside_torch_is_one_line_and_exit_1(base, tmp_pat
     assert _temporaries(tmp_path) == []
 
 
+#: What numba raises when a cached kernel is defined and no directory can hold its cache (a read-only installation).
+NUMBA_CACHE_TEXT = "cannot cache function '_wrap_angle': no locator available for file '/cvmfs/domainpar/kernels/segments.py'"
+
+
+def _no_cache_locator(*args, **kwargs):
+    raise RuntimeError(NUMBA_CACHE_TEXT)
+
+
+def _environment_fault_line(code: int, stderr: str) -> str:
+    lines = _lines(stderr)
+    assert code == 1, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+def test_an_environment_fault_met_while_building_events_is_not_the_events(tmp_path, monkeypatch):
+    # Issue 41 item 6: "2 of 2 events failed ... RuntimeError at caching.py:453" blamed the events.
+    from hostile_workspace import REAL_EVENT
+
+    monkeypatch.setattr("domainpar.data.dataset.build_event_graph", _no_cache_locator)
+    code, stderr = _run(["build", "--input", REAL_EVENT, "--out", tmp_path / "g", "--workers", "1", "--quiet"])
+    line = _environment_fault_line(code, stderr)
+    assert line == (f"error: numba found no writable directory for its kernel cache ({NUMBA_CACHE_TEXT}); a fault of "
+                    "this machine's set-up, not of the inputs or options: set NUMBA_CACHE_DIR to a writable directory")  # fmt: skip
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("failure", [_no_cache_locator, ModuleNotFoundError("No module named 'scipy'", name="scipy")],
+                         ids=["numba-cache", "dependency"])  # fmt: skip
+def test_a_built_in_model_that_does_not_import_is_the_installations_fault_not_the_options(tmp_path, monkeypatch, failure):
+    # Issue 41 item 6: train exited 2 blaming --model 'domainpar.model.interaction_network:InteractionNetwork', an
+    # option the user never gave. A user's own model that fails to import stays the option's mistake (tests/model).
+    import importlib
+
+    from domainpar.model import registry
+
+    def import_module(name):
+        if name == "domainpar.model.interaction_network":
+            if isinstance(failure, BaseException):
+                raise failure
+            failure()
+        return importlib.import_module(name)
+
+    monkeypatch.setattr(registry, "importlib", type("importlib", (), {"import_module": staticmethod(import_module),
+                                                                      "util": importlib.util}))  # fmt: skip
+    code, stderr = _run(["train", "--data", tmp_path / "graphs", "--out", tmp_path / "run", *TINY_TRAIN])
+    line = _environment_fault_line(code, stderr)
+    assert line.startswith("error: the built-in model domainpar.model.interaction_network does not import: "), line
+    assert "--model" not in line and "model.name" not in line, line
+    assert ("set NUMBA_CACHE_DIR to a writable directory" if failure is _no_cache_locator
+            else "cannot import scipy (No module named 'scipy'); a fault of this installation") in line, line  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
 def _rank_out_of_memory(rank: int, world_size: int) -> None:
     if rank == 1:
         raise RuntimeError(ALLOCATOR_TEXT)
