@@ -376,6 +376,32 @@ def test_an_interrupted_simulation_leaves_no_temporary(tmp_path, signum):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no half an event
 
 
+@pytest.mark.timeout(120)
+def test_a_simulation_of_a_billion_events_streams_and_stops_on_sigint(tmp_path):
+    # Issue 41 item 7: with --workers every event got a future, a name and a list entry before the first ran
+    # (~24 GB within seconds; under a memory limit a MemoryError, exit 1 where SIGINT should give 130). Run under a
+    # 6 GB address-space limit, as the issue's probe did: it streams, holds little, and stops at once.
+    limit = 6 * 2**30
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+         "from domainpar.cli.main import main; main(sys.argv[1:])" % (limit, limit),
+         "simulate", "--out", str(tmp_path / "sim"), "--events", "999999999", "--particles", "300", "--workers", "2",
+         "--quiet"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    staged = lambda: [p for d in tmp_path.iterdir() if ".tmp-" in d.name for p in d.glob("event*-truth.csv.gz")]  # noqa: E731
+    _wait_for(lambda: process.poll() is not None or len(staged()) >= 2, 90)  # both workers have written an event
+    assert process.poll() is None, (process.returncode, process.communicate()[1][-3000:])
+    peak_kb = int(next(line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
+                       if line.startswith("VmHWM:")).split()[1])  # fmt: skip
+    elapsed, stderr = _stop(process, signal.SIGINT, group=True)
+    assert process.returncode == 130, stderr[-3000:]
+    assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
+    assert _lines(stderr) == ["error: interrupted"], stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing staged left, nothing published
+    assert peak_kb < 400_000, f"the command's own process peaked at {peak_kb} kB"  # no memory per event
+
+
 # ----------------------------------------------------------------------------- interrupts that land anywhere
 
 
