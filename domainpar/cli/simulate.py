@@ -10,12 +10,11 @@ from domainpar.atomic import staged_outputs
 from domainpar.cli.checks import SEED, count, local_ranks
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
-from domainpar.workers import available_cores, memory_bytes, process_memory_limit
 
 #: Largest event number: the challenge's file names hold nine digits (event000021000).
 MAX_EVENT_ID = 10**9 - 1
 #: Most particles per event: 100 full pile-up events' worth (~30 GiB of memory while the event is simulated; less
-#: is refused on a machine that cannot hold it, :func:`workers_that_fit`).
+#: is refused on a machine that cannot hold it, :func:`~domainpar.sim.dataset.simulation_workers`).
 MAX_PARTICLES = 10**6
 
 
@@ -42,7 +41,7 @@ def simulate(
     """
     # Imported when the command runs: 'domainpar simulate --help' takes 0.2 s instead of 2 s (pandas, scipy).
     from domainpar.sim.config import SimulationConfig
-    from domainpar.sim.dataset import simulate_events
+    from domainpar.sim.dataset import simulate_events, simulation_workers
 
     last = first_event_id + num_events - 1
     if last > MAX_EVENT_ID:
@@ -51,7 +50,8 @@ def simulate(
             f"(got {last}; TrackML file names hold nine digits)"
         )
     config = SimulationConfig() if num_particles is None else SimulationConfig(num_particles=num_particles)
-    workers = workers_that_fit(config.event_peak_bytes(), num_particles, workers, num_events)
+    particles = f"--particles {num_particles}" if num_particles is not None else "the default --particles"
+    workers = simulation_workers(config.event_peak_bytes(), particles, workers, num_events)
     check_output_dir(out_dir, "--out")
     with staged_outputs() as outputs:
         written = simulate_events(
@@ -64,41 +64,3 @@ def simulate(
             stale = Path(out_dir) / (f"event{event_id:09d}-{part}.csv" if not plain_csv else f"event{event_id:09d}-{part}.csv.gz")
             stale.unlink(missing_ok=True)
     click.echo(f"wrote {written.count} events to {out_dir} ({written.first.name} .. {written.last.name})")
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.3g} GiB"
-
-
-def workers_that_fit(per_event: int, num_particles: int | None, workers: int | None, num_events: int) -> int:
-    """The workers to simulate with: ``--workers``, or by default the cores available, as many as memory holds.
-
-    Args:
-        per_event: the most memory one event takes while it is simulated.
-        num_particles: ``--particles`` as given (None: the default).
-        workers: ``--workers`` as given (None: the default).
-        num_events: ``--events`` (no more workers than events are started).
-
-    Raises:
-        DomainparError: one event does not fit this machine's (or one process's) memory, or ``--workers`` events at
-            a time do not: naming the options, the memory needed and the limit.
-    """
-    particles = f"--particles {num_particles}" if num_particles is not None else "the default --particles"
-    limits = [limit for limit in (memory_bytes(), (process_memory_limit(), "this process's ulimit -v")) if limit and limit[0]]
-    for limit, whose in limits:
-        if per_event > limit:
-            raise DomainparError(
-                f"{particles}: an event needs about {_gib(per_event)} of memory while it is simulated, more than "
-                f"{whose} {_gib(limit)}; simulate fewer particles per event"
-            )
-    total = memory_bytes()
-    fit = max(1, total[0] // per_event) if total else None
-    if workers is None:
-        return max(1, min(available_cores(), fit or available_cores()))
-    at_once = min(workers, num_events)
-    if fit is not None and at_once > fit:
-        raise DomainparError(
-            f"--workers {workers} with {particles}: {at_once} events at a time need about {_gib(at_once * per_event)} "
-            f"of memory, more than {total[1]} {_gib(total[0])}; at most {fit} fit"
-        )
-    return workers

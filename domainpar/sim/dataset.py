@@ -12,7 +12,7 @@ from domainpar.errors import DomainparError
 from domainpar.progress import progress as progress_display
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.event import simulate_event
-from domainpar.workers import FailureTally, run_items
+from domainpar.workers import FailureTally, available_cores, memory_bytes, process_memory_limit, run_items
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,59 @@ def event_prefix(out_dir: str | os.PathLike, event_id: int) -> Path:
     return Path(out_dir) / f"event{event_id:09d}"
 
 
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.3g} GiB"
+
+
+def check_event_memory(per_event: int, particles: str) -> None:
+    """Refuse a simulation one event of which this machine (or one process, ``ulimit -v``) cannot hold.
+
+    Args:
+        per_event: the most memory one event takes while it is simulated
+            (:meth:`~domainpar.sim.config.SimulationConfig.event_peak_bytes`).
+        particles: the option that sets its size as the message names it (``"--particles 1000000"``).
+
+    Raises:
+        DomainparError: naming the option, the memory needed and the limit.
+    """
+    limits = [memory_bytes(), (process_memory_limit(), "this process's ulimit -v")]
+    for limit, whose in (limit for limit in limits if limit is not None and limit[0]):
+        if per_event > limit:
+            raise DomainparError(
+                f"{particles}: an event needs about {_gib(per_event)} of memory while it is simulated, more than "
+                f"{whose} {_gib(limit)}; simulate fewer particles per event"
+            )
+
+
+def simulation_workers(per_event: int, particles: str, workers: int | None, num_events: int, default: int | None = None) -> int:
+    """The processes to simulate with: ``workers`` as given, else ``default`` (the cores available), as many as
+    this machine's memory holds events at a time.
+
+    Args:
+        per_event: the most memory one event takes while it is simulated.
+        particles: the option that sets an event's size as messages name it.
+        workers: ``--workers`` as given (None: the default).
+        num_events: events to simulate (no more workers than events are started).
+        default: the workers when none are given (None: the cores available).
+
+    Raises:
+        DomainparError: one event does not fit (:func:`check_event_memory`), or ``workers`` events at a time do not.
+    """
+    check_event_memory(per_event, particles)
+    total = memory_bytes()
+    fit = max(1, total[0] // per_event) if total else None
+    if workers is None:
+        wanted = default if default is not None else available_cores()
+        return max(1, min(wanted, fit or wanted))
+    at_once = min(workers, num_events)
+    if fit is not None and at_once > fit:
+        raise DomainparError(
+            f"--workers {workers} with {particles}: {at_once} events at a time need about {_gib(at_once * per_event)} "
+            f"of memory, more than {total[1]} {_gib(total[0])}; at most {fit} fit"
+        )
+    return workers
+
+
 def simulate_event_files(event_id: int, out_dir: str | os.PathLike, config: SimulationConfig, seed: int, compress: bool) -> Path:
     """Simulate one event and write its four files (a worker's item in :func:`simulate_dataset`); its prefix."""
     return write_event(out_dir, event_id, simulate_event(config, event_id, seed), compress=compress)
@@ -133,4 +186,4 @@ def simulator_digest(root: str | os.PathLike | None = None) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["Simulated", "event_prefix", "simulate_dataset", "simulate_events", "simulator_digest"]
+__all__ = ["Simulated", "check_event_memory", "event_prefix", "simulation_workers", "simulate_dataset", "simulate_events", "simulator_digest"]

@@ -9,10 +9,11 @@ The interrupt of the streamed run is ``tests/cli/test_machine_faults.py``.
 from __future__ import annotations
 
 import pytest
+from fixtures import TRACKML_DIR
 from hostile_workspace import run_main
 
-from domainpar.cli import simulate as simulate_cli
 from domainpar.cli.checks import max_local_ranks
+from domainpar.sim import dataset as sim_dataset
 from domainpar.sim.config import SimulationConfig
 
 GIB = 2**30
@@ -21,9 +22,9 @@ GIB = 2**30
 @pytest.fixture
 def memory(monkeypatch):
     """A machine of 8 GiB and 4 cores, no ulimit -v."""
-    monkeypatch.setattr(simulate_cli, "memory_bytes", lambda: (8 * GIB, "this machine's"))
-    monkeypatch.setattr(simulate_cli, "process_memory_limit", lambda: None)
-    monkeypatch.setattr(simulate_cli, "available_cores", lambda: 4)
+    monkeypatch.setattr(sim_dataset, "memory_bytes", lambda: (8 * GIB, "this machine's"))
+    monkeypatch.setattr(sim_dataset, "process_memory_limit", lambda: None)
+    monkeypatch.setattr(sim_dataset, "available_cores", lambda: 4)
 
 
 def _refused(tmp_path, *argv) -> str:
@@ -41,7 +42,7 @@ def test_particles_an_event_of_which_this_machine_cannot_hold_are_refused(tmp_pa
 
 
 def test_a_ulimit_is_a_limit_too(tmp_path, memory, monkeypatch):
-    monkeypatch.setattr(simulate_cli, "process_memory_limit", lambda: GIB)
+    monkeypatch.setattr(sim_dataset, "process_memory_limit", lambda: GIB)
     line = _refused(tmp_path, "--events", "1", "--particles", "40000")
     assert line.startswith("error: --particles 40000: an event needs about 1.38 GiB") and "this process's ulimit -v 1 GiB" in line
 
@@ -54,9 +55,27 @@ def test_workers_whose_events_do_not_fit_together_are_refused_naming_how_many_fi
 
 def test_the_default_workers_are_as_many_as_fit(memory):
     per_event = SimulationConfig(num_particles=100_000).event_peak_bytes()
-    assert simulate_cli.workers_that_fit(per_event, 100_000, None, 10**9) == 2  # 4 cores, memory for 2
-    assert simulate_cli.workers_that_fit(SimulationConfig(num_particles=300).event_peak_bytes(), 300, None, 10**9) == 4
-    assert simulate_cli.workers_that_fit(per_event, 100_000, 4, 2) == 4  # 2 events: 2 at a time, which fit
+    assert sim_dataset.simulation_workers(per_event, "--particles 100000", None, 10**9) == 2  # 4 cores, memory for 2
+    assert sim_dataset.simulation_workers(SimulationConfig(num_particles=300).event_peak_bytes(), "", None, 10**9) == 4
+    assert sim_dataset.simulation_workers(per_event, "--particles 100000", 4, 2) == 4  # 2 events at a time fit
+    assert sim_dataset.simulation_workers(per_event, "particles 100000", None, 10**9, default=1) == 1  # a recipe's
+
+
+def test_demo_refuses_particles_an_event_of_which_this_machine_cannot_hold(tmp_path, memory):
+    outcome = run_main(["demo", "--out", tmp_path / "demo", "--particles", "1000000"])
+    assert outcome.code == 2 and outcome.stderr.strip() == (
+        "error: --particles 1000000: an event needs about 30.7 GiB of memory while it is simulated, more than this "
+        "machine's 8 GiB; simulate fewer particles per event"), outcome.stderr  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_refuses_workers_beyond_four_per_core_and_a_cache_beyond_memory(tmp_path):
+    for flags, expected in ((["--workers", "100000"], f"error: --workers must be at most {max_local_ranks()} on this machine "
+                                                      "(4 per CPU core: each holds an event) (got 100000)"),
+                            (["--cache-gb", "1000000"], "error: --cache-gb 1e+06: more than ")):  # fmt: skip
+        outcome = run_main(["train", "--data", TRACKML_DIR, "--out", tmp_path / "run", "--mode", "single", *flags])
+        assert outcome.code == 2 and outcome.stderr.startswith(expected), outcome.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", [["simulate", "--events", "2"], ["build", "--input", "x"], ["partition", "--graph", "x", "--parts", "2"]])
