@@ -246,6 +246,8 @@ _MEMORY_MARKERS = ("can't allocate memory", "cannot allocate memory", "out of me
 _THREAD_MARKERS = ("can't start new thread", "cannot start new thread", "Resource temporarily unavailable")
 #: Text of write failures that torch's C++ writer raises as RuntimeError (its errno is lost).
 _WRITE_MARKERS = ("PytorchStreamWriter failed writing", "file write failed")
+#: Text of numba failing to find a directory for its kernel cache (raised when a cached kernel is defined).
+_NUMBA_CACHE_MARKERS = ("cannot cache function", "no locator available")
 
 #: What to try when a command runs out of memory (the disk advice is the same for every command).
 MEMORY_ADVICE = {
@@ -267,7 +269,12 @@ DEFAULT_ADVICE = {
     "disk": "free space on that file system (or raise its size limit) or write somewhere else",
     "memory": "use smaller inputs or options",
     "io": "check the device and try again",
+    "install": "a fault of this installation, not of the inputs or options: repair or reinstall domainpar and its dependencies",
+    "cache": "a fault of this machine's set-up, not of the inputs or options: set NUMBA_CACHE_DIR to a writable directory",
 }
+
+#: Kinds of fault that belong to the environment the command runs in: no event or option is named with them.
+ENVIRONMENT_KINDS = ("install", "cache")
 
 
 def _chain(exc: BaseException):
@@ -280,14 +287,20 @@ def _chain(exc: BaseException):
 
 
 def fault_kind(exc: BaseException) -> tuple[str, BaseException] | None:
-    """``("disk" | "memory" | "io", the exception that says so)`` when ``exc`` is a machine fault, else None.
+    """``("disk" | "memory" | "io" | "install" | "cache", the exception that says so)`` when ``exc`` is a machine
+    fault, else None.
 
     Looks through the chain of causes, since libraries wrap an ``OSError`` of a full disk or an
-    allocator's failure in exceptions of their own.
+    allocator's failure in exceptions of their own. ``install``: the installation cannot run (a module of it or of
+    a dependency does not import) and ``cache`` (numba finds no directory to cache its kernels in): whatever event or option was
+    being handled when it surfaced is not at fault. A user's own model that fails to import is reported as the
+    option's mistake before it gets here (:mod:`domainpar.model.registry` raises it without its cause).
     """
     for item in _chain(exc):
         if isinstance(item, MachineFault):
             return "fault", item
+        if isinstance(item, ImportError):
+            return "install", item
         if isinstance(item, MemoryError) or type(item).__name__ == "OutOfMemoryError":
             return "memory", item
         if isinstance(item, OSError) and item.errno is not None:
@@ -302,6 +315,8 @@ def fault_kind(exc: BaseException) -> tuple[str, BaseException] | None:
                 return "memory", item
             if any(marker in text for marker in _WRITE_MARKERS):
                 return "disk", item
+            if all(marker in text for marker in _NUMBA_CACHE_MARKERS):
+                return "cache", item
     return None
 
 
@@ -332,6 +347,10 @@ def _what(kind: str, item: BaseException) -> str:
         return "out of memory" + (f" ({detail})" if detail else "")
     if kind == "disk":
         return "could not write a file (the file system is full or a file-size limit was reached)"
+    if kind == "install" and isinstance(item, ImportError):
+        return f"cannot import {item.name or 'a module'} ({one_line(item, limit=160)})"
+    if kind == "cache":
+        return f"numba found no writable directory for its kernel cache ({one_line(item, limit=160)})"
     return one_line(item, limit=200)
 
 
@@ -351,7 +370,8 @@ def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, s
 
     Args:
         exc: any exception.
-        where: the step it happened in (e.g. ``"training step 12"``), put first.
+        where: the step it happened in (e.g. ``"training step 12"``), put first (not for a fault of the
+            environment, :data:`ENVIRONMENT_KINDS`: it would read as that step's or event's).
         advice: what to try, by kind (``disk``, ``memory``, ``io``); defaults to :data:`DEFAULT_ADVICE`.
     """
     found = fault_kind(exc)
@@ -363,8 +383,17 @@ def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, s
         return f"{where}: {text}" if where and not text.startswith(where) else text
     what = _what(kind, item)
     tip = (advice or {}).get(kind) or DEFAULT_ADVICE[kind]
-    head = f"{where}: " if where else ""
+    head = f"{where}: " if where and kind not in ENVIRONMENT_KINDS else ""
     return f"{head}{what}; {tip}"
+
+
+def fault_at(where: str, what: str, kind: str | None) -> MachineFault:
+    """The :class:`MachineFault` that ends a run when one item (an event, a file) met a fault ``what`` of ``kind``.
+
+    It names the item, except for a fault of the environment (:data:`ENVIRONMENT_KINDS`): a module that does not
+    import fails every event alike, and naming the first would read as that event's fault.
+    """
+    return MachineFault(what if kind in ENVIRONMENT_KINDS else f"{where}: {what}", kind=kind)
 
 
 def reraise_fault(exc: BaseException) -> None:

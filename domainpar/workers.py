@@ -32,6 +32,8 @@ output does not depend on the number of workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import itertools
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
-from domainpar.errors import DomainparError, MachineFault, Terminated, fault_parts, message_line, one_line
+from domainpar.errors import DomainparError, Terminated, fault_at, fault_parts, message_line, one_line
 from domainpar.progress import progress as progress_display
 from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
 
@@ -56,6 +58,32 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def memory_bytes() -> tuple[int, str] | None:
+    """The memory the processes of a command may use together, and what limits it ("this machine's", "this
+    container's"); None where nothing can be read. The smaller of the physical memory and the memory cgroup's limit
+    (v2, or v1 where no v2 limit is set)."""
+    found: list[tuple[int, str]] = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        found.append((os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(ValueError, OSError):
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+            if text.isdigit() and int(text) < 2**60:  # "max", or v1's page-rounded 2**63: no limit
+                found.append((int(text), "this container's"))
+    return min(found) if found else None
+
+
+def process_memory_limit() -> int | None:
+    """The address-space limit of a process (``ulimit -v``), None when there is none."""
+    with contextlib.suppress(ValueError, OSError, ImportError):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return None if soft == resource.RLIM_INFINITY else soft
+    return None
 
 
 def parse_shard(text: str | None, option: str = "--shard") -> tuple[int, int]:
@@ -97,7 +125,7 @@ class ItemResult:
     fault: bool = False
     """The failure was the machine's (out of memory or disk space, a killed worker), not the item's."""
     fault_kind: str | None = None
-    """``disk``, ``memory`` or ``io`` for a fault whose ``error`` does not say yet what to try."""
+    """``disk``, ``memory``, ``io``, ``install`` or ``cache`` for a fault whose ``error`` does not say yet what to try."""
 
     @property
     def ok(self) -> bool:
@@ -196,7 +224,7 @@ def _init_worker(started: Any = None) -> None:
 def _raise_fault(result: ItemResult) -> None:
     """A machine fault ends the run: the other items would meet the same full disk or memory."""
     if result.fault:
-        raise MachineFault(f"{result.name}: {result.error}", kind=result.fault_kind)
+        raise fault_at(result.name, result.error, result.fault_kind)
 
 
 def run_items(
@@ -204,7 +232,7 @@ def run_items(
     items: Sequence[Any],
     *,
     args: tuple = (),
-    names: Sequence[str] | None = None,
+    names: Sequence[str] | Callable[[int], str] | None = None,
     workers: int = 1,
     desc: str = "events",
     progress: bool = True,
@@ -212,6 +240,7 @@ def run_items(
     on_result: Callable[[ItemResult], None] | None = None,
     report_each: bool = False,
     temporaries_in: Sequence[str | os.PathLike] = (),
+    keep: bool = True,
 ) -> list[ItemResult]:
     """``fn(item, *args)`` for every item, in ``workers`` processes; results in item order.
 
@@ -219,7 +248,10 @@ def run_items(
         fn: picklable module-level function.
         items: the events (paths, prefixes, small tuples).
         args: extra picklable arguments passed to every call.
-        names: how each item is named in messages (default ``str(item)``).
+        names: how each item is named in messages: a sequence, or a function of the item's index (default
+            ``str(item)``). Names are made as items start, and ``items`` may be a ``range``: nothing is made up front
+            for the items (a pool holds at most two per worker in flight), so a count of events a user typed
+            allocates nothing in proportion to it.
         workers: processes; 1 runs in this process (no pool).
         desc: progress bar label.
         progress: show a progress bar (events/s, failures so far) on stderr.
@@ -230,22 +262,28 @@ def run_items(
             (the caller's final line sums them up).
         temporaries_in: directories the items write into; what a worker that had to be killed left
             there (its temporary files) is removed.
+        keep: return the results; False returns none (``on_result`` sees each as it finishes), so that memory
+            does not grow with the number of items either.
 
     Returns:
-        One :class:`ItemResult` per item, in item order.
+        One :class:`ItemResult` per item, in item order (none when not ``keep``).
 
     Raises:
         MachineFault: an item ran out of memory or disk space, or its worker process was killed.
     """
-    names = [str(item) for item in items] if names is None else list(names)
-    results: list[ItemResult | None] = [None] * len(items)
+    if names is None:
+        name_of: Callable[[int], str] = lambda index: str(items[index])  # noqa: E731
+    else:
+        name_of = names if callable(names) else names.__getitem__
+    results: list[ItemResult | None] = [None] * len(items) if keep else []
     failed = 0
     bar = progress_display(total=len(items), desc=desc, unit="event", enabled=progress)
 
     def finish(index: int, result: ItemResult) -> None:
         nonlocal failed
         _raise_fault(result)
-        results[index] = result
+        if keep:
+            results[index] = result
         if not result.ok:
             failed += 1
             bar.set_postfix(failed=failed)
@@ -261,9 +299,9 @@ def run_items(
                 stop = should_stop() if should_stop is not None else None
                 if stop is not None:
                     raise stop
-                finish(index, _call(fn, item, names[index], args))
+                finish(index, _call(fn, item, name_of(index), args))
         else:
-            _run_pool(fn, items, names, args, min(workers, len(items)), finish, should_stop, list(temporaries_in))
+            _run_pool(fn, items, name_of, args, min(workers, len(items)), finish, should_stop, list(temporaries_in))
     finally:
         bar.close()
     return [r for r in results if r is not None]
@@ -369,7 +407,7 @@ def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
     wakeup.wakeup = wake
 
 
-def _run_pool(fn, items, names, args, workers, finish, should_stop, directories) -> None:
+def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
     start_resource_tracker()
@@ -385,35 +423,47 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
             pid, name = started.get()
             running[pid] = name
 
+    # Items are submitted as workers free up, two per worker in flight: submitting them all at once made a future
+    # and a work item per item up front (`simulate --events 999999999` allocated ~24 GB within seconds).
+    todo = iter(enumerate(items))
+    futures: dict = {}
+    pending: set = set()
+
+    def submit_more() -> None:
+        # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
+        # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
+        with children_start_quietly():
+            for index, item in itertools.islice(todo, 2 * workers - len(pending)):
+                future = pool.submit(_call, fn, item, name_of(index), args)
+                futures[future] = index
+                pending.add(future)
+
     # Stop signals are acted on between waits, never inside one: raised while concurrent.futures.wait holds the
     # locks of many futures, the interrupt would leave them held and the pool's manager thread blocked for ever.
     with hold_stops() as stops:
         try:
-            # Workers start with the stop signals blocked (the mask is inherited) until their initializer has set
-            # their own handlers: a Ctrl-C or a hang-up while they start must not print a traceback from each.
-            with children_start_quietly():
-                futures = {pool.submit(_call, fn, item, names[i], args): i for i, item in enumerate(items)}
-                # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
-                processes = list((getattr(pool, "_processes", None) or {}).values())
-            pending = set(futures)
+            submit_more()
+            # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
             while pending:
                 stops.answer()
                 done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
                 processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
                 for future in done:
-                    index = futures[future]
+                    index = futures.pop(future)
                     try:
                         result = future.result()
                     except cf.process.BrokenProcessPool:
                         note_started()
-                        result = _worker_death(names[index], processes, running)
+                        result = _worker_death(name_of(index), processes, running)
                     except Exception as exc:  # noqa: BLE001 - a result that could not come back (unpicklable value)
-                        result = ItemResult(names[index], error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
+                        result = ItemResult(name_of(index), error=f"worker could not return its result ({type(exc).__name__}: {one_line(exc)})")
                     finish(index, result)
                 stops.answer()
                 stop = should_stop() if should_stop is not None else None
                 if stop is not None:
                     raise stop
+                submit_more()
         except BaseException:
             processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
             _stop_workers(processes, directories)
@@ -431,24 +481,54 @@ def _run_pool(fn, items, names, args, workers, finish, should_stop, directories)
         started.close()
 
 
+class FailureTally:
+    """The failures among results seen one at a time, in memory that does not grow with their number.
+
+    ``add`` every result (e.g. as :func:`run_items`'s ``on_result``); :meth:`summary` is then the line of
+    :func:`failure_summary`.
+    """
+
+    def __init__(self, names_chars: int = 300) -> None:
+        self.names_chars = names_chars
+        self.total = 0
+        self.failed = 0
+        self.shown: list[str] = []
+        self.first: ItemResult | None = None
+        self._full = False
+
+    def add(self, result: ItemResult) -> None:
+        """Count ``result``."""
+        self.total += 1
+        if result.ok:
+            return
+        self.failed += 1
+        if self.first is None:
+            self.first = result
+        if not self._full and self.shown and sum(len(n) + 2 for n in self.shown) + len(result.name) > self.names_chars:
+            self._full = True
+        if not self._full:
+            self.shown.append(result.name)
+
+    def summary(self, what: str = "events") -> str | None:
+        """One line naming the failed items and the first one's reason (None when none failed)."""
+        if self.first is None:
+            return None
+        more = f" and {self.failed - len(self.shown)} more" if self.failed > len(self.shown) else ""
+        error = self.first.error or ""
+        reason = error if len(error) <= 240 else error[:237] + "..."
+        return f"{self.failed} of {self.total} {what} failed: {', '.join(self.shown)}{more} ({self.first.name}: {reason})"
+
+
 def failure_summary(results: Iterable[ItemResult], what: str = "events", names_chars: int = 300) -> str | None:
     """One line naming the failed events (None when all succeeded) and the first one's reason, e.g.
     ``2 of 100 events failed: event000000005, event000000017 (event000000005: hits ... must be ...)``.
 
     Names are listed up to about ``names_chars`` characters, then "and N more", so the line stays short.
     """
-    results = list(results)
-    bad = [r for r in results if not r.ok]
-    if not bad:
-        return None
-    shown: list[str] = []
-    for r in bad:
-        if shown and sum(len(n) + 2 for n in shown) + len(r.name) > names_chars:
-            break
-        shown.append(r.name)
-    more = f" and {len(bad) - len(shown)} more" if len(bad) > len(shown) else ""
-    reason = bad[0].error if len(bad[0].error) <= 240 else bad[0].error[:237] + "..."
-    return f"{len(bad)} of {len(results)} {what} failed: {', '.join(shown)}{more} ({bad[0].name}: {reason})"
+    tally = FailureTally(names_chars)
+    for result in results:
+        tally.add(result)
+    return tally.summary(what)
 
 
-__all__ = ["FailureLine", "ItemResult", "available_cores", "failure_line", "failure_summary", "parse_shard", "run_items", "shard_items"]
+__all__ = ["FailureLine", "FailureTally", "ItemResult", "available_cores", "failure_line", "memory_bytes", "process_memory_limit", "failure_summary", "parse_shard", "run_items", "shard_items"]

@@ -147,3 +147,35 @@ def test_failure_line_says_whose_failure_it_was():
     line, fault, kind = failure_line(bug)
     assert line.startswith("ValueError at test_workers.py:") and line.endswith(": a bug") and not fault and kind is None
     assert failure_line(ValueError("never raised")) == ("ValueError: never raised", False, None)  # no traceback, no place
+
+
+def _odd_fails(item: int) -> int:
+    if item % 2:
+        raise ValueError(f"odd {item}")
+    return item
+
+
+class _After:
+    """A ``should_stop`` that stops the run after ``count`` results."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+
+    def __call__(self):
+        self.left -= 1
+        return KeyboardInterrupt() if self.left < 0 else None
+
+
+@pytest.mark.timeout(60)
+def test_a_count_of_items_costs_nothing_up_front():
+    # Issue 41 item 7: every item was named (and, in a pool, submitted) before the first ran, so a count a user typed
+    # (simulate --events 999999999) allocated in proportion to it. A range of 10**15 items now starts at once.
+    from domainpar.workers import FailureTally, run_items
+
+    items = range(10**15)
+    tally = FailureTally()
+    with pytest.raises(KeyboardInterrupt):
+        run_items(_odd_fails, items, names=lambda i: f"event{items[i]:015d}", progress=False, on_result=tally.add,
+                  should_stop=_After(6), keep=False)  # fmt: skip
+    assert tally.summary().startswith("3 of 6 events failed: event000000000000001, event000000000000003, "
+                                      "event000000000000005 (event000000000000001: ValueError at test_workers.py:")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
+from domainpar.cli.checks import local_ranks
 from domainpar.data.dataset import build_graph_files, event_inputs
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
@@ -39,7 +40,7 @@ _DEFAULTS = GraphConfig()
 @click.option("--edge-features", default=",".join(_DEFAULTS.edge_features), show_default=True,
               help="Comma-separated edge features (dr, dphi, dz, dR, deta, phi_slope, z0, curvature).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one JSON record per event (event_id, num_nodes, num_edges, efficiency, efficiency_pt1, purity, seconds).")
-@click.option("--workers", type=int, default=None, help="Events built in parallel processes (default: the cores available to this process).")
+@click.option("--workers", type=local_ranks(), default=None, help="Events built in parallel processes (default: the cores available to this process; at most 4 per core: each holds an event).")
 @click.option("--shard", default=None, metavar="I/N", help="Build only every N-th event starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no per-event summary.")
 def build(
@@ -95,8 +96,6 @@ def build(
     except DomainparError as exc:
         raise DomainparError(_option_names(str(exc), options)) from None
     shard_range = parse_shard(shard)
-    if workers is not None and workers < 1:
-        raise DomainparError(f"--workers must be at least 1 (got {workers})")
     check_output_dir(out_dir, "--out")
     if Path(input_path).is_dir() and Path(out_dir).resolve() == Path(input_path).resolve():
         raise DomainparError(

@@ -15,6 +15,7 @@ import sys
 import click
 
 from domainpar import __version__
+from domainpar.caches import hold_notice, settle
 from domainpar.errors import MEMORY_ADVICE, DomainparError, MachineFault, Terminated, clear_stop, fault_line, interrupt_of, message_line
 from domainpar.signals import stops_unwind
 
@@ -47,13 +48,34 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not self._available(name):
             return None
         module, attr, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), attr)
+        return _settling(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _settling(command: click.Command) -> click.Command:
+    """``command``, made to settle the cache directories (:mod:`domainpar.caches`) once its options are parsed.
+
+    Before the command starts any worker or rank: they inherit directories they can write (a read-only installation
+    falls back to temporary ones, said once here rather than once per process), and ``--help`` or a usage error
+    stays silent about it.
+    """
+    if getattr(command, "_settles_caches", False):
+        return command
+    run = command.invoke
+
+    def invoke(ctx: click.Context) -> object:
+        hold_notice(False)
+        settle()
+        return run(ctx)
+
+    command.invoke = invoke
+    command._settles_caches = True
+    return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     clear_stop()
+    hold_notice()  # until the command runs (_settling)
     try:
         try:
             with stops_unwind():
@@ -132,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         _stopped_instead(argv)
     finally:
         clear_stop()  # the stop belonged to this command (a program that calls main() again starts afresh)
+        hold_notice(False)
 
 
 def _stopped_instead(argv: list[str], exc: BaseException | None = None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from domainpar.atomic import atomic_path
-from domainpar.cli.checks import METIS_SEED
+from domainpar.cli.checks import METIS_SEED, local_ranks
 from domainpar.errors import DomainparError, shorten
 from domainpar.cli.inputs import inputs_of
 from domainpar.output_paths import check_apart, check_name_length, check_output_dir, check_output_file, no_empty_directories_left
@@ -56,8 +56,9 @@ def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list
 @click.option("--hidden", type=int, default=64, show_default=True, help="Hidden size for bytes_per_step.")
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "float64"]), default="float32",
               show_default=True, help="Dtype of exchanged rows for bytes_per_step.")
-@click.option("--workers", type=int, default=None,
-              help="Events partitioned in parallel processes (default: the cores available to this process).")
+@click.option("--workers", type=local_ranks(), default=None,
+              help="Events partitioned in parallel processes (default: the cores available to this process; at most 4 per core: "
+                   "each holds an event).")
 @click.option("--shard", default=None, metavar="I/N",
               help="Partition only every N-th graph starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
 @click.option("--compress", is_flag=True,
@@ -106,8 +107,6 @@ def partition(
         raise DomainparError(f"--hidden must be at least 1 (got {hidden})")
     if hidden > MAX_REPORT_HIDDEN:
         raise DomainparError(f"--hidden must be at most {MAX_REPORT_HIDDEN} (the widest model train accepts) (got {shorten(hidden)})")
-    if workers is not None and workers < 1:
-        raise DomainparError(f"--workers must be at least 1 (got {workers})")
     shard_range = parse_shard(shard)
     check_output_dir(out_dir, "--out")
     if json_path is not None:

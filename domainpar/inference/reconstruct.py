@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from domainpar.errors import DomainparError, MachineFault, Terminated, message_line
+from domainpar.errors import DomainparError, MachineFault, Terminated, fault_at, message_line
 from domainpar.inference import products
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.manifest import LOCK, SUMMARY, Outcome, Plan, plan_run, run_summary
@@ -103,7 +103,7 @@ def run_host(
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
                 line, fault, kind = (exc.line, exc.fault, exc.kind) if isinstance(exc, PreparingFailed) else failure_line(exc)
                 if fault:
-                    raise MachineFault(f"{source.path}: {line}", kind=kind) from None
+                    raise fault_at(str(source.path), line, kind) from None
                 products.remove_event(config.out, source.name)  # nothing stale is left beside a failed event
                 outcome = Outcome(source.name, False, line)
             else:

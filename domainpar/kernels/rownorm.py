@@ -37,16 +37,11 @@ from __future__ import annotations
 import math
 import types
 
+import numba
 import numpy as np
+from numba import njit, prange
 
-from domainpar.kernels.segments import _ensure_writable_numba_cache
-
-_ensure_writable_numba_cache()
-
-import numba  # noqa: E402  (the cache directory must be settled before numba loads)
-from numba import njit, prange  # noqa: E402
-
-from domainpar.kernels.threads import follow_torch_threads  # noqa: E402
+from domainpar.kernels.threads import follow_torch_threads
 
 #: Activation name → kernel code.
 ACTIVATION_CODES = {"relu": 0, "silu": 1, "tanh": 2, "gelu": 3, "elu": 4, "leaky_relu": 5}

@@ -29,15 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from numba import njit, prange
 
 from domainpar.kernels import compile as compiler
-from domainpar.kernels.segments import _ensure_writable_numba_cache
-
-_ensure_writable_numba_cache()
-
-from numba import njit, prange  # noqa: E402
-
-from domainpar.kernels.threads import follow_torch_threads  # noqa: E402
+from domainpar.kernels.threads import follow_torch_threads
 
 
 @dataclass(frozen=True, eq=False)

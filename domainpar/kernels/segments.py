@@ -14,29 +14,9 @@ arrays out.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 
 import numpy as np
-
-
-def _ensure_writable_numba_cache() -> None:
-    """Point numba's on-disk cache somewhere writable when the package directory is not."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
-    here = os.path.dirname(os.path.abspath(__file__))
-    cache_dir = os.path.join(here, "__pycache__")
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=cache_dir, delete=True)
-        probe.close()
-    except OSError:
-        os.environ["NUMBA_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "domainpar-numba-cache")
-
-
-_ensure_writable_numba_cache()
-
-from numba import njit  # noqa: E402  (the cache directory must be settled before numba loads)
+from numba import njit
 
 TWO_PI = 2.0 * math.pi
 

@@ -14,13 +14,8 @@ a numba kernel before (a resumed run was not bitwise the run it continued).
 
 from __future__ import annotations
 
+import numba
 import torch
-
-from domainpar.kernels.segments import _ensure_writable_numba_cache
-
-_ensure_writable_numba_cache()
-
-import numba  # noqa: E402  (the cache directory must be settled before numba loads)
 
 
 def follow_torch_threads() -> int:

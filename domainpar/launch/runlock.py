@@ -8,11 +8,17 @@ and command line:
 
 * a second run on the same ``--out`` is refused with one line naming the
   holder;
-* a lock whose holder is gone (same host, pid no longer running, or running
-  but started later: a reused pid) is stale: it is named on stderr and taken
-  over;
-* a lock held from another host cannot be checked from here: the run is
-  refused and the line says how to clear it if that run is dead.
+* a lock whose holder is known dead is stale: it is named on stderr, with
+  why, and taken over. Dead: taken on this host before its last reboot
+  (another boot id: a node that crashed and rebooted, whose requeued job
+  resumes), or on this very machine by a pid no longer running, or running
+  but started later (a reused pid);
+* a lock held from another host (or from another pid namespace of this one)
+  cannot be checked from here: the run is refused and the line says how to
+  clear it if that run is dead.
+
+``train`` and ``reconstruct`` (and whatever else writes a directory a run at a
+time) hold their ``--out`` through this module alone.
 
 The lock is removed when the run ends (also on errors); a SIGKILLed holder
 leaves it behind, which the next run detects as stale.
@@ -60,14 +66,25 @@ def _read_holder(path: Path) -> dict | None:
     return holder if isinstance(holder, dict) else {}
 
 
-def _holder_is_gone(holder: dict, me: dict) -> bool:
-    required = ("host", "pid", "boot", "pidns")
-    if not all(key in holder for key in required) or not same_machine(holder, me):
-        return False
+def _why_gone(holder: dict, me: dict) -> str | None:
+    """Why the holder of a readable lock is known dead ("" for an unreadable lock's), None when it may be alive.
+
+    Its host rebooted since it was taken (same host, another boot id: no process of that boot runs), or it ran on
+    this very machine (same boot and pid namespace) and its pid is gone or now another process's.
+    """
+    if not holder:
+        return ""
+    if not all(key in holder for key in ("host", "pid")) or holder["host"] != me["host"]:
+        return None
+    boot = holder.get("boot")
+    if isinstance(boot, str) and boot and me["boot"] and boot != me["boot"]:
+        return f"host {me['host']} has rebooted since"
+    if not all(key in holder for key in ("boot", "pidns")) or not same_machine(holder, me):
+        return None  # another pid namespace (a container) of this host: its pid cannot be looked up from here
     try:
-        return process_gone(holder)
+        return "that process is gone" if process_gone(holder) else None
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def _create(path: Path, me: dict) -> bool:
@@ -121,15 +138,22 @@ def _take(path: Path, me: dict, directory: Path, option: str, what: str = "train
         holder = _read_holder(path)
         if holder is None:
             continue  # released between our attempt and the read
-        if holder and not _holder_is_gone(holder, me):
+        why = _why_gone(holder, me)
+        if why is None:
             if holder.get("host") != me["host"]:
+                where = f"host {me['host']}"
+            elif holder.get("pidns") not in (None, me["pidns"]):
+                where = "this process's pid namespace (a container of the same host?)"
+            else:
+                where = None
+            if where is not None:
                 raise DomainparError(
                     f"{option} {directory}: another {what} holds {path} ({_describe(holder)}); "
-                    f"it cannot be checked from host {me['host']}: if that run is dead, delete the lock file"
+                    f"it cannot be checked from {where}: if that run is dead, delete the lock file"
                 )
             raise DomainparError(
                 f"{option} {directory}: another {what} is writing there ({_describe(holder)}); "
-                "wait for it, stop it, or choose another --out"
+                f"wait for it, stop it, or choose another {option}"
             )
         if not holder:
             # Unreadable or torn (its writer died mid-write): only stale if it stays so for a moment.
@@ -152,7 +176,8 @@ def _take(path: Path, me: dict, directory: Path, option: str, what: str = "train
             continue
         aside.unlink(missing_ok=True)
         described = _describe(holder) if holder else "an unreadable lock"
-        print(f"domainpar: {path}: taking over the stale lock of {described} (that process is gone)", file=sys.stderr)
+        print(f"domainpar: {path}: taking over the stale lock of {described} ({why or 'its writer died mid-write'})",
+              file=sys.stderr)  # fmt: skip
     raise DomainparError(f"{option} {directory}: could not take {path}: other runs keep taking it; try again")
 
 

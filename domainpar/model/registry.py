@@ -45,7 +45,7 @@ from typing import Any
 
 from torch import nn
 
-from domainpar.errors import DomainparError, FieldError, one_line, shorten
+from domainpar.errors import DomainparError, FieldError, MachineFault, fault_parts, one_line, shorten
 from domainpar.model.config import OPTIONAL_SETTINGS, ModelConfig
 
 #: Built-in models: name → import path of the class.
@@ -139,6 +139,12 @@ def _import_path(name: str) -> type:
     except FieldError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises while importing, name it in one line
+        if name in BUILTINS.values():
+            # Our own module: what fails in it (a dependency, numba's cache, a damaged file) is the installation's
+            # fault, not that of the option that chose it (which the user may not even have given).
+            found = fault_parts(exc)
+            kind, what = found if found is not None else ("install", f"{type(exc).__name__}: {one_line(exc, limit=160)}")
+            raise MachineFault(f"the built-in model {module_name} does not import: {what}", kind=kind) from exc
         raise FieldError("name", f"{shorten(name)}: cannot import {module_name} ({one_line(exc, limit=160)})") from None
     cls = getattr(module, attribute, None)
     if cls is None:
@@ -153,6 +159,7 @@ def resolve(name: str) -> ModelSpec:
 
     Raises:
         FieldError: (field ``name``) an unknown name, an import that fails, or something that is not a module class.
+        MachineFault: a built-in model that does not import (a fault of the installation, not of the name).
     """
     cls = _import_path(BUILTINS.get(name, name))
     options_class = getattr(cls, "options_class", None)

@@ -37,6 +37,8 @@ from domainpar.partition.plot import plot_partition
 from domainpar.partition.report import format_report_table, partition_report
 from domainpar.pipeline.physics import TABLE_KEYS, format_table, run_recipe
 from domainpar.pipeline.recipe import Recipe, load_recipe, packaged_recipe_path
+from domainpar.sim.config import SimulationConfig
+from domainpar.sim.dataset import check_event_memory
 from domainpar.train.config import INT_LIMIT, MAX_HIDDEN, MAX_ITERATIONS, check_model_size
 
 
@@ -105,6 +107,9 @@ class DemoConfig:
                 raise DomainparError(f"{name} must be at most {high} (got {value})")
         if self.method not in ("metis", "geometric"):
             raise DomainparError(f"--method must be metis or geometric (got {self.method!r})")
+        if self.particles is not None:
+            # Before anything is written: an event the machine cannot hold ends in its out-of-memory killer.
+            check_event_memory(SimulationConfig(num_particles=self.particles).event_peak_bytes(), f"--particles {self.particles}")
 
 
 def demo_recipe(config: DemoConfig) -> Recipe:

@@ -43,7 +43,7 @@ from domainpar.inference.runner import Scorer, open_scorer
 from domainpar.inference.spec import EvaluateConfig
 from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
-from domainpar.sim.dataset import simulate_dataset, simulator_digest
+from domainpar.sim.dataset import simulate_dataset, simulation_workers, simulator_digest
 from domainpar.train.run import train
 from domainpar.workers import available_cores, failure_summary, run_items
 
@@ -187,6 +187,9 @@ def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[s
             shutil.rmtree(directory, ignore_errors=True)
         # As many processes as build the graphs: the events do not depend on it (one stream per event).
         workers = _workers(recipe, available_cores())
+        for simulation, count in ((recipe.training_simulation(), sim.train_events), (recipe.validation_simulation(), sim.val_events)):
+            # No more at a time than this machine's memory holds (and none that it cannot hold at all).
+            workers = simulation_workers(simulation.event_peak_bytes(), f"particles {sim.particles}", None, count, workers)
         simulate_dataset(
             events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1,
             progress=progress, workers=workers,

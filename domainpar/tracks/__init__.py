@@ -12,3 +12,10 @@
 
 Same layer as :mod:`domainpar.data`: numpy/pandas only, no torch.distributed.
 """
+
+from domainpar.caches import settle as _settle_caches
+
+# Before any module of the package defines its cached numba kernels (a read-only installation has no __pycache__ to
+# write them to).
+_settle_caches()
+

@@ -37,6 +37,7 @@ from domainpar.model.registry import build_model, check_config
 from domainpar.parsing import MAX_BYTES, parse_yaml
 from domainpar.train.sections import (DEVICES, LR_SCALINGS, MAX_LR, METHODS, MODES, PRECISIONS, SCHEDULES, TRACK_METHODS,
                                       DataConfig, OptimConfig, ParallelConfig, RunConfig)
+from domainpar.workers import memory_bytes
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,20 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     _require(d.prefetch >= 0, f"--prefetch must be a non-negative number of events (got {d.prefetch})")
     _require(math.isfinite(d.cache_gb) and d.cache_gb >= 0, f"--cache-gb must be a non-negative number of GB (got {d.cache_gb})")
     _require(d.workers is None or d.workers >= 1, f"--workers must be at least 1 (got {d.workers})")
+    # Each preparing worker is a process holding an event: as many as events were started (10,000 raw events,
+    # 10,000 processes), as for --threads a few per core is the useful range.
+    most_workers = 4 * (os.cpu_count() or 1)
+    _require(
+        d.workers is None or d.workers <= most_workers,
+        f"--workers must be at most {most_workers} on this machine (4 per CPU core: each holds an event) (got {shorten(d.workers)})",
+    )
+    memory = memory_bytes()
+    if memory is not None:
+        _require(
+            d.cache_gb * 1e9 <= memory[0],
+            f"--cache-gb {d.cache_gb:g}: more than {memory[1]} {memory[0] / 1e9:.3g} GB of memory (each rank's cache fills "
+            "up to it as the epochs go)",
+        )
     _require(bool(d.train), "--data is required: a directory of graphs (*.npz) or raw TrackML events")
     _require(Path(d.train).exists(), f"--data {d.train}: no such file or directory")
     _require(d.val is None or Path(d.val).exists(), f"--val {d.val}: no such file or directory")

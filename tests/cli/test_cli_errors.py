@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from fixtures import TRACKML_DIR, tiny_graph
 
+from domainpar.cli.checks import max_local_ranks
 from domainpar.cli.main import main
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir, check_output_file
@@ -89,7 +90,7 @@ def test_simulate_bad_arguments(tmp_path, a_file, capsys):
     line = run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "10", "--first-event-id", "999999995")
     assert "--first-event-id 999999995 with --events 10 must end at event 999999999 at most (got 1000000004" in line
     line = run_cli(capsys, "simulate", "--out", tmp_path / "ev", "--events", "2", "--workers", "0")
-    assert "Invalid value for '--workers': 0 is not in the range 1<=x<=4096" in line
+    assert f"Invalid value for '--workers': 0 is not in the range 1<=x<={max_local_ranks()}" in line
     line = run_cli(capsys, "simulate", "--out", a_file / "ev", "--events", "1", "--particles", "5")
     assert "--out" in line and "must be a directory" in line
     assert not (tmp_path / "ev").exists()

@@ -183,6 +183,60 @@ def test_an_allocation_failure_inside_torch_is_one_line_and_exit_1(base, tmp_pat
     assert _temporaries(tmp_path) == []
 
 
+#: What numba raises when a cached kernel is defined and no directory can hold its cache (a read-only installation).
+NUMBA_CACHE_TEXT = "cannot cache function '_wrap_angle': no locator available for file '/cvmfs/domainpar/kernels/segments.py'"
+
+
+def _no_cache_locator(*args, **kwargs):
+    raise RuntimeError(NUMBA_CACHE_TEXT)
+
+
+def _environment_fault_line(code: int, stderr: str) -> str:
+    lines = _lines(stderr)
+    assert code == 1, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+def test_an_environment_fault_met_while_building_events_is_not_the_events(tmp_path, monkeypatch):
+    # Issue 41 item 6: "2 of 2 events failed ... RuntimeError at caching.py:453" blamed the events.
+    from hostile_workspace import REAL_EVENT
+
+    monkeypatch.setattr("domainpar.data.dataset.build_event_graph", _no_cache_locator)
+    code, stderr = _run(["build", "--input", REAL_EVENT, "--out", tmp_path / "g", "--workers", "1", "--quiet"])
+    line = _environment_fault_line(code, stderr)
+    assert line == (f"error: numba found no writable directory for its kernel cache ({NUMBA_CACHE_TEXT}); a fault of "
+                    "this machine's set-up, not of the inputs or options: set NUMBA_CACHE_DIR to a writable directory")  # fmt: skip
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("failure", [_no_cache_locator, ModuleNotFoundError("No module named 'scipy'", name="scipy")],
+                         ids=["numba-cache", "dependency"])  # fmt: skip
+def test_a_built_in_model_that_does_not_import_is_the_installations_fault_not_the_options(tmp_path, monkeypatch, failure):
+    # Issue 41 item 6: train exited 2 blaming --model 'domainpar.model.interaction_network:InteractionNetwork', an
+    # option the user never gave. A user's own model that fails to import stays the option's mistake (tests/model).
+    import importlib
+
+    from domainpar.model import registry
+
+    def import_module(name):
+        if name == "domainpar.model.interaction_network":
+            if isinstance(failure, BaseException):
+                raise failure
+            failure()
+        return importlib.import_module(name)
+
+    monkeypatch.setattr(registry, "importlib", type("importlib", (), {"import_module": staticmethod(import_module),
+                                                                      "util": importlib.util}))  # fmt: skip
+    code, stderr = _run(["train", "--data", tmp_path / "graphs", "--out", tmp_path / "run", *TINY_TRAIN])
+    line = _environment_fault_line(code, stderr)
+    assert line.startswith("error: the built-in model domainpar.model.interaction_network does not import: "), line
+    assert "--model" not in line and "model.name" not in line, line
+    assert ("set NUMBA_CACHE_DIR to a writable directory" if failure is _no_cache_locator
+            else "cannot import scipy (No module named 'scipy'); a fault of this installation") in line, line  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
 def _rank_out_of_memory(rank: int, world_size: int) -> None:
     if rank == 1:
         raise RuntimeError(ALLOCATOR_TEXT)
@@ -320,6 +374,32 @@ def test_an_interrupted_simulation_leaves_no_temporary(tmp_path, signum):
     assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
     assert _lines(stderr) in (["error: interrupted"], ["error: domainpar simulate stopped by SIGTERM"]), stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no half an event
+
+
+@pytest.mark.timeout(120)
+def test_a_simulation_of_a_billion_events_streams_and_stops_on_sigint(tmp_path):
+    # Issue 41 item 7: with --workers every event got a future, a name and a list entry before the first ran
+    # (~24 GB within seconds; under a memory limit a MemoryError, exit 1 where SIGINT should give 130). Run under a
+    # 6 GB address-space limit, as the issue's probe did: it streams, holds little, and stops at once.
+    limit = 6 * 2**30
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+         "from domainpar.cli.main import main; main(sys.argv[1:])" % (limit, limit),
+         "simulate", "--out", str(tmp_path / "sim"), "--events", "999999999", "--particles", "300", "--workers", "2",
+         "--quiet"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    staged = lambda: [p for d in tmp_path.iterdir() if ".tmp-" in d.name for p in d.glob("event*-truth.csv.gz")]  # noqa: E731
+    _wait_for(lambda: process.poll() is not None or len(staged()) >= 2, 90)  # both workers have written an event
+    assert process.poll() is None, (process.returncode, process.communicate()[1][-3000:])
+    peak_kb = int(next(line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
+                       if line.startswith("VmHWM:")).split()[1])  # fmt: skip
+    elapsed, stderr = _stop(process, signal.SIGINT, group=True)
+    assert process.returncode == 130, stderr[-3000:]
+    assert elapsed < STOP_WITHIN_S, (elapsed, stderr[-3000:])
+    assert _lines(stderr) == ["error: interrupted"], stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing staged left, nothing published
+    assert peak_kb < 400_000, f"the command's own process peaked at {peak_kb} kB"  # no memory per event
 
 
 # ----------------------------------------------------------------------------- interrupts that land anywhere

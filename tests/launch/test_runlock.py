@@ -93,3 +93,39 @@ def test_release_leaves_another_runs_lock(tmp_path):
     lock.path.write_text(json.dumps({**process_identity(), "pid": 1}))  # someone else's now
     release(lock)
     assert lock.path.exists()
+
+
+@pytest.mark.parametrize(("name", "what"), [(LOCK_NAME, "training run"), ("reconstruct.lock", "reconstruction")])
+def test_a_lock_from_this_hosts_previous_boot_is_taken_over(tmp_path, capsys, name, what):
+    # Issue 41 item 3: after a node crashed and rebooted, the requeued job was refused by its own dead run's lock
+    # ("another reconstruction is writing there (pid N on host vm ...)"), so it never resumed.
+    out = tmp_path / "run"
+    out.mkdir()
+    before = {**process_identity(), "boot": "00000000-dead-boot-0000-000000000000", "pid": os.getpid(), "since": 0}
+    (out / name).write_text(json.dumps(before))  # even a pid that is alive now: it is another boot's process
+    lock = acquire(out, name=name, what=what)
+    try:
+        assert json.loads(lock.path.read_text())["boot"] == process_identity()["boot"]
+    finally:
+        release(lock)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"domainpar: {out / name}: taking over the stale lock of pid {os.getpid()} on host "
+                             f"{before['host']} since "), err  # fmt: skip
+    assert err[0].endswith(f"(host {before['host']} has rebooted since)"), err
+
+
+def test_a_lock_from_another_pid_namespace_of_this_host_is_refused_with_a_way_out(tmp_path):
+    out = tmp_path / "run"
+    _write_lock(out, **{**process_identity(), "pidns": "4026531836-other", "pid": 4242, "since": 0})
+    with pytest.raises(DomainparError, match=r"another training run holds .*\(pid 4242 on host .*cannot be checked "
+                                             r"from this process's pid namespace .*if that run is dead, delete the lock file"):  # fmt: skip
+        acquire(out)
+
+
+def test_a_live_holder_is_named_with_the_option_it_was_given(tmp_path):
+    out = tmp_path / "rec"
+    with run_lock(out, "--out", "reconstruct.lock", "reconstruction"):
+        with pytest.raises(DomainparError, match=rf"^--out {out}: another reconstruction is writing there \(pid "
+                                                 rf"{os.getpid()} on host .*; wait for it, stop it, or choose another --out$"):  # fmt: skip
+            acquire(out, "--out", "reconstruct.lock", "reconstruction")
