@@ -2,7 +2,9 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip
+# No bytecode at install time (torch alone: ~13 s of one core for modules a run may never import): Python writes
+# it on first import, for the modules that are imported.
+INSTALL := $(PY) -m pip install -q --no-compile
 # torch first, and the build asked for: a version pin alone does not choose one (on PyPI, Linux wheels carry
 # CUDA, several GB). The local version names the build exactly: 2.13.0+cpu (default) or, for a GPU node,
 # `make TORCH_BUILD=cu128` (any build the PyTorch index serves: cu126, cu128, ...).
@@ -17,9 +19,9 @@ TORCH         := torch==$(TORCH_VERSION)+$(TORCH_BUILD)
 # the configured index; otherwise the PyTorch index of that build serves torch (PyPI the rest).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	if $(PIP) install -q --no-index --no-deps '$(TORCH)' 2>/dev/null; then $(PIP) install -q '$(TORCH)'; \
-	else $(PIP) install -q '$(TORCH)' --extra-index-url $(TORCH_INDEX); fi
-	$(PIP) install -q -e '.[test]'
+	if $(INSTALL) --no-index --no-deps '$(TORCH)' 2>/dev/null; then $(INSTALL) '$(TORCH)'; \
+	else $(INSTALL) '$(TORCH)' --extra-index-url $(TORCH_INDEX); fi
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
