@@ -209,10 +209,14 @@ class LocalGroup:
             channel.close()
 
 
-def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> None:
+def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> Any:
     """Refuse, in one line, a loaded model that is not a built-in and not local: its outputs on a slice of
     ``graph`` split into parts must be one process's (:mod:`domainpar.verification.locality`), or partitioned
     inference would score edges otherwise than one process.
+
+    Returns:
+        The check's :class:`~domainpar.verification.locality.LocalityResult` (None for a built-in). A graph too
+        small for a slice with halo rows passes without proving anything (``result.proven`` is False).
 
     Raises:
         DomainparError: naming the model and the output that differs.
@@ -221,8 +225,8 @@ def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> Non
     from domainpar.verification.locality import check_parts, require_local
 
     if is_builtin(loaded.model_config.name):
-        return
-    require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
+        return None
+    return require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
                   consequence=f"--parts {num_parts} would score edges otherwise than one process",
                   skip="--skip-locality-check", state=loaded.model.state_dict())  # fmt: skip
 

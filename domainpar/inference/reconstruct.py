@@ -44,7 +44,7 @@ from domainpar.inference.events import PreparedEvent
 from domainpar.inference.manifest import LOCK, SUMMARY, Outcome, Plan, plan_run, run_summary
 from domainpar.inference.pipeline import Pipeline, load_pipeline
 from domainpar.inference.preparer import Preparer, PreparingFailed
-from domainpar.inference.runner import DomainHost, EventRunner, SingleProcess
+from domainpar.inference.runner import DomainHost, EventRunner, LocalityUnproven, SingleProcess
 from domainpar.inference.sources import EventSource, list_sources
 from domainpar.inference.spec import ReconstructConfig
 from domainpar.progress import progress as progress_display
@@ -108,11 +108,17 @@ def run_host(
                 outcome = Outcome(source.name, False, line)
             else:
                 wait = time.perf_counter() - waited
-                # Outside the event's own failures: a model that is not local has no right event to give.
-                runner.check_locality(prepared.graph)
                 try:
+                    # A model that is not local has no right event to give: that refusal ends the run (it is not
+                    # among the event's failures); an event too small to check the model on is one of them.
+                    runner.check_locality(prepared.graph)
                     outcome = _reconstruct_event(runner, digest, prepared, config)
+                except LocalityUnproven as exc:
+                    products.remove_event(config.out, source.name)
+                    outcome = Outcome(source.name, False, message_line(str(exc)))
                 except DomainparError as exc:
+                    if not runner.locality_checked:
+                        raise  # the refusal of a model that is not local
                     products.remove_event(config.out, source.name)
                     outcome = Outcome(source.name, False, message_line(str(exc)))
                 else:

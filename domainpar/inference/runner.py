@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph
+from domainpar.errors import DomainparError
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
@@ -35,6 +36,10 @@ from domainpar.tracks.submission import complete_tracks
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     """Edge scores (probabilities) of logits, without overflow."""
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))
+
+
+class LocalityUnproven(DomainparError):
+    """An event too small to check a user's model for locality on: that event fails, the next one is checked."""
 
 
 class Scorer(Protocol):
@@ -140,17 +145,30 @@ class EventRunner:
         self.locality_checked = scorer.num_parts == 1 or pipeline.spec.skip_locality_check
 
     def check_locality(self, graph: EventGraph) -> None:
-        """Once, before the first event scored on several parts: a model that is not a built-in must be local, or it
-        would score every event otherwise than one process.
+        """Before the first event scored on several parts: a model that is not a built-in must prove it is local,
+        or it would score every event otherwise than one process.
+
+        The check counts only once it proved something (halo rows were exchanged on a slice of ``graph``): an event
+        too small for that (a malformed one, no edges) proves nothing, so it is not scored and the next event is
+        checked again. Whatever happened to earlier events, no event is scored on several parts before the proof.
 
         Raises:
+            LocalityUnproven: ``graph`` is too small to check the model on (the event fails; the run goes on).
             DomainparError: the model is not local (the run has no right event to give).
         """
-        if not self.locality_checked:
-            from domainpar.inference.partitioned import require_partitionable
+        if self.locality_checked:
+            return
+        from domainpar.inference.partitioned import require_partitionable
 
-            require_partitionable(self.pipeline.loaded, graph, self.scorer.num_parts)
-            self.locality_checked = True
+        parts = self.scorer.num_parts
+        result = require_partitionable(self.pipeline.loaded, graph, parts)
+        if result is not None and not result.proven:
+            raise LocalityUnproven(
+                f"event {graph.event_id}: too small to check that model {result.model!r} is local (a {parts}-part slice "
+                f"of it has {result.num_nodes} nodes, {result.num_edges} edges and no halo rows), so it is not scored "
+                f"with --parts {parts}; the check runs again on the next event"
+            )
+        self.locality_checked = True
 
     def run(self, event: PreparedEvent) -> EventResult:
         """The event's logits, scores and tracks.
@@ -191,4 +209,4 @@ class EventRunner:
         self.close()
 
 
-__all__ = ["DomainHost", "EventResult", "EventRunner", "Scorer", "SingleProcess", "open_scorer", "sigmoid", "whole_graph_logits"]
+__all__ = ["DomainHost", "EventResult", "EventRunner", "LocalityUnproven", "Scorer", "SingleProcess", "open_scorer", "sigmoid", "whole_graph_logits"]
