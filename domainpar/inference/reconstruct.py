@@ -41,7 +41,7 @@ from typing import Any, Callable
 from domainpar.errors import DomainparError, MachineFault, Terminated, message_line
 from domainpar.inference import products
 from domainpar.inference.events import PreparedEvent
-from domainpar.inference.manifest import LOCK, SUMMARY, Outcome, Plan, plan_run, run_summary
+from domainpar.inference.manifest import LOCK, MANIFEST, SUMMARY, Outcome, Plan, plan_run, run_summary
 from domainpar.inference.pipeline import Pipeline, load_pipeline
 from domainpar.inference.preparer import Preparer, PreparingFailed
 from domainpar.inference.runner import DomainHost, EventRunner, LocalityUnproven, SingleProcess
@@ -160,6 +160,51 @@ def find_sources(config: ReconstructConfig, pipeline: Pipeline) -> list[EventSou
     return sources
 
 
+def check_model_first(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource]) -> None:
+    """Refuse a user's model that is not local under ``--parts`` > 1 before ``--out`` is touched or a rank started.
+
+    The model proves it on the first event of ``--data`` that can prove it (a slice with halo rows; a malformed
+    event is passed over: the run names it). The hosts check again before they score (:meth:`EventRunner.check_locality`),
+    so no event is scored unchecked even where no event here could prove anything.
+
+    Raises:
+        DomainparError: the model is not local (one line naming it and the output that differs).
+    """
+    from domainpar.inference.events import prepare_event
+    from domainpar.inference.partitioned import require_partitionable
+    from domainpar.model.registry import is_builtin
+
+    if config.num_parts == 1 or pipeline.spec.skip_locality_check or pipeline.loaded is None:
+        return
+    if is_builtin(pipeline.loaded.model_config.name):
+        return
+    prune = pipeline.graphs.prune()
+    for source in sources:
+        try:
+            prepared = prepare_event(source, pipeline.graphs, prune)
+        except (KeyboardInterrupt, Terminated, MachineFault):
+            raise
+        except Exception:  # noqa: BLE001 - a bad event is the run's to name; the check needs one that is not
+            continue
+        result = require_partitionable(pipeline.loaded, prepared.graph, config.num_parts)
+        if result is None or result.proven:
+            return
+
+
+def _undo_refused(out: Path, had_manifest: bool) -> None:
+    """What a refused run wrote before its refusal, when it wrote no event: its manifest (unless one was there
+    before) and its empty output directories; the lock's release removes an ``--out`` it created and left empty."""
+    if products.outputs_of(out):
+        return
+    if not had_manifest:
+        (out / MANIFEST).unlink(missing_ok=True)
+    for sub in (products.SUBMISSIONS, products.TRACKS, products.RECORDS):
+        try:
+            (out / sub).rmdir()
+        except OSError:  # absent, or not empty
+            pass
+
+
 def _threads(config: ReconstructConfig, local_processes: int) -> tuple[int, int]:
     """(torch threads of a scoring process, of a preparing process) on this machine's cores."""
     cores = available_cores()
@@ -204,26 +249,38 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
     started = time.perf_counter()
     pipeline = load_pipeline(config)
     sources = find_sources(config, pipeline)
+    check_model_first(config, pipeline, sources)
+    had_manifest = (Path(config.out) / MANIFEST).exists()
     with run_lock(config.out, "--out", LOCK, "reconstruction"):
-        plan = plan_run(config, pipeline, sources)
-        if len(plan.todo) <= config.workers:
-            # One event per replica at most: nothing to overlap, every core to the one process per replica.
-            config = replace(config, prefetch=0)
-        world = config.workers * config.num_parts
-        scoring_threads, prepare_threads = _threads(config, world)
-        if world == 1:
-            import torch
+        try:
+            return _run_locked(config, pipeline, sources, started)
+        except DomainparError:
+            # A refusal (a rank's, after the plan was written) leaves --out as it found it.
+            _undo_refused(Path(config.out), had_manifest)
+            raise
 
-            torch.set_num_threads(scoring_threads)
-            report, bar = _reporter(config, len(plan.todo), 1)
-            try:
-                outcomes = run_host(pipeline, plan.digest, plan.todo, config, None, prepare_threads, report)
-            finally:
-                bar.close()
-        else:
-            outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
-        summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
-        products.write_json(Path(config.out) / SUMMARY, summary)
+
+def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource], started: float) -> RunResult:
+    """The run of :func:`reconstruct` once it holds ``--out``'s lock: plan, run the events, write the summary."""
+    plan = plan_run(config, pipeline, sources)
+    if len(plan.todo) <= config.workers:
+        # One event per replica at most: nothing to overlap, every core to the one process per replica.
+        config = replace(config, prefetch=0)
+    world = config.workers * config.num_parts
+    scoring_threads, prepare_threads = _threads(config, world)
+    if world == 1:
+        import torch
+
+        torch.set_num_threads(scoring_threads)
+        report, bar = _reporter(config, len(plan.todo), 1)
+        try:
+            outcomes = run_host(pipeline, plan.digest, plan.todo, config, None, prepare_threads, report)
+        finally:
+            bar.close()
+    else:
+        outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
+    summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
+    products.write_json(Path(config.out) / SUMMARY, summary)
     return RunResult(outcomes, plan.skipped, summary)
 
 
@@ -313,6 +370,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
         try:
             pipeline = load_pipeline(config)
             sources = find_sources(config, pipeline)
+            check_model_first(config, pipeline, sources)
             lock = acquire(config.out, "--out", LOCK, "reconstruction")
             decided[0] = plan_run(config, pipeline, sources)
         except DomainparError as exc:
@@ -347,4 +405,4 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
     return RunResult(outcomes, plan.skipped, summary)
 
 
-__all__ = ["JOB_LIMIT_S", "RunResult", "find_sources", "reconstruct", "run_host"]
+__all__ = ["JOB_LIMIT_S", "RunResult", "check_model_first", "find_sources", "reconstruct", "run_host"]
