@@ -34,6 +34,7 @@ import torch.distributed as dist
 from domainpar.comm.groups import Layout, domain_ranks, make_layout
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.inference.arithmetic import chain_threads
 from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
@@ -51,7 +52,8 @@ def _host_rank(layout: Layout) -> int:
 def _run_part(loaded: Any, data: Any, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     """(owned global edge ids, their float64 logits) of this rank's part, with halo exchange over the domain group."""
     rp = rank_part(data, layout.part, layout.domain_group, "cpu", loaded.dtype)
-    with torch.no_grad():
+    # Every part on the chain's fixed threads: the logits do not depend on a rank's thread count (arithmetic.py).
+    with torch.no_grad(), chain_threads():
         logits = loaded.model(rp.graph, rp.exchange)
     edge_ids, values = rp.owned_edges(logits)
     return edge_ids.numpy().copy(), values.double().numpy().copy()

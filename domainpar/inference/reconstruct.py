@@ -24,6 +24,13 @@ temporary name and renamed, an event's record last, so an interrupt (exit 130/14
 output, and a rerun with the same ``--out`` skips the events whose record names this pipeline and the input
 files as they are now (:mod:`domainpar.inference.manifest`: the manifest, the plan, the summary);
 ``<out>/reconstruct.lock`` refuses a second run on the same ``--out``.
+
+Outputs that do not depend on how the job ran. Every step that computes what is written runs on one intra-op
+thread (:mod:`domainpar.inference.arithmetic`): the bytes are the same for any ``--prefetch``, ``--workers``,
+``--threads``, core count or number of events left, so a rerun or a requeue on another node writes the bytes of
+the run it continues (rounding the scores could not promise that: a value on a rounding boundary still flips).
+A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is touched) leaves
+nothing behind.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import numpy as np
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.inference.arithmetic import chain_threads
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
@@ -179,9 +180,11 @@ class EventRunner:
         """
         self.check_locality(event.graph)
         started = time.perf_counter()
-        logits, partition = self.scorer.logits(event.graph)
-        scored = time.perf_counter()
-        result = self.tracks(event, logits, partition)
+        # Threads fixed: the bytes written do not depend on the process's thread count (domainpar.inference.arithmetic).
+        with chain_threads():
+            logits, partition = self.scorer.logits(event.graph)
+            scored = time.perf_counter()
+            result = self.tracks(event, logits, partition)
         result.seconds["inference"] = scored - started
         return result
 
@@ -192,7 +195,7 @@ class EventRunner:
         scores = sigmoid(logits)
         # The builders' numba code calls back into Python: a stop raised in there would be a SystemError and a
         # traceback, so it waits for the builder (seconds at most) and is answered as the block ends.
-        with hold_stops():
+        with hold_stops(), chain_threads():
             candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks)
         track_id = complete_tracks(event.event_hit_id, graph.hit_id, candidates.track_id)
         seconds = {**event.seconds, "tracks": time.perf_counter() - started}
