@@ -35,6 +35,7 @@ from domainpar.comm.groups import Layout, domain_ranks, make_layout
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.arithmetic import chain_threads
+from domainpar.launch.inbox import Inbox
 from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
@@ -161,6 +162,8 @@ class LocalGroup:
     def _start(self) -> None:
         context = mp.get_context("spawn")
         self.jobs, self.results = context.Queue(), context.Queue()
+        # Read by a thread: a host rank killed mid-message must not hold this process in a read for ever.
+        self.inbox = Inbox(self.results, "domainpar-partitioned-results")
 
         def run() -> None:
             try:
@@ -179,7 +182,7 @@ class LocalGroup:
         self.jobs.put(graph)
         while True:
             try:
-                status, value = self.results.get(timeout=0.2)
+                status, value = self.inbox.get(timeout=0.2)
             except queue.Empty:
                 if self.thread.is_alive():
                     continue
@@ -206,6 +209,7 @@ class LocalGroup:
         if thread.is_alive():
             self.jobs.put(None)
             thread.join(60.0)
+        self.inbox.close()
         for channel in (self.jobs, self.results):
             channel.cancel_join_thread()
             channel.close()
