@@ -53,6 +53,7 @@ from domainpar.inference.pipeline import Pipeline, load_pipeline
 from domainpar.inference.preparer import Preparer, PreparingFailed
 from domainpar.inference.runner import DomainHost, EventRunner, LocalityUnproven, SingleProcess
 from domainpar.inference.sources import EventSource, list_sources
+from domainpar.launch.inbox import Inbox
 from domainpar.inference.spec import ReconstructConfig
 from domainpar.progress import progress as progress_display
 from domainpar.workers import available_cores, failure_line
@@ -297,13 +298,18 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
 
     context = mp.get_context("spawn")
     messages = context.Queue()
+    # Read by a thread of its own: a rank killed mid-message leaves that thread stuck, never the relay (spawn names
+    # the death).
+    inbox = Inbox(messages, "domainpar-reconstruct-messages")
     report, bar = _reporter(config, len(plan.todo), world // config.num_parts)
     stop = threading.Event()
 
     def relay() -> None:
-        while not stop.is_set() or not messages.empty():
+        # Until the end, and then until nothing is left in the pipe or the inbox (a half message of a killed rank
+        # never leaves the pipe: the join below gives up on it).
+        while not stop.is_set() or not inbox.empty() or not messages.empty():
             try:
-                outcome = messages.get(timeout=0.2)
+                outcome = inbox.get(timeout=0.2)
             except queue.Empty:
                 continue
             report(outcome)
@@ -327,6 +333,7 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
     finally:
         stop.set()
         relay_thread.join(5.0)
+        inbox.close()
         bar.close()
         messages.close()
     return [outcome for outcomes in per_rank for outcome in outcomes]
