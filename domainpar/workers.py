@@ -407,6 +407,34 @@ def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
     wakeup.wakeup = wake
 
 
+#: Seconds a dead worker may go unnoticed by the pool before the run names it itself (the pool's own notice
+#: takes well under a second).
+WEDGED_S = 3.0
+
+
+def _any_ended(processes: list) -> bool:
+    """Whether a pool worker has ended (its sentinel is ready); the workers of a running pool never end by themselves."""
+    sentinels = []
+    for process in processes:
+        try:
+            sentinels.append(process.sentinel)
+        except (ValueError, AttributeError):  # closed, or not started
+            continue
+    return bool(sentinels) and bool(multiprocessing.connection.wait(sentinels, 0))
+
+
+def _unwedge(pool: cf.ProcessPoolExecutor) -> None:
+    """Let a pool manager thread stuck on a dead worker's half result go: with every worker stopped, closing this
+    process's write end of the result pipe ends the read (the pool then breaks and its thread ends; left stuck, the
+    interpreter's exit would wait for it for ever)."""
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
+
+
 def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directories) -> None:
     # spawn: the parent may hold torch/OpenMP threads, which fork would copy in a broken state.
     context = mp.get_context("spawn")
@@ -417,6 +445,7 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
     _tolerate_a_closed_wakeup(pool)
     processes: list = []
     running: dict[int, str] = {}
+    wedged: list = []
 
     def note_started() -> None:
         while not started.empty():
@@ -445,10 +474,21 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
             submit_more()
             # The pool's own table is dropped by shutdown(): keep the processes to stop them ourselves.
             processes = list((getattr(pool, "_processes", None) or {}).values())
+            died_at: float | None = None
             while pending:
                 stops.answer()
                 done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
                 processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
+                if not done and _any_ended(processes):
+                    # A worker is gone and the pool has not said so: its manager thread is stuck on the half result
+                    # the worker was writing when it was killed (it holds the pipe's write end itself, so the rest
+                    # never comes and the futures never end). Named like any worker death once it had time to land.
+                    died_at = died_at or time.monotonic()
+                    if time.monotonic() - died_at > WEDGED_S:
+                        note_started()
+                        index = min(futures[f] for f in pending)
+                        wedged.append(pool)
+                        finish(index, _worker_death(name_of(index), processes, running))
                 for future in done:
                     index = futures.pop(future)
                     try:
@@ -467,6 +507,8 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
         except BaseException:
             processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
             _stop_workers(processes, directories)
+            if wedged:
+                _unwedge(pool)
             # Taken before shutdown(), which drops the pool's reference to its manager thread.
             manager = getattr(pool, "_executor_manager_thread", None)
             pool.shutdown(wait=False, cancel_futures=True)

@@ -73,6 +73,50 @@ def test_an_interrupt_inside_the_pools_wait_still_ends_the_process(tmp_path):
     assert time.monotonic() - started < 45
 
 
+# A child whose pool worker is killed while it writes its result: half of it is in the pipe the pool's manager
+# thread reads, and the parent holds the pipe's write end itself, so the rest never comes.
+_HALF_RESULT = textwrap.dedent(
+    """
+    import gc, os, signal, struct, sys
+    from multiprocessing.queues import SimpleQueue
+    from domainpar import workers
+    from domainpar.errors import MachineFault
+    from domainpar.workers import run_items
+
+    def item(i):
+        if i == 1:
+            # The pool's result queue (not the queue of started items: its short messages are whole or nothing).
+            for queue in [q for q in gc.get_objects() if isinstance(q, SimpleQueue) and q is not workers._STARTED]:
+                os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+    if __name__ == "__main__":
+        try:
+            run_items(item, [0, 1], names=["event0", "event1"], workers=2, progress=False)
+        except MachineFault as exc:
+            print(exc.line(), file=sys.stderr)
+            sys.exit(1)
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_mid_result_is_named_and_the_process_exits(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(_HALF_RESULT)
+    try:
+        done = subprocess.run([sys.executable, str(script)], stderr=subprocess.PIPE, text=True, timeout=60,
+                              start_new_session=True)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("a worker killed mid-result held the run for ever")
+    process, stderr = done, done.stderr
+    assert process.returncode == 1, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("event1: a worker process was killed by SIGKILL"), stderr[-2000:]
+
+
 class _ReapedElsewhere:
     """A pool worker that has ended, seen from a thread that lost the race to reap it: its sentinel is ready, and
     its exit code reads None until ``lands_after`` seconds have passed (the reaping thread stores it then)."""

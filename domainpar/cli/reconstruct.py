@@ -31,7 +31,9 @@ from domainpar.output_paths import check_output_dir
 @click.option("--redo", is_flag=True,
               help="Redo every event, replacing the outputs in --out (also those of another pipeline, which are otherwise refused).")
 @click.option("--threads", type=count(1), default=None,
-              help="torch threads per scoring process (default: the cores left by the other processes).")
+              help="torch threads per scoring process outside the event chain, whose arithmetic runs on one thread "
+                   "so that the outputs are the same bytes on any machine (default: the cores left by the other "
+                   "processes; --workers uses the cores).")
 @click.option("--quiet", is_flag=True, help="No progress display (failures are still named).")
 def reconstruct(
     data: Path, out: Path, workers: int | None, ranks: int | None, prefetch: int, tracks_format: str, redo: bool,

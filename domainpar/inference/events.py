@@ -25,6 +25,7 @@ from domainpar.data.graph_files import load_graph
 from domainpar.data.pyg_files import is_pyg_file
 from domainpar.data.true_segments import pair_keys
 from domainpar.errors import DomainparError
+from domainpar.inference.arithmetic import chain_threads
 from domainpar.inference.graphs import GraphStage, Prune
 from domainpar.inference.sources import EventSource, graph_digest, read_raw_event
 from domainpar.tracks.efficiency import ParticleTable
@@ -144,6 +145,12 @@ def prepare_event(
     Raises:
         DomainparError: a missing or malformed input, or one the model was not trained on, named.
     """
+    # The build and the filter on the chain's fixed threads, in whichever process prepares (arithmetic.py).
+    with chain_threads():
+        return _prepare(source, stage, prune, truth, events_dir)
+
+
+def _prepare(source: EventSource, stage: GraphStage, prune: Prune | None, truth: bool, events_dir: Path | None) -> PreparedEvent:
     if source.kind == "raw":
         raw = read_raw_event(source, stage.needs_cells, truth)
         built = stage.from_raw(prune, raw.hits, raw.cells, raw.event_id, str(source.path), truth=raw.truth,

@@ -34,6 +34,8 @@ import torch.distributed as dist
 from domainpar.comm.groups import Layout, domain_ranks, make_layout
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
+from domainpar.inference.arithmetic import chain_threads
+from domainpar.launch.inbox import Inbox
 from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
@@ -51,7 +53,8 @@ def _host_rank(layout: Layout) -> int:
 def _run_part(loaded: Any, data: Any, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     """(owned global edge ids, their float64 logits) of this rank's part, with halo exchange over the domain group."""
     rp = rank_part(data, layout.part, layout.domain_group, "cpu", loaded.dtype)
-    with torch.no_grad():
+    # Every part on the chain's fixed threads: the logits do not depend on a rank's thread count (arithmetic.py).
+    with torch.no_grad(), chain_threads():
         logits = loaded.model(rp.graph, rp.exchange)
     edge_ids, values = rp.owned_edges(logits)
     return edge_ids.numpy().copy(), values.double().numpy().copy()
@@ -159,6 +162,8 @@ class LocalGroup:
     def _start(self) -> None:
         context = mp.get_context("spawn")
         self.jobs, self.results = context.Queue(), context.Queue()
+        # Read by a thread: a host rank killed mid-message must not hold this process in a read for ever.
+        self.inbox = Inbox(self.results, "domainpar-partitioned-results")
 
         def run() -> None:
             try:
@@ -177,7 +182,7 @@ class LocalGroup:
         self.jobs.put(graph)
         while True:
             try:
-                status, value = self.results.get(timeout=0.2)
+                status, value = self.inbox.get(timeout=0.2)
             except queue.Empty:
                 if self.thread.is_alive():
                     continue
@@ -204,15 +209,20 @@ class LocalGroup:
         if thread.is_alive():
             self.jobs.put(None)
             thread.join(60.0)
+        self.inbox.close()
         for channel in (self.jobs, self.results):
             channel.cancel_join_thread()
             channel.close()
 
 
-def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> None:
+def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> Any:
     """Refuse, in one line, a loaded model that is not a built-in and not local: its outputs on a slice of
     ``graph`` split into parts must be one process's (:mod:`domainpar.verification.locality`), or partitioned
     inference would score edges otherwise than one process.
+
+    Returns:
+        The check's :class:`~domainpar.verification.locality.LocalityResult` (None for a built-in). A graph too
+        small for a slice with halo rows passes without proving anything (``result.proven`` is False).
 
     Raises:
         DomainparError: naming the model and the output that differs.
@@ -221,8 +231,8 @@ def require_partitionable(loaded: Any, graph: EventGraph, num_parts: int) -> Non
     from domainpar.verification.locality import check_parts, require_local
 
     if is_builtin(loaded.model_config.name):
-        return
-    require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
+        return None
+    return require_local(loaded.model_config, graph, check_parts(num_parts), where=f"event {graph.event_id}", gradients=False,
                   consequence=f"--parts {num_parts} would score edges otherwise than one process",
                   skip="--skip-locality-check", state=loaded.model.state_dict())  # fmt: skip
 

@@ -24,6 +24,13 @@ temporary name and renamed, an event's record last, so an interrupt (exit 130/14
 output, and a rerun with the same ``--out`` skips the events whose record names this pipeline and the input
 files as they are now (:mod:`domainpar.inference.manifest`: the manifest, the plan, the summary);
 ``<out>/reconstruct.lock`` refuses a second run on the same ``--out``.
+
+Outputs that do not depend on how the job ran. Every step that computes what is written runs on one intra-op
+thread (:mod:`domainpar.inference.arithmetic`): the bytes are the same for any ``--prefetch``, ``--workers``,
+``--threads``, core count or number of events left, so a rerun or a requeue on another node writes the bytes of
+the run it continues (rounding the scores could not promise that: a value on a rounding boundary still flips).
+A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is touched) leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ from typing import Any, Callable
 from domainpar.errors import DomainparError, MachineFault, Terminated, fault_at, message_line
 from domainpar.inference import products
 from domainpar.inference.events import PreparedEvent
-from domainpar.inference.manifest import LOCK, SUMMARY, Outcome, Plan, plan_run, run_summary
+from domainpar.inference.manifest import LOCK, MANIFEST, SUMMARY, Outcome, Plan, plan_run, run_summary
 from domainpar.inference.pipeline import Pipeline, load_pipeline
 from domainpar.inference.preparer import Preparer, PreparingFailed
-from domainpar.inference.runner import DomainHost, EventRunner, SingleProcess
+from domainpar.inference.runner import DomainHost, EventRunner, LocalityUnproven, SingleProcess
 from domainpar.inference.sources import EventSource, list_sources
+from domainpar.launch.inbox import Inbox
 from domainpar.inference.spec import ReconstructConfig
 from domainpar.progress import progress as progress_display
 from domainpar.workers import available_cores, failure_line
@@ -108,11 +116,17 @@ def run_host(
                 outcome = Outcome(source.name, False, line)
             else:
                 wait = time.perf_counter() - waited
-                # Outside the event's own failures: a model that is not local has no right event to give.
-                runner.check_locality(prepared.graph)
                 try:
+                    # A model that is not local has no right event to give: that refusal ends the run (it is not
+                    # among the event's failures); an event too small to check the model on is one of them.
+                    runner.check_locality(prepared.graph)
                     outcome = _reconstruct_event(runner, digest, prepared, config)
+                except LocalityUnproven as exc:
+                    products.remove_event(config.out, source.name)
+                    outcome = Outcome(source.name, False, message_line(str(exc)))
                 except DomainparError as exc:
+                    if not runner.locality_checked:
+                        raise  # the refusal of a model that is not local
                     products.remove_event(config.out, source.name)
                     outcome = Outcome(source.name, False, message_line(str(exc)))
                 else:
@@ -152,6 +166,51 @@ def find_sources(config: ReconstructConfig, pipeline: Pipeline) -> list[EventSou
     if sources[0].kind == "raw":
         pipeline.graphs.check_raw(str(sources[0].path), truth=False)
     return sources
+
+
+def check_model_first(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource]) -> None:
+    """Refuse a user's model that is not local under ``--parts`` > 1 before ``--out`` is touched or a rank started.
+
+    The model proves it on the first event of ``--data`` that can prove it (a slice with halo rows; a malformed
+    event is passed over: the run names it). The hosts check again before they score (:meth:`EventRunner.check_locality`),
+    so no event is scored unchecked even where no event here could prove anything.
+
+    Raises:
+        DomainparError: the model is not local (one line naming it and the output that differs).
+    """
+    from domainpar.inference.events import prepare_event
+    from domainpar.inference.partitioned import require_partitionable
+    from domainpar.model.registry import is_builtin
+
+    if config.num_parts == 1 or pipeline.spec.skip_locality_check or pipeline.loaded is None:
+        return
+    if is_builtin(pipeline.loaded.model_config.name):
+        return
+    prune = pipeline.graphs.prune()
+    for source in sources:
+        try:
+            prepared = prepare_event(source, pipeline.graphs, prune)
+        except (KeyboardInterrupt, Terminated, MachineFault):
+            raise
+        except Exception:  # noqa: BLE001 - a bad event is the run's to name; the check needs one that is not
+            continue
+        result = require_partitionable(pipeline.loaded, prepared.graph, config.num_parts)
+        if result is None or result.proven:
+            return
+
+
+def _undo_refused(out: Path, had_manifest: bool) -> None:
+    """What a refused run wrote before its refusal, when it wrote no event: its manifest (unless one was there
+    before) and its empty output directories; the lock's release removes an ``--out`` it created and left empty."""
+    if products.outputs_of(out):
+        return
+    if not had_manifest:
+        (out / MANIFEST).unlink(missing_ok=True)
+    for sub in (products.SUBMISSIONS, products.TRACKS, products.RECORDS):
+        try:
+            (out / sub).rmdir()
+        except OSError:  # absent, or not empty
+            pass
 
 
 def _threads(config: ReconstructConfig, local_processes: int) -> tuple[int, int]:
@@ -198,26 +257,38 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
     started = time.perf_counter()
     pipeline = load_pipeline(config)
     sources = find_sources(config, pipeline)
+    check_model_first(config, pipeline, sources)
+    had_manifest = (Path(config.out) / MANIFEST).exists()
     with run_lock(config.out, "--out", LOCK, "reconstruction"):
-        plan = plan_run(config, pipeline, sources)
-        if len(plan.todo) <= config.workers:
-            # One event per replica at most: nothing to overlap, every core to the one process per replica.
-            config = replace(config, prefetch=0)
-        world = config.workers * config.num_parts
-        scoring_threads, prepare_threads = _threads(config, world)
-        if world == 1:
-            import torch
+        try:
+            return _run_locked(config, pipeline, sources, started)
+        except DomainparError:
+            # A refusal (a rank's, after the plan was written) leaves --out as it found it.
+            _undo_refused(Path(config.out), had_manifest)
+            raise
 
-            torch.set_num_threads(scoring_threads)
-            report, bar = _reporter(config, len(plan.todo), 1)
-            try:
-                outcomes = run_host(pipeline, plan.digest, plan.todo, config, None, prepare_threads, report)
-            finally:
-                bar.close()
-        else:
-            outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
-        summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
-        products.write_json(Path(config.out) / SUMMARY, summary)
+
+def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource], started: float) -> RunResult:
+    """The run of :func:`reconstruct` once it holds ``--out``'s lock: plan, run the events, write the summary."""
+    plan = plan_run(config, pipeline, sources)
+    if len(plan.todo) <= config.workers:
+        # One event per replica at most: nothing to overlap, every core to the one process per replica.
+        config = replace(config, prefetch=0)
+    world = config.workers * config.num_parts
+    scoring_threads, prepare_threads = _threads(config, world)
+    if world == 1:
+        import torch
+
+        torch.set_num_threads(scoring_threads)
+        report, bar = _reporter(config, len(plan.todo), 1)
+        try:
+            outcomes = run_host(pipeline, plan.digest, plan.todo, config, None, prepare_threads, report)
+        finally:
+            bar.close()
+    else:
+        outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
+    summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
+    products.write_json(Path(config.out) / SUMMARY, summary)
     return RunResult(outcomes, plan.skipped, summary)
 
 
@@ -227,13 +298,18 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
 
     context = mp.get_context("spawn")
     messages = context.Queue()
+    # Read by a thread of its own: a rank killed mid-message leaves that thread stuck, never the relay (spawn names
+    # the death).
+    inbox = Inbox(messages, "domainpar-reconstruct-messages")
     report, bar = _reporter(config, len(plan.todo), world // config.num_parts)
     stop = threading.Event()
 
     def relay() -> None:
-        while not stop.is_set() or not messages.empty():
+        # Until the end, and then until nothing is left in the pipe or the inbox (a half message of a killed rank
+        # never leaves the pipe: the join below gives up on it).
+        while not stop.is_set() or not inbox.empty() or not messages.empty():
             try:
-                outcome = messages.get(timeout=0.2)
+                outcome = inbox.get(timeout=0.2)
             except queue.Empty:
                 continue
             report(outcome)
@@ -257,6 +333,7 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
     finally:
         stop.set()
         relay_thread.join(5.0)
+        inbox.close()
         bar.close()
         messages.close()
     return [outcome for outcomes in per_rank for outcome in outcomes]
@@ -307,6 +384,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
         try:
             pipeline = load_pipeline(config)
             sources = find_sources(config, pipeline)
+            check_model_first(config, pipeline, sources)
             lock = acquire(config.out, "--out", LOCK, "reconstruction")
             decided[0] = plan_run(config, pipeline, sources)
         except DomainparError as exc:
@@ -341,4 +419,4 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
     return RunResult(outcomes, plan.skipped, summary)
 
 
-__all__ = ["JOB_LIMIT_S", "RunResult", "find_sources", "reconstruct", "run_host"]
+__all__ = ["JOB_LIMIT_S", "RunResult", "check_model_first", "find_sources", "reconstruct", "run_host"]

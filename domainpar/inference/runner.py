@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from domainpar.data.event_graph import EventGraph
+from domainpar.errors import DomainparError
+from domainpar.inference.arithmetic import chain_threads
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
@@ -35,6 +37,10 @@ from domainpar.tracks.submission import complete_tracks
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     """Edge scores (probabilities) of logits, without overflow."""
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))
+
+
+class LocalityUnproven(DomainparError):
+    """An event too small to check a user's model for locality on: that event fails, the next one is checked."""
 
 
 class Scorer(Protocol):
@@ -140,17 +146,30 @@ class EventRunner:
         self.locality_checked = scorer.num_parts == 1 or pipeline.spec.skip_locality_check
 
     def check_locality(self, graph: EventGraph) -> None:
-        """Once, before the first event scored on several parts: a model that is not a built-in must be local, or it
-        would score every event otherwise than one process.
+        """Before the first event scored on several parts: a model that is not a built-in must prove it is local,
+        or it would score every event otherwise than one process.
+
+        The check counts only once it proved something (halo rows were exchanged on a slice of ``graph``): an event
+        too small for that (a malformed one, no edges) proves nothing, so it is not scored and the next event is
+        checked again. Whatever happened to earlier events, no event is scored on several parts before the proof.
 
         Raises:
+            LocalityUnproven: ``graph`` is too small to check the model on (the event fails; the run goes on).
             DomainparError: the model is not local (the run has no right event to give).
         """
-        if not self.locality_checked:
-            from domainpar.inference.partitioned import require_partitionable
+        if self.locality_checked:
+            return
+        from domainpar.inference.partitioned import require_partitionable
 
-            require_partitionable(self.pipeline.loaded, graph, self.scorer.num_parts)
-            self.locality_checked = True
+        parts = self.scorer.num_parts
+        result = require_partitionable(self.pipeline.loaded, graph, parts)
+        if result is not None and not result.proven:
+            raise LocalityUnproven(
+                f"event {graph.event_id}: too small to check that model {result.model!r} is local (a {parts}-part slice "
+                f"of it has {result.num_nodes} nodes, {result.num_edges} edges and no halo rows), so it is not scored "
+                f"with --parts {parts}; the check runs again on the next event"
+            )
+        self.locality_checked = True
 
     def run(self, event: PreparedEvent) -> EventResult:
         """The event's logits, scores and tracks.
@@ -161,9 +180,11 @@ class EventRunner:
         """
         self.check_locality(event.graph)
         started = time.perf_counter()
-        logits, partition = self.scorer.logits(event.graph)
-        scored = time.perf_counter()
-        result = self.tracks(event, logits, partition)
+        # Threads fixed: the bytes written do not depend on the process's thread count (domainpar.inference.arithmetic).
+        with chain_threads():
+            logits, partition = self.scorer.logits(event.graph)
+            scored = time.perf_counter()
+            result = self.tracks(event, logits, partition)
         result.seconds["inference"] = scored - started
         return result
 
@@ -174,7 +195,7 @@ class EventRunner:
         scores = sigmoid(logits)
         # The builders' numba code calls back into Python: a stop raised in there would be a SystemError and a
         # traceback, so it waits for the builder (seconds at most) and is answered as the block ends.
-        with hold_stops():
+        with hold_stops(), chain_threads():
             candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks)
         track_id = complete_tracks(event.event_hit_id, graph.hit_id, candidates.track_id)
         seconds = {**event.seconds, "tracks": time.perf_counter() - started}
@@ -191,4 +212,4 @@ class EventRunner:
         self.close()
 
 
-__all__ = ["DomainHost", "EventResult", "EventRunner", "Scorer", "SingleProcess", "open_scorer", "sigmoid", "whole_graph_logits"]
+__all__ = ["DomainHost", "EventResult", "EventRunner", "LocalityUnproven", "Scorer", "SingleProcess", "open_scorer", "sigmoid", "whole_graph_logits"]

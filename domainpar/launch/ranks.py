@@ -57,6 +57,7 @@ from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, finish_cu
 from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
+from domainpar.launch.inbox import Inbox
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
 from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
 
@@ -544,6 +545,7 @@ def spawn(
         return {rank: text for rank, text in found.items() if text is not None}
 
     values: dict[int, Any] = {}
+    inbox: Inbox | None = None
     reports: dict[int, tuple[Failure, str]] = {}
     order: list[int] = []
     try:
@@ -571,12 +573,15 @@ def spawn(
                 line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
                 raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
             deadline = time.monotonic() + timeout_s
+            # Read by a thread: a rank killed mid-message must not hold this process in a read for ever (its death
+            # is then seen below, as any other).
+            inbox = Inbox(results, "domainpar-spawn-results")
             exited_at: dict[int, float] = {}
             trouble_since: float | None = None
             while len(values) < nprocs:
                 stops.answer()
                 try:
-                    rank, status, payload = results.get(timeout=0.1)
+                    rank, status, payload = inbox.get(timeout=0.1)
                 except queue.Empty:
                     pass
                 else:
@@ -612,6 +617,8 @@ def spawn(
             process.join(10.0)
     finally:
         _stop(processes)
+        if inbox is not None:
+            inbox.close()
         results.close()
         shutil.rmtree(store_dir, ignore_errors=True)
     return [values[rank] for rank in range(nprocs)]

@@ -16,7 +16,8 @@ import torch
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import build_event_graph
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, MachineFault
+from domainpar.inference import partitioned
 from domainpar.inference.model_io import load_model
 from domainpar.inference.partitioned import LocalGroup
 from domainpar.inference.runner import whole_graph_logits
@@ -24,6 +25,7 @@ from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model
 from domainpar.train.checkpoint import CHECKPOINT_FORMAT_VERSION, write_checkpoint
 
+import dying_children
 from fixtures import EVENT1
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -83,3 +85,17 @@ def test_an_event_that_cannot_be_cut_is_one_line_and_the_group_goes_on(event1, f
         assert np.isfinite(logits).all()
     finally:
         group.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_host_rank_killed_mid_message_is_named_not_waited_for(event1, monkeypatch, tmp_path):
+    """The caller and spawn hold the write ends of the queues they read: a half message must not hold them for ever."""
+    monkeypatch.setattr(partitioned, "_local_rank", dying_children.host_rank_killed_mid_message)
+    group = LocalGroup(tmp_path / "unused.pt", 1, "metis", threads=1)
+    try:
+        with pytest.raises((DomainparError, MachineFault)) as raised:
+            group.logits(event1)
+    finally:
+        group.close()
+    line = raised.value.line() if isinstance(raised.value, MachineFault) else str(raised.value)
+    assert "\n" not in line and "rank 0" in line and "SIGKILL" in line, line

@@ -162,6 +162,36 @@ def test_parts_and_workers_write_the_bytes_of_one_process(checkpoint, simulated_
             np.testing.assert_allclose(a["edge_score"], b["edge_score"], rtol=1e-5, atol=1e-7)
 
 
+def test_the_bytes_do_not_depend_on_the_thread_count(checkpoint, simulated_dir, tmp_path, monkeypatch):
+    """One event with 1 and 2 threads: the same bytes. The scores are made thread-sensitive the way torch's split
+    reductions are (a last-bit term of the thread count the scoring arithmetic runs on): the chain fixes that count."""
+    import torch
+
+    from domainpar.inference import runner
+
+    whole_graph_logits = runner.whole_graph_logits
+
+    def sensitive(loaded, graph):
+        return whole_graph_logits(loaded, graph) + 1e-6 * torch.get_num_threads()
+
+    monkeypatch.setattr(runner, "whole_graph_logits", sensitive)
+    events = tmp_path / "events"
+    events.mkdir()
+    for path in sorted(simulated_dir.glob("event000000001-*")):
+        shutil.copy(path, events)
+    outputs = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            out = tmp_path / f"threads{count}"
+            assert _cli(["reconstruct", "--data", str(events), "--out", str(out), "--checkpoint", str(checkpoint),
+                         "--prefetch", "0", "--threads", str(count), "--quiet"]) == 0  # fmt: skip
+            outputs.append(_files(out))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(outputs[0]) == 4 and outputs[0] == outputs[1]
+
+
 def _corrupt(directory: Path, event: str) -> None:
     """Hits of ``event`` with a coordinate that is text: a malformed event the reader names."""
     path = directory / f"{event}-hits.csv.gz"

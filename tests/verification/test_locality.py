@@ -399,19 +399,33 @@ def test_the_check_leaves_threads_and_random_state_as_they_were():
 
 
 @pytest.mark.slow
-def test_reconstruct_parts_refuses_a_model_that_is_not_local(event1, checkpoints, tmp_path, capsys):
-    """``reconstruct --parts 2`` runs the check on the host rank before its first partitioned event: one line naming
-    that rank, exit 2, no outputs."""
+def test_reconstruct_parts_refuses_a_model_that_is_not_local(event1, checkpoints, tmp_path, capfd, monkeypatch):
+    """``reconstruct --parts 2`` checks the model before --out is touched or a rank starts: one line, exit 2, no
+    --out; a refusal that comes later (a rank's) takes back what the run wrote too."""
     out = tmp_path / "out"
-    code = _run(["reconstruct", "--checkpoint", str(checkpoints["GlobalMeanGNN"]), "--data", str(event1), "--out", str(out),
-                 "--parts", "2", "--quiet"])  # fmt: skip
-    err = capsys.readouterr().err
+    args = ["reconstruct", "--checkpoint", str(checkpoints["GlobalMeanGNN"]), "--data", str(event1), "--out", str(out),
+            "--parts", "2", "--quiet"]  # fmt: skip
+    capfd.readouterr()
+    code = _run(args)
+    err = capfd.readouterr().err
     assert code == 2, err
     assert re.fullmatch(
-        rf"error: rank 0 of 2: model '{re.escape(user_model('GlobalMeanGNN'))}' is not local: on a 2-part slice of event 1 \(400 nodes, "
+        rf"error: model '{re.escape(user_model('GlobalMeanGNN'))}' is not local: on a 2-part slice of event 1 \(400 nodes, "
         rf"1108 edges\) its output \(edge logits\) differs from one process's by {NUMBER} \(tolerance 1e-10\), so --parts 2 "
         rf"would score edges otherwise than one process {RULE}; make it local, or check it with `domainpar verify` and pass "
         r"--skip-locality-check",
         err.strip(),
     ), err
-    assert not list(out.glob("submissions/*.csv"))
+    assert not out.exists()
+
+    def refused(*args, **kwargs):
+        raise DomainparError("rank 0 of 2: refused")
+
+    monkeypatch.setattr("domainpar.inference.reconstruct.check_model_first", lambda *a: None)
+    monkeypatch.setattr("domainpar.inference.reconstruct._spawn_ranks", refused)
+    assert _run(args) == 2
+    assert not out.exists()
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert _run(args) == 2
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
