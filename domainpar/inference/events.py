@@ -147,10 +147,11 @@ def prepare_event(
     """
     # The build and the filter on the chain's fixed threads, in whichever process prepares (arithmetic.py).
     with chain_threads():
-        return _prepare(source, stage, prune, truth, events_dir)
+        return _prepare(source, stage, prune, truth, events_dir, segments)
 
 
-def _prepare(source: EventSource, stage: GraphStage, prune: Prune | None, truth: bool, events_dir: Path | None) -> PreparedEvent:
+def _prepare(source: EventSource, stage: GraphStage, prune: Prune | None, truth: bool, events_dir: Path | None,
+             segments: bool) -> PreparedEvent:  # fmt: skip
     if source.kind == "raw":
         raw = read_raw_event(source, stage.needs_cells, truth)
         built = stage.from_raw(prune, raw.hits, raw.cells, raw.event_id, str(source.path), truth=raw.truth,
