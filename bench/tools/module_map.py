@@ -1,6 +1,7 @@
 """Learn a module map from simulated events, and measure it against the geometric cuts by pT (``docs/tracks.md``).
 
     python -m bench.tools.module_map learn --events DIR [--events DIR2] [--num-events N] --margin 0.1 --out map.npz
+    python -m bench.tools.module_map table study.json
     python -m bench.tools.module_map study --train DIR [--train DIR2] --sizes 4,16,64 --margins 0.1,0.5 \\
         --eval val=DIR --eval real=../shared/data/trackml/pixel --out WORK --json study.json
 
@@ -105,9 +106,10 @@ def load(prefix: str) -> dict:
             "segment_pt": pt[segments[0]]}
 
 
-def measure(event: dict, config, module_map=None) -> dict:
+def measure(event: dict, config, module_map=None, union_with: np.ndarray | None = None) -> dict:
     """Find one event's edges with ``config`` (cuts) or ``module_map``: edges, efficiency per pT bin, seconds of the
-    edge finding alone (the features that follow cost the same per edge for both), and the map's coverage."""
+    edge finding alone (the features that follow cost the same per edge for both), and the map's coverage.
+    With ``union_with`` ((2, E) edges of the cuts), the union of both edge sets is measured instead (a combination)."""
     from domainpar.data.graph import _search_edges
     from domainpar.data.module_map import map_edges
     from domainpar.data.true_segments import pair_keys
@@ -121,6 +123,10 @@ def measure(event: dict, config, module_map=None) -> dict:
     else:
         edges = map_edges(module_map, event["module"], pos)
     seconds = time.perf_counter() - start
+    event["last_edges"] = edges
+    if union_with is not None:
+        keys = np.union1d(pair_keys(edges[0], edges[1], n), pair_keys(union_with[0], union_with[1], n))
+        edges = np.stack([keys // n, keys % n])
     kept = np.isin(pair_keys(segments[0], segments[1], n), pair_keys(edges[0], edges[1], n))
     record = {"edges": int(edges.shape[1]), "seconds": seconds, "true": int(kept.size), "kept": int(kept.sum()),
               "bins": [[int(((pt >= lo) & (pt < hi)).sum()), int(kept[(pt >= lo) & (pt < hi)].sum())] for lo, hi in PT_BINS]}
@@ -147,6 +153,21 @@ def _summary(records: list[dict]) -> dict:
     return out
 
 
+def tables(results: dict) -> str:
+    """Markdown tables of a ``study`` JSON: one per evaluated data set."""
+    lines = []
+    for name, rows in results.items():
+        lines += [f"**{name}**", "", "| construction | edges / event | edge s / event | true segments kept | "
+                  + " | ".join(f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">{lo:g}" for lo, hi in PT_BINS)
+                  + " | pair absent from map |", "|---" * (5 + len(PT_BINS)) + "|"]
+        for key, row in rows.items():
+            absent = f"{row['pair_absent']:.3f}" if "pair_absent" in row else ""
+            lines.append(f"| {key} | {row['edges_per_event'] / 1e6:.2f}M | {row['seconds_per_event']:.2f} | {row['efficiency']:.3f} | "
+                         + " | ".join("" if v is None else f"{v:.3f}" for v in row["efficiency_by_pt"]) + f" | {absent} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.module_map", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,8 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--eval", action="append", required=True, metavar="NAME=DIR")
     study.add_argument("--out", required=True)
     study.add_argument("--json", default=None)
+    study.add_argument("--union", action="store_true", help="Also measure the union of the cuts' and each map's edges.")
+    table = sub.add_parser("table")
+    table.add_argument("json_path")
     args = parser.parse_args(argv)
     try:
+        if args.command == "table":
+            print(tables(json.loads(Path(args.json_path).read_text())))
+            return 0
         if args.command == "learn":
             prefixes = _prefixes(args.events)
             prefixes = prefixes[: args.num_events] if args.num_events else prefixes
@@ -189,12 +216,17 @@ def main(argv: list[str] | None = None) -> int:
             name, _, directory = spec.partition("=")
             events = [load(p) for p in _prefixes([directory])]
             rows = {"cuts": _summary([measure(e, cuts) for e in events])}
+            for event in events:
+                event["cut_edges"] = event.pop("last_edges")
             print(name, "cuts", json.dumps(rows["cuts"]), file=sys.stderr, flush=True)
             for (size, margin), path in paths.items():
                 module_map = load_module_map(path)
                 key = f"map n={size} m={margin:g}"
                 rows[key] = _summary([measure(e, cuts, module_map) for e in events])
                 print(name, key, json.dumps(rows[key]), file=sys.stderr, flush=True)
+                if args.union:
+                    rows[f"cuts + {key}"] = _summary([measure(e, cuts, module_map, e["cut_edges"]) for e in events])
+                    print(name, f"cuts + {key}", json.dumps(rows[f"cuts + {key}"]), file=sys.stderr, flush=True)
             results[name] = rows
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
