@@ -1,7 +1,7 @@
 """Learn a module map from simulated events, and measure it against the geometric cuts by pT (``docs/tracks.md``).
 
     python -m bench.tools.module_map learn --events DIR [--events DIR2] [--num-events N] --margin 0.1 --out map.npz
-    python -m bench.tools.module_map table study.json
+    python -m bench.tools.module_map table study.json [more.json]
     python -m bench.tools.module_map study --train DIR [--train DIR2] --sizes 4,16,64 --margins 0.1,0.5 \\
         --eval val=DIR --eval real=../shared/data/trackml/pixel --out WORK --json study.json
 
@@ -198,11 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--json", default=None)
     study.add_argument("--union", action="store_true", help="Also measure the union of the cuts' and each map's edges.")
     table = sub.add_parser("table")
-    table.add_argument("json_path")
+    table.add_argument("json_paths", nargs="+", help="study JSONs; later files add their rows to the earlier ones' (the first file's cuts row stays)")
     args = parser.parse_args(argv)
     try:
         if args.command == "table":
-            print(tables(json.loads(Path(args.json_path).read_text())))
+            merged: dict = {}
+            for path in args.json_paths:
+                for name, rows in json.loads(Path(path).read_text()).items():
+                    for key, row in rows.items():
+                        merged.setdefault(name, {}).setdefault(key, row)
+            print(tables(merged))
             return 0
         if args.command == "learn":
             prefixes = _prefixes(args.events)
