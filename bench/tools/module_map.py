@@ -64,7 +64,7 @@ def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out:
     """Learn incrementally; write ``map_n{N}_m{margin}.npz`` for every size and margin. Returns {(N, m): path}."""
     from domainpar.data.detector import layer_index_of
     from domainpar.data.graph import _truth_per_hit
-    from domainpar.data.module_map import MapLearner, module_keys, save_module_map
+    from domainpar.data.module_map import MapLearner, module_keys
     from domainpar.data.trackml import load_event
     from domainpar.data.true_segments import true_segments
 

@@ -203,7 +203,7 @@ class MapLearner:
         pad = margin * ((raw_high - raw_low) + FLOORS)
         low, high = raw_low - pad, raw_high + pad
         count = self._count.astype(np.int64)
-        record = {**provenance, "events": list(self.events), "num_events": len(self.events), "num_pairs": int(len(pairs)),
+        record = {**provenance, "events": list(self.events), "num_events": len(self.events), "num_pairs": len(pairs),
                   "num_segments": int(count.sum()), "version": MAP_VERSION, "quantities": list(QUANTITIES)}
         return ModuleMap(pairs, low, high, count, float(margin), record, _hash(pairs, low, high, count, margin))
 

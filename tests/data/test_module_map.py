@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
 
 from domainpar.data.detector import layer_index_of
 from domainpar.data.graph import GraphConfig, _truth_per_hit, build_graph
-from domainpar.data.module_map import MapLearner, load_module_map, map_edges, module_keys, save_module_map
+from domainpar.data.module_map import (
+    MapLearner,
+    load_module_map,
+    map_edges,
+    module_keys,
+    save_module_map,
+)
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
 
 
-@lru_cache(maxsize=None)
+@cache
 def _event():
     from domainpar.sim.config import SimulationConfig
     from domainpar.sim.event import simulate_event
