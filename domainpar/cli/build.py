@@ -34,6 +34,8 @@ _DEFAULTS = GraphConfig()
 @click.option("--crossing-margin", type=float, default=_DEFAULTS.crossing_margin, show_default=True, help="A segment crosses a layer between its hits only this far inside the layer's extent, mm.")
 @click.option("--min-pt", type=float, default=_DEFAULTS.min_pt, show_default=True, help="Keep only hits of particles with truth pT >= this, GeV (0: all hits; needs truth).")
 @click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
+@click.option("--construction", type=click.Choice(["cuts", "module_map"]), default=_DEFAULTS.construction, show_default=True, help="How edges are found: the geometric cuts above, or a module map learned from simulated truth (--module-map).")
+@click.option("--module-map", default=_DEFAULTS.module_map, help="Module map .npz for --construction module_map (python -m bench.tools.module_map learn); its hash is recorded in every graph.")
 @click.option("--format", "fmt", type=click.Choice(["npz", "pyg"]), default="npz", show_default=True, help="npz: domainpar graph files; pyg: PyTorch Geometric Data files (event<id>.pyg) in the Exa.TrkX/acorn layout.")
 @click.option("--node-features", default=",".join(_DEFAULTS.node_features), show_default=True,
               help="Comma-separated node features (r, phi, z, eta, cell_count, cell_charge, cluster_u, cluster_v; cluster ones need cells files).")
@@ -58,6 +60,8 @@ def build(
     crossing_margin: float,
     min_pt: float,
     cell_features: bool,
+    construction: str,
+    module_map: str,
     fmt: str,
     node_features: str,
     edge_features: str,
@@ -90,6 +94,8 @@ def build(
         "cell_features": cell_features,
         "node_features": tuple(name.strip() for name in node_features.split(",") if name.strip()),
         "edge_features": tuple(name.strip() for name in edge_features.split(",") if name.strip()),
+        "construction": construction,
+        "module_map": module_map,
     }
     try:
         config = GraphConfig(**options)

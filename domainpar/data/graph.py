@@ -61,6 +61,8 @@ from domainpar.errors import DomainparError
 if TYPE_CHECKING:  # training ranks import GraphConfig only: pandas and the numba kernels load where graphs are built
     import pandas as pd
 
+#: Edge constructions of :attr:`GraphConfig.construction`.
+CONSTRUCTIONS = ("cuts", "module_map")
 #: Names of the extra node features appended with ``GraphConfig(cell_features=True)``.
 CELL_FEATURES = ("cell_count", "cell_charge")
 
@@ -103,6 +105,12 @@ class GraphConfig:
     """Names of the node features (columns of x), see :data:`domainpar.data.features.NODE_FEATURES`."""
     edge_features: tuple[str, ...] = ("dr", "dphi", "dz", "dR")
     """Names of the edge features (columns of edge_attr), see :data:`domainpar.data.features.EDGE_FEATURES`."""
+    construction: str = "cuts"
+    """How the edges are found: ``cuts`` (the geometric cuts above) or ``module_map`` (:mod:`domainpar.data.module_map`)."""
+    module_map: str = ""
+    """Path of the module map .npz (``construction: module_map`` only)."""
+    module_map_hash: str = ""
+    """Content hash of that map; empty: read from the file. A build given a map of another hash refuses it."""
 
     def __post_init__(self) -> None:
         for name in ("node_features", "edge_features"):
@@ -122,6 +130,17 @@ class GraphConfig:
             raise DomainparError(f"GraphConfig.dphi_margin must be a non-negative number (got {self.dphi_margin})")
         if not (np.isfinite(self.min_pt) and self.min_pt >= 0):
             raise DomainparError(f"GraphConfig.min_pt must be a non-negative number (got {self.min_pt})")
+        if self.construction not in CONSTRUCTIONS:
+            raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
+        if self.construction == "module_map":
+            if not self.module_map:
+                raise DomainparError("GraphConfig.module_map must name the module map .npz for construction 'module_map' (got none)")
+            if not self.module_map_hash:
+                from domainpar.data.module_map import map_hash_of
+
+                object.__setattr__(self, "module_map_hash", map_hash_of(self.module_map))
+        elif self.module_map or self.module_map_hash:
+            raise DomainparError(f"GraphConfig.module_map is for construction 'module_map' (got construction {self.construction!r})")
         if not (isinstance(self.num_phi_bins, (int, np.integer)) and 1 <= self.num_phi_bins <= 4096):
             raise DomainparError(f"GraphConfig.num_phi_bins must be an integer in [1, 4096] (got {self.num_phi_bins})")
 
@@ -140,7 +159,12 @@ class GraphConfig:
         """Plain dict (JSON- and YAML-safe; tuples become lists)."""
         from dataclasses import asdict
 
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if self.construction == "cuts":
+            # Graphs built with the cuts record what they recorded before the module map existed (same JSON, same hashes).
+            for name in ("construction", "module_map", "module_map_hash"):
+                values.pop(name)
+        return values
 
     def to_json(self) -> str:
         """The configuration as one JSON object (what a graph file records)."""
@@ -363,6 +387,18 @@ def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np
     return np.concatenate([adjacent_src, skip_src[keep]]), np.concatenate([adjacent_dst, skip_dst[keep]])
 
 
+def _map_edges(hits, keep, layer, pos, config: GraphConfig) -> np.ndarray:
+    """(2, E) int64 edges of the module map ``config.module_map`` (of hash ``config.module_map_hash``)."""
+    from domainpar.data.module_map import cached_module_map, map_edges, module_keys
+
+    _require_columns(hits, "hits", ("module_id",))
+    module_id = hits["module_id"].to_numpy()
+    if keep is not None:
+        module_id = module_id[keep]
+    module_map = cached_module_map(config.module_map, config.module_map_hash)
+    return map_edges(module_map, module_keys(layer, module_id), pos)
+
+
 def build_graph(
     hits: pd.DataFrame,
     truth: pd.DataFrame | None = None,
@@ -419,7 +455,10 @@ def build_graph(
     r = np.hypot(pos[:, 0], pos[:, 1])
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
-    edge_index = _search_edges(r, phi, z, layer, config)
+    if config.construction == "module_map":
+        edge_index = _map_edges(hits, keep if truth is not None and config.min_pt > 0 else None, layer, pos, config)
+    else:
+        edge_index = _search_edges(r, phi, z, layer, config)
     x, edge_attr = feature_catalogue.compute_features(
         config.node_feature_names, config.edge_features, hit_id, pos, edge_index, cells if config.needs_cells else None
     )
