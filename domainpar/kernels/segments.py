@@ -321,11 +321,16 @@ def bridged(
         dphi_ac = _wrap_angle(phi[c] - phi[a])
         for e in range(out_start[a], out_start[a + 1]):
             b = out_dst[e]
+            # a and c at one radius (a barrel bridge) or one z (a disc bridge), as loose skip cuts may pair them: the
+            # line a -> c has no point at b's radius (z) between them, so b bridges nothing (and t is undefined).
+            span = r[c] - r[a] if is_barrel[b] else z[c] - z[a]
+            if span == 0.0:
+                continue
             if is_barrel[b]:
-                t = (r[b] - r[a]) / (r[c] - r[a])
+                t = (r[b] - r[a]) / span
                 residual_rz = abs(z[b] - (z[a] + t * (z[c] - z[a])))
             else:
-                t = (z[b] - z[a]) / (z[c] - z[a])
+                t = (z[b] - z[a]) / span
                 residual_rz = abs(r[b] - (r[a] + t * (r[c] - r[a])))
             if residual_rz > tolerance_rz:
                 continue

@@ -429,3 +429,21 @@ def test_real_full_event_graph_size():
     assert stats.num_nodes == 125_576
     assert 500_000 <= stats.num_edges <= 2_000_000
     assert graph.y is None
+
+
+def test_a_layer_jump_between_hits_at_one_radius_is_bridged_by_nothing():
+    # Loose skip cuts may pair hits a and c at the same radius (barrel) or z (disc): the bridge test's line a -> c
+    # then has no parameter along r (z); it divided by zero (a ZeroDivisionError on the real full event).
+    from domainpar.kernels.segments import bridged
+
+    # Nodes: a (0), b (1), c (2); edges a -> b and b -> c; the skip candidate a -> c.
+    out_start = np.array([0, 1, 2, 2], dtype=np.int64)
+    out_dst = np.array([1, 2], dtype=np.int64)
+    for barrel, r, z in ((True, [30.0, 50.0, 30.0], [0.0, 1.0, 2.0]), (False, [30.0, 40.0, 50.0], [600.0, 650.0, 600.0])):
+        result = bridged(out_start, out_dst, np.array([0]), np.array([2]), np.array(r), np.zeros(3), np.array(z),
+                         np.full(3, barrel), 1.0, 1.0)  # fmt: skip
+        assert result.tolist() == [False]
+    # The same three hits on a line at distinct radii: b bridges a -> c (the test above can fail).
+    line = bridged(out_start, out_dst, np.array([0]), np.array([2]), np.array([30.0, 40.0, 50.0]), np.zeros(3),
+                   np.array([0.0, 1.0, 2.0]), np.full(3, True), 1.0, 1.0)  # fmt: skip
+    assert line.tolist() == [True]
