@@ -42,7 +42,7 @@ from domainpar.errors import MachineFault
 
 #: Sub-packages of ``domainpar`` whose modules define ``@njit(cache=True)`` kernels (their ``__init__`` calls
 #: :func:`settle`; a test keeps this list complete).
-CACHED_PACKAGES = ("kernels", "tracks")
+CACHED_PACKAGES = ("data", "kernels", "tracks")
 
 #: Start of the line that says numba's configured directory was not used.
 NOTICE = "domainpar: numba's kernel cache"

@@ -63,7 +63,7 @@ def recipe_graph():
 def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out: Path, seed: int | None) -> dict:
     """Learn incrementally; write ``map_n{N}_m{margin}.npz`` for every size and margin. Returns {(N, m): path}."""
     from domainpar.data.detector import layer_index_of
-    from domainpar.data.graph import _truth_per_hit
+    from domainpar.data.hit_truth import truth_per_hit
     from domainpar.data.module_map import MapLearner, module_keys
     from domainpar.data.trackml import load_event
     from domainpar.data.true_segments import true_segments
@@ -73,7 +73,7 @@ def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out:
     for index, prefix in enumerate(prefixes[: max(sizes)], start=1):
         hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
         layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-        particle_id, _, vertex = _truth_per_hit(hits, truth, particles)
+        particle_id, _, vertex = truth_per_hit(hits, truth, particles)
         pos = hits[["x", "y", "z"]].to_numpy(np.float64)
         learner.add(module_keys(layer, hits["module_id"].to_numpy()), pos, true_segments(particle_id, layer, pos, vertex), Path(prefix).name)
         if index in sizes:
@@ -99,14 +99,14 @@ def _member(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 def load(prefix: str) -> dict:
     """One event's hit arrays and true segments (the graph's nodes: every hit, in file order)."""
     from domainpar.data.detector import layer_index_of
-    from domainpar.data.graph import _truth_per_hit
+    from domainpar.data.hit_truth import truth_per_hit
     from domainpar.data.module_map import module_keys
     from domainpar.data.trackml import load_event
     from domainpar.data.true_segments import true_segments
 
     hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
     layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-    particle_id, pt, vertex = _truth_per_hit(hits, truth, particles)
+    particle_id, pt, vertex = truth_per_hit(hits, truth, particles)
     pos = hits[["x", "y", "z"]].to_numpy(np.float64)
     segments = true_segments(particle_id, layer, pos, vertex)
     return {"pos": pos, "layer": layer, "module": module_keys(layer, hits["module_id"].to_numpy()), "segments": segments,

@@ -55,6 +55,8 @@ from domainpar.data import features as feature_catalogue
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.layer_pairs import LayerPairConfig, layer_pairs, layers_between
+from domainpar.data.hit_truth import require_columns as _require_columns
+from domainpar.data.hit_truth import truth_per_hit as _truth_per_hit
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
 
@@ -232,53 +234,6 @@ class GraphStats:
             "purity": self.purity,
             "seconds": self.seconds,
         }
-
-
-def _require_columns(frame: pd.DataFrame, name: str, columns: tuple[str, ...]) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise DomainparError(f"{name} must have columns {missing} (got {list(frame.columns)})")
-
-
-def _truth_per_hit(
-    hits: pd.DataFrame, truth: pd.DataFrame, particles: pd.DataFrame | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Particle id, particle pT and production vertex of every hit, in hits order."""
-    _require_columns(truth, "truth", ("hit_id", "particle_id"))
-    hit_ids = hits["hit_id"].to_numpy(np.int64)
-    truth_ids = truth["hit_id"].to_numpy(np.int64)
-    order = np.argsort(truth_ids, kind="stable")
-    position = np.searchsorted(truth_ids[order], hit_ids)
-    position = np.minimum(position, max(truth_ids.size - 1, 0))
-    if truth_ids.size == 0 or not np.array_equal(truth_ids[order][position], hit_ids):
-        raise DomainparError(
-            f"truth must have one row for every hit_id of the hits ({hits.shape[0]} hits, {truth.shape[0]} truth rows)"
-        )
-    rows = order[position]
-    particle_id = truth["particle_id"].to_numpy(np.int64)[rows]
-    num_hits = hit_ids.size
-    vertex = np.zeros((num_hits, 3))
-    if particles is not None:
-        _require_columns(particles, "particles", ("particle_id", "vx", "vy", "vz", "px", "py"))
-        table = particles.drop_duplicates("particle_id").set_index("particle_id")
-        known = table.index.get_indexer(particle_id)
-        found = known >= 0
-        px = table["px"].to_numpy(np.float64)
-        py = table["py"].to_numpy(np.float64)
-        pt = np.zeros(num_hits)
-        pt[found] = np.hypot(px[known[found]], py[known[found]])
-        for axis, column in enumerate(("vx", "vy", "vz")):
-            vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
-        # Particles missing from the table (not the case in TrackML files) fall back to the truth momentum.
-        missing = ~found & (particle_id != 0)
-        if missing.any() and {"tpx", "tpy"} <= set(truth.columns):
-            pt[missing] = np.hypot(truth["tpx"].to_numpy(np.float64)[rows][missing], truth["tpy"].to_numpy(np.float64)[rows][missing])
-    elif {"tpx", "tpy"} <= set(truth.columns):
-        pt = np.hypot(truth["tpx"].to_numpy(np.float64)[rows], truth["tpy"].to_numpy(np.float64)[rows])
-    else:
-        raise DomainparError("truth without a particles table must have columns tpx, tpy (for the particle pT)")
-    pt[particle_id == 0] = 0.0
-    return particle_id, pt, vertex
 
 
 def _search_edges(

@@ -319,7 +319,7 @@ def learn_from_files(prefixes: list[str], margin: float, provenance: dict | None
         provenance: extra record entries (seed, simulator config hash...).
     """
     from domainpar.data.detector import layer_index_of
-    from domainpar.data.graph import _truth_per_hit
+    from domainpar.data.hit_truth import truth_per_hit
     from domainpar.data.trackml import has_truth, load_event
     from domainpar.data.true_segments import true_segments
 
@@ -329,7 +329,7 @@ def learn_from_files(prefixes: list[str], margin: float, provenance: dict | None
             raise DomainparError(f"{prefix}: expected a truth file to learn the module map from (found none)")
         hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
         layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-        particle_id, _, vertex = _truth_per_hit(hits, truth, particles)
+        particle_id, _, vertex = truth_per_hit(hits, truth, particles)
         pos = hits[["x", "y", "z"]].to_numpy(np.float64)
         segments = true_segments(particle_id, layer, pos, vertex)
         learner.add(module_keys(layer, hits["module_id"].to_numpy()), pos, segments, Path(prefix).name)

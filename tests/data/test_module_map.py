@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from domainpar.data.detector import layer_index_of
-from domainpar.data.graph import GraphConfig, _truth_per_hit, build_graph
+from domainpar.data.graph import GraphConfig, build_graph
+from domainpar.data.hit_truth import truth_per_hit
 from domainpar.data.module_map import (
     MapLearner,
     load_module_map,
@@ -29,7 +30,7 @@ def _event():
     event = simulate_event(SimulationConfig(num_particles=60), 5, 7)
     hits = event["hits"]
     layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-    particle_id, _, vertex = _truth_per_hit(hits, event["truth"], event["particles"])
+    particle_id, _, vertex = truth_per_hit(hits, event["truth"], event["particles"])
     pos = hits[["x", "y", "z"]].to_numpy(np.float64)
     segments = true_segments(particle_id, layer, pos, vertex)
     module = module_keys(layer, hits["module_id"].to_numpy())
