@@ -2,9 +2,12 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# Bytecode is compiled at install (pip's default): where PYTHONDONTWRITEBYTECODE is set, Python would otherwise
-# compile torch's sources again in every process (measured: the suite ~2x slower with --no-compile).
-INSTALL := $(PY) -m pip install -q
+# No bytecode at install (pip would compile every module of every package, ~80 CPU-s on one core, sympy's and
+# onnx's included): the first process that imports a module writes its bytecode. That needs bytecode writing on,
+# so make turns PYTHONDONTWRITEBYTECODE off for its commands (set, every process would compile torch's sources
+# again: the suite ran ~2x slower).
+INSTALL := $(PY) -m pip install -q --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 # torch first, and the build asked for: a version pin alone does not choose one (on PyPI, Linux wheels carry
 # CUDA, several GB). The local version names the build exactly: 2.13.0+cpu (default) or, for a GPU node,
 # `make TORCH_BUILD=cu128` (any build the PyTorch index serves: cu126, cu128, ...).
