@@ -337,8 +337,9 @@ def compute_features(
 
 def _triplet_columns(x, y, z, r, phi, src, dst, num_nodes: int) -> np.ndarray:
     """(E, 8) raw triplet columns in :data:`TRIPLET_FEATURES` order (distance as m, not yet log(1 + m))."""
+    # numba loads only where graphs are built
     from domainpar.kernels import chunks
-    from domainpar.kernels.triplets import best_triplets  # numba loads only where graphs are built
+    from domainpar.kernels.triplets import best_triplets
 
     num_edges = src.shape[0]
     alpha, beta, ell, kappa = (np.empty(num_edges) for _ in range(4))

@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence, TypeVar
+from itertools import pairwise
+from typing import TypeVar
 
 import numpy as np
 
@@ -68,7 +70,7 @@ def bounds(total: int, pieces: int | None = None, min_chunk: int = MIN_CHUNK) ->
         pieces = build_threads()
     pieces = max(1, min(pieces, total // max(1, min_chunk)))
     edges = np.linspace(0, total, pieces + 1).astype(np.int64)
-    return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+    return [(int(lo), int(hi)) for lo, hi in pairwise(edges)]
 
 
 def weighted_bounds(cumulative: np.ndarray, pieces: int) -> list[tuple[int, int]]:
@@ -80,7 +82,7 @@ def weighted_bounds(cumulative: np.ndarray, pieces: int) -> list[tuple[int, int]
     targets = np.linspace(0, cumulative[-1], pieces + 1)[1:-1]
     cuts = np.concatenate([[0], np.searchsorted(cumulative, targets), [n]]).astype(np.int64)
     cuts = np.maximum.accumulate(np.minimum(cuts, n))
-    return [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+    return [(int(lo), int(hi)) for lo, hi in pairwise(cuts) if hi > lo]
 
 
 def run(task: Callable[[int, int], T], ranges: Sequence[tuple[int, int]]) -> list[T]:

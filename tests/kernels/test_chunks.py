@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from domainpar.kernels import chunks
 def test_bounds_cover_every_element_once_in_order(total, pieces):
     ranges = chunks.bounds(total, pieces)
     assert ranges[0][0] == 0 and ranges[-1][1] == total
-    assert all(hi == lo for (_, hi), (lo, _) in zip(ranges[:-1], ranges[1:]))
+    assert all(hi == lo for (_, hi), (lo, _) in pairwise(ranges))
     assert len(ranges) <= max(1, total // chunks.MIN_CHUNK)
 
 
@@ -21,7 +23,7 @@ def test_weighted_bounds_balance_work_and_cover_every_item():
     cumulative = np.concatenate([[0], np.cumsum(work)])
     ranges = chunks.weighted_bounds(cumulative, 3)
     assert ranges[0][0] == 0 and ranges[-1][1] == work.size
-    assert all(hi == lo for (_, hi), (lo, _) in zip(ranges[:-1], ranges[1:]))
+    assert all(hi == lo for (_, hi), (lo, _) in pairwise(ranges))
     assert all(hi > lo for lo, hi in ranges)
     assert chunks.weighted_bounds(np.zeros(1, np.int64), 3) == []
 
@@ -32,6 +34,5 @@ def test_run_keeps_the_order_of_the_ranges_on_any_thread_count():
         with chunks.using_threads(threads):
             assert chunks.build_threads() == threads
             assert chunks.run(lambda lo, hi: lo, ranges) == list(range(40))
-    with pytest.raises(ValueError):
-        with chunks.using_threads(0):
-            pass
+    with pytest.raises(ValueError), chunks.using_threads(0):
+        pass
