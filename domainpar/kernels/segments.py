@@ -130,6 +130,24 @@ def _layers_crossed(
 
 
 @njit(cache=True)
+def _disc_z0_floor(r_a, z_a, z_lo, z_hi, z0_max):
+    """Smallest r (mm) on an outer disc (hits at z_lo..z_hi) of a line from |z0| <= z0_max through (r_a, z_a),
+    for |z_a| <= z0_max (where :func:`_secondary_window_disc` has no r window from z0: lines from z0 near z_a
+    reach the disc at any large r, but none at a small one).
+
+    Going outward to a disc at z_b > z_a, r_b = r_a (z_b - z0) / (z_a - z0) is smallest for z0 = -z0_max and
+    z_b = z_lo; on the other side (z_b < z_a) for z0 = +z0_max and z_b = z_hi. Loosened by a relative 1e-9 and
+    1e-6 mm, far beyond any rounding of the cut, so no hit that passes is ever below it; -1e30 (no floor) when
+    the disc straddles z_a.
+    """
+    if z_lo > z_a and z_a + z0_max > 0.0:
+        return r_a * (z_lo + z0_max) / (z_a + z0_max) * (1.0 - 1.0e-9) - 1.0e-6
+    if z_hi < z_a and z0_max - z_a > 0.0:
+        return r_a * (z0_max - z_hi) / (z0_max - z_a) * (1.0 - 1.0e-9) - 1.0e-6
+    return -1.0e30
+
+
+@njit(cache=True)
 def _disc_bin_start(phi_a, r_a, unwrapped_bin, bin_width, slope_cut, dphi_margin):
     """Smallest r (mm) a hit in phi bin ``unwrapped_bin`` (counted from -pi, unwrapped) of an outer disc needs to
     pass the phi-slope cut from (r_a, phi_a): its |dphi| is at least the bin's angular gap to phi_a, and
@@ -280,6 +298,8 @@ def find_segments(
                 )
                 # Only outer hits at a larger radius pass (dr > 0): on a disc the r window starts at r_a.
                 lo = max(lo, r_a)
+                if abs(z_a) <= z0_cut:
+                    lo = max(lo, _disc_z0_floor(r_a, z_a, layer_z_lo[outer], layer_z_hi[outer], z0_cut))
                 r_far = min(hi, r_hi_o)
             if lo > hi:
                 continue
