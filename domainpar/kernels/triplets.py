@@ -64,7 +64,9 @@ def _best_triplets(
     last_node: int,
     result: np.ndarray,
 ) -> None:
-    """The triplets whose middle node is in [first_node, last_node), folded into ``result`` (E, 8).
+    """The triplets whose middle node is in [first_node, last_node), written into ``result`` (E, 8): the outer
+    columns of the in-edges of those nodes and the inner columns of their out-edges, whether or not they have
+    triplets.
 
     Per middle node b, its out-edges' values and their inner-side bests sit in short scratch arrays, and every
     in-edge e runs one branch-free pass over them (which the compiler vectorises), then picks its first smallest
@@ -90,6 +92,20 @@ def _best_triplets(
         start = out_start[b]
         degree = out_start[b + 1] - start
         if degree == 0 or in_start[b] == in_start[b + 1]:
+            # No triplet here: the sides b owns (outer of its in-edges, inner of its out-edges) say so. Every row
+            # is filled by the chunks of its two nodes, so ``result`` needs no zeroing pass before the threads.
+            for i in range(in_start[b], in_start[b + 1]):
+                e = in_edges[i]
+                result[e, 0] = 0.0
+                result[e, 1] = 0.0
+                result[e, 2] = NO_TRIPLET
+                result[e, 3] = 0.0
+            for k in range(degree):
+                f = out_edges[start + k]
+                result[f, 4] = 0.0
+                result[f, 5] = 0.0
+                result[f, 6] = NO_TRIPLET
+                result[f, 7] = 0.0
             continue
         for k in range(degree):
             f = out_edges[start + k]
@@ -128,10 +144,9 @@ def _best_triplets(
                 if m_k[k] < best:
                     best = m_k[k]
                     chosen = k
-            if chosen >= 0:
-                result[e, 0] = dalpha_k[chosen]
-                result[e, 1] = rho_k[chosen]
-                result[e, 2] = best
+            result[e, 0] = dalpha_k[chosen] if chosen >= 0 else 0.0
+            result[e, 1] = rho_k[chosen] if chosen >= 0 else 0.0
+            result[e, 2] = best
             result[e, 3] = float(count_e)  # the sum of as many 1.0s, exactly
         for k in range(degree):
             f = out_edges[start + k]
@@ -190,9 +205,7 @@ def best_triplets(
     out_start, out_edges = _csr(np.ascontiguousarray(src, dtype=np.int64), num_nodes)
     in_start, in_edges = _csr(np.ascontiguousarray(dst, dtype=np.int64), num_nodes)
     floats = [np.ascontiguousarray(v, dtype=np.float64) for v in (alpha, beta, ell, kappa)]
-    result = np.zeros((floats[0].shape[0], 8), dtype=np.float64)
-    result[:, 2] = NO_TRIPLET
-    result[:, 6] = NO_TRIPLET
+    result = np.empty((floats[0].shape[0], 8), dtype=np.float64)  # every element written by the kernel
     # Ranges of middle nodes of about equal work (in-degree x out-degree triplets each), a few per thread.
     work = np.concatenate([[0], np.cumsum(np.diff(in_start) * np.diff(out_start))])
     pieces = min(4 * chunks.build_threads(), max(1, int(work[-1]) // chunks.MIN_CHUNK))
