@@ -243,8 +243,19 @@ def cluster_summary(hit_id: np.ndarray, cells: pd.DataFrame) -> np.ndarray:
     result[:, 0] = np.bincount(node, minlength=hit_id.size)
     result[:, 1] = np.bincount(node, weights=cells["value"].to_numpy(np.float64)[matched], minlength=hit_id.size)
     for column, channel in ((2, "ch0"), (3, "ch1")):
-        pairs = np.unique(np.stack([node, cells[channel].to_numpy(np.int64)[matched]]), axis=1)
-        result[:, column] = np.bincount(pairs[0], minlength=hit_id.size)
+        values = cells[channel].to_numpy(np.int64)[matched]
+        if values.size == 0:
+            continue
+        # Distinct (node, channel) pairs as the distinct int64 keys node * span + channel offset, found by one
+        # sort (np.unique along an axis sorts the rows as structured records, ~10x slower; on 1-D it hashes).
+        low = int(values.min())
+        span = int(values.max()) - low + 1
+        if span * hit_id.size >= 2**62:
+            raise DomainparError(f"cells: {channel} spans {span} channels, more than any detector has")
+        keys = np.sort(node * np.int64(span) + (values - low))
+        first = np.ones(keys.size, dtype=bool)
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        result[:, column] = np.bincount(keys[first] // span, minlength=hit_id.size)
     return result
 
 
@@ -326,15 +337,24 @@ def compute_features(
 
 def _triplet_columns(x, y, z, r, phi, src, dst, num_nodes: int) -> np.ndarray:
     """(E, 8) raw triplet columns in :data:`TRIPLET_FEATURES` order (distance as m, not yet log(1 + m))."""
-    from domainpar.kernels.triplets import best_triplets  # numba loads only where graphs are built
+    # numba loads only where graphs are built
+    from domainpar.kernels import chunks
+    from domainpar.kernels.triplets import best_triplets
 
-    dr = r[dst] - r[src]
-    dx, dy = x[dst] - x[src], y[dst] - y[src]
-    ell = np.hypot(dx, dy)
-    alpha = np.arctan2(dr, z[dst] - z[src])
-    beta = np.arctan2(dy, dx)
-    turn = np.mod(beta - phi[src] + np.pi, 2 * np.pi) - np.pi
-    kappa = 2.0 * turn / np.maximum(r[src] + ell, 1e-9)
+    num_edges = src.shape[0]
+    alpha, beta, ell, kappa = (np.empty(num_edges) for _ in range(4))
+
+    def per_edge(lo: int, hi: int) -> None:
+        # numpy on contiguous chunks (the arithmetic of whole columns, element by element), GIL released.
+        a, b = src[lo:hi], dst[lo:hi]
+        dx, dy = x[b] - x[a], y[b] - y[a]
+        ell[lo:hi] = length = np.hypot(dx, dy)
+        alpha[lo:hi] = np.arctan2(r[b] - r[a], z[b] - z[a])
+        beta[lo:hi] = direction = np.arctan2(dy, dx)
+        turn = np.mod(direction - phi[a] + np.pi, 2 * np.pi) - np.pi
+        kappa[lo:hi] = 2.0 * turn / np.maximum(r[a] + length, 1e-9)
+
+    chunks.run(per_edge, chunks.bounds(num_edges, 4 * chunks.build_threads()))
     return best_triplets(src, dst, alpha, beta, ell, kappa, num_nodes, TRIPLET_SCALE, TRIPLET_LOOSE)
 
 
@@ -343,53 +363,68 @@ def edge_feature_matrix(
 ) -> np.ndarray:
     """(E, F) float32 edge features.
 
+    Every column is computed in float64 and rounded to float32 once, as it is written into the (E, F) result;
+    the edges are done in contiguous chunks on :func:`domainpar.kernels.chunks.build_threads` threads (the
+    same arithmetic per element, so the same bytes on any number of threads).
+
     Args:
         names: feature names (see :data:`EDGE_FEATURES`).
         pos: (N, 3) hit positions, mm.
         edge_index: (2, E) inner → outer node indices.
     """
+    from domainpar.kernels import chunks
+
+    for name in names:
+        if name not in EDGE_FEATURE_SPECS:
+            raise DomainparError(f"unknown edge feature {name!r} (expected one of {sorted(EDGE_FEATURES)})")
     pos = np.asarray(pos, dtype=np.float64)
-    src, dst = edge_index
-    x, y, z = pos[:, 0], pos[:, 1], pos[:, 2]
+    src, dst = (np.ascontiguousarray(row, dtype=np.int64) for row in np.asarray(edge_index).reshape(2, -1))
+    x, y, z = pos[:, 0], pos[:, 1], pos[:, 2]  # views, as always: per node, r and phi see the same strides
     r = np.hypot(x, y)
     phi = np.arctan2(y, x)
-    dr = r[dst] - r[src]
-    dz = z[dst] - z[src]
-    dphi = np.mod(phi[dst] - phi[src] + np.pi, 2 * np.pi) - np.pi
     eta = np.arcsinh(z / np.maximum(r, 1e-9))
-    deta = eta[dst] - eta[src]
     triplets = _triplet_columns(x, y, z, r, phi, src, dst, pos.shape[0]) if set(names) & set(TRIPLET_FEATURES) else None
-    columns = []
-    for name in names:
-        if name in TRIPLET_FEATURES:
-            column = triplets[:, TRIPLET_FEATURES.index(name)]
-            if name.endswith("_distance"):
-                column = np.log1p(column)
-            columns.append(column / EDGE_FEATURE_SPECS[name].scale)
-        elif name == "dr":
-            columns.append(dr / 1000.0)
-        elif name == "dphi":
-            columns.append(dphi / np.pi)
-        elif name == "dz":
-            columns.append(dz / 1000.0)
-        elif name == "dR":
-            columns.append(np.hypot(deta, dphi))
-        elif name == "deta":
-            columns.append(10.0 * deta)
-        elif name == "phi_slope":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                slope = np.where(np.abs(dr) > 1e-6, 1000.0 * dphi / dr, np.sign(dphi) * np.inf)
-            columns.append(np.clip(np.nan_to_num(slope, nan=0.0), -10.0, 10.0))
-        elif name == "z0":
-            # z0 = z_a - r_a dz/dr, written as (z_a dr - r_a dz) / dr and clipped where dr is tiny (disc pairs).
-            numerator = z[src] * dr - r[src] * dz
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z0 = np.where(np.abs(dr) > 1e-6, numerator / dr, np.sign(numerator) * np.inf)
-            columns.append(np.clip(np.nan_to_num(z0 / 200.0, nan=0.0), -5.0, 5.0))
-        elif name == "curvature":
-            cross = x[src] * y[dst] - y[src] * x[dst]
-            chord = np.hypot(x[dst] - x[src], y[dst] - y[src])
-            columns.append(300.0 * 2.0 * cross / np.maximum(r[src] * r[dst] * chord, 1e-9))
-        else:
-            raise DomainparError(f"unknown edge feature {name!r} (expected one of {sorted(EDGE_FEATURES)})")
-    return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((src.size, 0), np.float32)
+    result = np.empty((src.size, len(names)), dtype=np.float32)
+
+    def fill(lo: int, hi: int) -> None:
+        a, b = src[lo:hi], dst[lo:hi]
+        dr = r[b] - r[a]
+        dz = z[b] - z[a]
+        dphi = np.mod(phi[b] - phi[a] + np.pi, 2 * np.pi) - np.pi
+        deta = eta[b] - eta[a]
+        for k, name in enumerate(names):
+            if name in TRIPLET_FEATURES:
+                column = triplets[lo:hi, TRIPLET_FEATURES.index(name)]  # a strided view, as the whole column was
+                if name.endswith("_distance"):
+                    column = np.log1p(column)
+                column = column / EDGE_FEATURE_SPECS[name].scale
+            elif name == "dr":
+                column = dr / 1000.0
+            elif name == "dphi":
+                column = dphi / np.pi
+            elif name == "dz":
+                column = dz / 1000.0
+            elif name == "dR":
+                column = np.hypot(deta, dphi)
+            elif name == "deta":
+                column = 10.0 * deta
+            elif name == "phi_slope":
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    slope = np.where(np.abs(dr) > 1e-6, 1000.0 * dphi / dr, np.sign(dphi) * np.inf)
+                column = np.clip(np.nan_to_num(slope, nan=0.0), -10.0, 10.0)
+            elif name == "z0":
+                # z0 = z_a - r_a dz/dr, written as (z_a dr - r_a dz) / dr and clipped where dr is tiny (disc pairs).
+                numerator = z[a] * dr - r[a] * dz
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    z0 = np.where(np.abs(dr) > 1e-6, numerator / dr, np.sign(numerator) * np.inf)
+                column = np.clip(np.nan_to_num(z0 / 200.0, nan=0.0), -5.0, 5.0)
+            else:  # curvature
+                cross = x[a] * y[b] - y[a] * x[b]
+                chord = np.hypot(x[b] - x[a], y[b] - y[a])
+                column = 300.0 * 2.0 * cross / np.maximum(r[a] * r[b] * chord, 1e-9)
+            result[lo:hi, k] = column  # float64 -> float32, rounded to nearest as astype rounds
+
+    if names:
+        # Chunks of a few MB keep each chunk's temporaries in cache; more chunks than threads balance them.
+        chunks.run(fill, chunks.bounds(src.size, max(4 * chunks.build_threads(), src.size // 65536)))
+    return result

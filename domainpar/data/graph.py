@@ -15,7 +15,7 @@ segment whose straight line crosses no other layer (more than
 ``crossing_margin`` inside its extent) joins adjacent layers. With
 ``skip_missing`` a segment crossing exactly one layer is kept too — where the
 particle left no hit on that layer — under tighter cuts and only when no hit
-close to the line between them bridges its two ends (see :func:`_drop_bridged_skips`).
+close to the line between them bridges its two ends (see :func:`_unbridged`).
 Layer pairs that are never consecutive along a traced trajectory are searched
 with the tighter skip cuts altogether.
 
@@ -239,10 +239,15 @@ class GraphStats:
 def _search_edges(
     r: np.ndarray, phi: np.ndarray, z: np.ndarray, layer: np.ndarray, config: GraphConfig
 ) -> np.ndarray:
-    """(2, E) int64 inner → outer node indices of every candidate segment, sorted by (src, dst)."""
+    """(2, E) int64 inner → outer node indices of every candidate segment, sorted by (src, dst).
+
+    The binned search runs on :func:`domainpar.kernels.chunks.build_threads` threads, a chunk of work items
+    (layer pair, inner hits) each; its segments are put in (src, dst) order by one sort of int64 keys.
+    """
     import pandas as pd
 
-    from domainpar.kernels.segments import find_segments
+    from domainpar.kernels import chunks
+    from domainpar.kernels.segments import find_segments, work_items
 
     table = layer_table()
     num_layers = len(table)
@@ -276,38 +281,60 @@ def _search_edges(
     # One array type per argument (C-contiguous, writable) so numba compiles find_segments once.
     floats = [np.require(np.asarray(values, dtype=np.float64), np.float64, ["C", "W"]) for values in floats]
     ints = [np.require(values, np.int64, ["C", "W"]) for values in (layer_start, bin_start_2d, pairs, between_start, between_layers)]
-    src, dst, crossed = find_segments(
-        *floats[:5],
-        ints[0],
-        ints[1],
-        num_bins,
-        np.require(barrel, np.bool_, ["C", "W"]),
-        *floats[5:9],
-        ints[2],
-        np.require(pair_jumps, np.bool_, ["C", "W"]),
-        ints[3],
-        ints[4],
-        *floats[9:],
-        float(config.crossing_margin),
-        float(config.phi_slope_max),
-        float(config.dphi_margin),
-        float(config.z0_max),
-        float(config.deta_max),
-        float(config.skip_phi_slope_max),
-        float(config.skip_z0_max),
-        bool(config.skip_missing),
-    )
-    if config.skip_missing:
-        src, dst = _drop_bridged_skips(src, dst, crossed, r_s, phi[order], z_s, sorted_layer, config)
-    src = order[src]
-    dst = order[dst]
+    # Items of at most 512 inner hits: ~250 on a full event, grouped into a few chunks per thread of about equal
+    # inner hits, handed out as threads free up (the pairs' costs per hit differ).
+    items = work_items(ints[2], ints[0], 512)
+    hits_done = np.concatenate([[0], np.cumsum(items[:, 2] - items[:, 1])])
+    threads = chunks.build_threads()
+    pieces = min(8 * threads, max(1, int(hits_done[-1]) // 2048)) if threads > 1 else 1
     n = np.int64(r.size)
-    sort = np.argsort(src * n + dst, kind="stable")
-    return np.stack([src[sort], dst[sort]])
+    if 2 * n * n >= np.iinfo(np.int64).max:  # never for a detector's hits; the keys below need 2 N^2 < 2^63
+        raise DomainparError(f"hits: too many for one graph ({int(n)})")
+
+    def search(first: int, last: int) -> np.ndarray:
+        src, dst, crossed = find_segments(
+            *floats[:5],
+            ints[0],
+            ints[1],
+            num_bins,
+            np.require(barrel, np.bool_, ["C", "W"]),
+            *floats[5:9],
+            ints[2],
+            items[first:last],
+            np.require(pair_jumps, np.bool_, ["C", "W"]),
+            ints[3],
+            ints[4],
+            *floats[9:],
+            float(config.crossing_margin),
+            float(config.phi_slope_max),
+            float(config.dphi_margin),
+            float(config.z0_max),
+            float(config.deta_max),
+            float(config.skip_phi_slope_max),
+            float(config.skip_z0_max),
+            bool(config.skip_missing),
+        )
+        # Node indices, as one key per segment: (src N + dst) 2 + crossed (0 or 1).
+        return (order[src] * n + order[dst]) * 2 + crossed
+
+    ranges = chunks.weighted_bounds(hits_done, pieces) if items.shape[0] else []
+    keys = np.concatenate(chunks.run(search, ranges)) if ranges else np.zeros(0, np.int64)
+    # Sorted by key is sorted by (src, dst): the order of the stable argsort by src N + dst it replaces (a pair
+    # of nodes is one key, whatever the order the search found it in).
+    keys.sort()
+    crossed = keys & 1
+    pair_key = keys >> 1
+    src = pair_key // n
+    dst = pair_key - src * n
+    if config.skip_missing:
+        keep = _unbridged(src, dst, crossed, r, phi, z, barrel[layer], config)
+        if keep is not None:
+            src, dst = src[keep], dst[keep]
+    return np.stack([src, dst])
 
 
-def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np.ndarray, np.ndarray]:
-    """Drop the layer-jumping edges that a hit on the jumped layer bridges.
+def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | None:
+    """Which edges to keep: all but the layer-jumping ones that a hit on the jumped layer bridges (None: all).
 
     A particle that left a hit b between a and c has the true segments a–b
     and b–c and not a–c, so a jumping edge a -> c is dropped when some hit b
@@ -317,29 +344,55 @@ def _drop_bridged_skips(src, dst, crossed, r, phi, z, layer, config) -> tuple[np
     true segment of a particle that really missed that layer, while the hit
     b of a track that did leave one still bridges the fake jumps from its
     earlier hits.
+
+    Args:
+        src, dst: (E,) int64 node indices of every candidate, sorted by (src, dst).
+        crossed: (E,) int64 layers its segment crosses (1: it jumps a layer).
+        r, phi, z: (N,) float64 hit coordinates.
+        is_barrel: (N,) bool, the hit lies on a barrel layer.
+        config: the skip cuts and bridge tolerances.
+
+    Returns:
+        (E,) bool, or None when no candidate jumps a layer.
     """
+    from domainpar.kernels import chunks
     from domainpar.kernels.segments import bridged
 
     jumping = crossed == 1
     if not jumping.any():
-        return src, dst
-    adjacent_src, adjacent_dst = src[~jumping], dst[~jumping]
-    dr = r[adjacent_dst] - r[adjacent_src]
-    dz = z[adjacent_dst] - z[adjacent_src]
-    dphi = np.abs(np.mod(phi[adjacent_dst] - phi[adjacent_src] + np.pi, 2 * np.pi) - np.pi)
-    tight = dphi <= config.skip_phi_slope_max * dr + config.dphi_margin
-    tight &= np.abs(z[adjacent_src] * dr - r[adjacent_src] * dz) <= config.skip_z0_max * dr
-    bridge_src, bridge_dst = adjacent_src[tight], adjacent_dst[tight]
-    by_source = np.lexsort((bridge_dst, bridge_src))
-    out_dst = bridge_dst[by_source]
-    out_start = np.searchsorted(bridge_src[by_source], np.arange(r.size + 1)).astype(np.int64)
-    skip_src, skip_dst = src[jumping], dst[jumping]
-    is_barrel = layer_table()["barrel"].to_numpy(bool)[layer]
-    keep = ~bridged(
-        out_start, out_dst, skip_src, skip_dst, r, phi, z, is_barrel,
-        float(config.bridge_tolerance_xy), float(config.bridge_tolerance_rz),
-    )
-    return np.concatenate([adjacent_src, skip_src[keep]]), np.concatenate([adjacent_dst, skip_dst[keep]])
+        return None
+    # One array type per argument for the kernel (z arrives as a column view of the positions).
+    r, phi, z = (np.ascontiguousarray(values, dtype=np.float64) for values in (r, phi, z))
+    is_barrel = np.ascontiguousarray(is_barrel, dtype=np.bool_)
+    bridge = np.empty(src.size, dtype=bool)
+
+    def tight(lo: int, hi: int) -> None:
+        # The adjacent-layer edges that pass the skip cuts, element by element as on the whole column.
+        a, c = src[lo:hi], dst[lo:hi]
+        dr = r[c] - r[a]
+        dz = z[c] - z[a]
+        dphi = np.abs(np.mod(phi[c] - phi[a] + np.pi, 2 * np.pi) - np.pi)
+        passed = dphi <= config.skip_phi_slope_max * dr + config.dphi_margin
+        passed &= np.abs(z[a] * dr - r[a] * dz) <= config.skip_z0_max * dr
+        bridge[lo:hi] = passed & ~jumping[lo:hi]
+
+    chunks.run(tight, chunks.bounds(src.size, 4 * chunks.build_threads()))
+    # A subsequence of edges sorted by (src, dst): the out-edges of every node, their destinations sorted.
+    out_dst = dst[bridge]
+    out_start = np.zeros(r.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src[bridge], minlength=r.size), out=out_start[1:])
+    skips = np.flatnonzero(jumping)
+    skip_src, skip_dst = src[skips], dst[skips]
+
+    def check(lo: int, hi: int) -> np.ndarray:
+        return bridged(
+            out_start, out_dst, skip_src[lo:hi], skip_dst[lo:hi], r, phi, z, is_barrel,
+            float(config.bridge_tolerance_xy), float(config.bridge_tolerance_rz),
+        )
+
+    keep = np.ones(src.size, dtype=bool)
+    keep[skips[np.concatenate(chunks.run(check, chunks.bounds(skips.size, 4 * chunks.build_threads(), 4096)))]] = False
+    return keep
 
 
 def _map_edges(hits, keep, layer, pos, config: GraphConfig) -> np.ndarray:
@@ -352,6 +405,14 @@ def _map_edges(hits, keep, layer, pos, config: GraphConfig) -> np.ndarray:
         module_id = module_id[keep]
     module_map = cached_module_map(config.module_map, config.module_map_hash)
     return map_edges(module_map, module_keys(layer, module_id), pos)
+
+
+def _member(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """(V,) bool, ``np.isin(values, table)`` for int64 keys: one sort of the table, a binary search per value."""
+    table = np.sort(table)
+    if table.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    return table[np.minimum(np.searchsorted(table, values), table.size - 1)] == values
 
 
 def build_graph(
@@ -424,8 +485,9 @@ def build_graph(
         segments = true_segments(particle_id, layer, pos, vertex)
         segment_keys = pair_keys(segments[0], segments[1], num_nodes)
         edge_keys = pair_keys(edge_index[0], edge_index[1], num_nodes)
-        y_bool = np.isin(edge_keys, segment_keys)
-        kept = np.isin(segment_keys, edge_keys)
+        y_bool = _member(edge_keys, segment_keys)
+        # A true segment is an edge iff its key is among the edge keys that are true segments (a short list).
+        kept = _member(segment_keys, edge_keys[y_bool])
         high_pt = particle_pt[segments[0]] > 1.0
         y = y_bool.astype(np.float32)
         stats_truth = (

@@ -7,6 +7,12 @@ inside each, binary-searches the secondary window the cuts allow, then applies
 the exact cuts to the few hits left. The work is proportional to the number of
 candidates near the cuts, never to all pairs.
 
+The search runs over work items, (layer pair, range of inner hits), in the
+order of the pairs and the hits: the items of a thread's chunk give the
+segments the serial loop finds for them, in its order, so chunks joined in
+order are the serial result (:mod:`domainpar.kernels.chunks`). The kernels
+release the GIL.
+
 This module knows nothing about events or graphs: plain arrays in, plain
 arrays out.
 """
@@ -124,6 +130,70 @@ def _layers_crossed(
 
 
 @njit(cache=True)
+def _disc_z0_floor(r_a, z_a, z_lo, z_hi, z0_max):
+    """Smallest r (mm) on an outer disc (hits at z_lo..z_hi) of a line from |z0| <= z0_max through (r_a, z_a),
+    for |z_a| <= z0_max (where :func:`_secondary_window_disc` has no r window from z0: lines from z0 near z_a
+    reach the disc at any large r, but none at a small one).
+
+    Going outward to a disc at z_b > z_a, r_b = r_a (z_b - z0) / (z_a - z0) is smallest for z0 = -z0_max and
+    z_b = z_lo; on the other side (z_b < z_a) for z0 = +z0_max and z_b = z_hi. Loosened by a relative 1e-9 and
+    1e-6 mm, far beyond any rounding of the cut, so no hit that passes is ever below it; -1e30 (no floor) when
+    the disc straddles z_a.
+    """
+    if z_lo > z_a and z_a + z0_max > 0.0:
+        return r_a * (z_lo + z0_max) / (z_a + z0_max) * (1.0 - 1.0e-9) - 1.0e-6
+    if z_hi < z_a and z0_max - z_a > 0.0:
+        return r_a * (z0_max - z_hi) / (z0_max - z_a) * (1.0 - 1.0e-9) - 1.0e-6
+    return -1.0e30
+
+
+@njit(cache=True)
+def _disc_bin_start(phi_a, r_a, unwrapped_bin, bin_width, slope_cut, dphi_margin):
+    """Smallest r (mm) a hit in phi bin ``unwrapped_bin`` (counted from -pi, unwrapped) of an outer disc needs to
+    pass the phi-slope cut from (r_a, phi_a): its |dphi| is at least the bin's angular gap to phi_a, and
+    ``|dphi| <= slope_cut dr + dphi_margin`` then needs ``dr >= (gap - dphi_margin) / slope_cut``.
+
+    Only for windows under pi wide (the unwrapped bin is then the copy nearest phi_a). The bound is loosened by
+    1e-9 rad and 1e-6 mm, a million times any rounding of a hit's bin or of dphi and dr, so no hit that passes
+    is ever below it.
+    """
+    edge_lo = -math.pi + unwrapped_bin * bin_width
+    edge_hi = edge_lo + bin_width
+    gap = 0.0
+    if phi_a < edge_lo:
+        gap = edge_lo - phi_a
+    elif phi_a > edge_hi:
+        gap = phi_a - edge_hi
+    gap -= 1.0e-9
+    if gap <= dphi_margin:
+        return -1.0e30
+    return r_a + (gap - dphi_margin) / slope_cut - 1.0e-6
+
+
+def work_items(pairs: np.ndarray, layer_start: np.ndarray, max_hits: int) -> np.ndarray:
+    """(K, 3) int64 work items (pair index, first inner hit, end of inner hits) of :func:`find_segments`.
+
+    Args:
+        pairs: (P, 2) int64 (inner, outer) layer pairs.
+        layer_start: (L + 1,) first sorted position of every layer.
+        max_hits: most inner hits of one item (the grain a thread's chunk is made of).
+
+    Returns:
+        Every pair whose layers both hold hits, its inner layer cut into ranges of at most ``max_hits`` hits, in
+        the order of the pairs and the hits.
+    """
+    items = []
+    for p in range(pairs.shape[0]):
+        inner, outer = int(pairs[p, 0]), int(pairs[p, 1])
+        first, last = int(layer_start[inner]), int(layer_start[inner + 1])
+        if first == last or layer_start[outer] == layer_start[outer + 1]:
+            continue
+        for lo in range(first, last, max_hits):
+            items.append((p, lo, min(lo + max_hits, last)))
+    return np.array(items, dtype=np.int64).reshape(-1, 3)
+
+
+@njit(cache=True, nogil=True)
 def find_segments(
     r: np.ndarray,
     phi: np.ndarray,
@@ -139,6 +209,7 @@ def find_segments(
     layer_z_lo: np.ndarray,
     layer_z_hi: np.ndarray,
     pairs: np.ndarray,
+    items: np.ndarray,
     pair_jumps: np.ndarray,
     between_start: np.ndarray,
     between_layers: np.ndarray,
@@ -157,7 +228,7 @@ def find_segments(
     skip_z0_max: float,
     allow_skip: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All hit pairs (inner, outer) on the given layer pairs that pass the cuts.
+    """All hit pairs (inner, outer) of the given work items that pass the cuts.
 
     Hits must be sorted by layer, then phi bin, then ``secondary`` (z on
     barrels, r on discs). Indices below are positions in that sorted order.
@@ -175,6 +246,7 @@ def find_segments(
         layer_is_barrel: (L,) bool.
         layer_r_lo, layer_r_hi, layer_z_lo, layer_z_hi: (L,) extent of the hits on each layer.
         pairs: (P, 2) int64 (inner, outer) layer pairs.
+        items: (K, 3) int64 work items (pair index, first inner hit, end of inner hits) from :func:`work_items`.
         pair_jumps: (P,) bool, pairs that are never consecutive along a trajectory (their
             segments nearly always jump a layer): searched with the skip cuts throughout.
         between_start, between_layers: CSR (P + 1,), (K,) of the layers a segment of each pair may cross.
@@ -190,7 +262,8 @@ def find_segments(
 
     Returns:
         (src, dst, crossed): (E,) int64 sorted positions of the inner and outer
-        hit, and (E,) int64 number of layers crossed (0 or 1).
+        hit, and (E,) int64 number of layers crossed (0 or 1), in the order of
+        the items, then the inner hits.
     """
     capacity = 1 << 16
     src = np.empty(capacity, dtype=np.int64)
@@ -198,7 +271,8 @@ def find_segments(
     num_crossed = np.empty(capacity, dtype=np.int64)
     count = 0
     bin_width = TWO_PI / num_phi_bins
-    for p in range(pairs.shape[0]):
+    for item in range(items.shape[0]):
+        p = items[item, 0]
         inner = pairs[p, 0]
         outer = pairs[p, 1]
         if layer_start[inner] == layer_start[inner + 1] or layer_start[outer] == layer_start[outer + 1]:
@@ -211,20 +285,30 @@ def find_segments(
         last_between = between_start[p + 1]
         slope_cut = skip_phi_slope_max if pair_jumps[p] else phi_slope_max
         z0_cut = skip_z0_max if pair_jumps[p] else z0_max
-        for a in range(layer_start[inner], layer_start[inner + 1]):
+        for a in range(items[item, 1], items[item, 2]):
             r_a = r[a]
             z_a = z[a]
             phi_a = phi[a]
-            dr_reach = max(abs(r_hi_o - r_a), abs(r_lo_o - r_a))
-            half_width = slope_cut * dr_reach + dphi_margin
             if outer_barrel:
                 lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_hi_o, z0_cut)
+                r_far = r_hi_o
             else:
                 lo, hi = _secondary_window_disc(
                     r_a, z_a, eta[a], layer_z_lo[outer], layer_z_hi[outer], z0_cut, deta_max, both_discs
                 )
+                # Only outer hits at a larger radius pass (dr > 0): on a disc the r window starts at r_a.
+                lo = max(lo, r_a)
+                if abs(z_a) <= z0_cut:
+                    lo = max(lo, _disc_z0_floor(r_a, z_a, layer_z_lo[outer], layer_z_hi[outer], z0_cut))
+                r_far = min(hi, r_hi_o)
             if lo > hi:
                 continue
+            # A hit that passes has 0 < dr <= r_far - r_a, so the phi window of the farthest reach holds them all
+            # (on a disc r_far is the end of the r window, not of the disc: a window a fraction as wide).
+            dr_reach = r_far - r_a
+            if not dr_reach > 0.0:
+                continue
+            half_width = slope_cut * dr_reach + dphi_margin
             if half_width >= math.pi:
                 first_bin = 0
                 num_bins = num_phi_bins
@@ -232,13 +316,20 @@ def find_segments(
                 first_bin = int(math.floor((phi_a - half_width + math.pi) / bin_width))
                 last_bin = int(math.floor((phi_a + half_width + math.pi) / bin_width))
                 num_bins = min(last_bin - first_bin + 1, num_phi_bins)
+            # On a disc the bins away from phi_a hold only far hits that can pass: see _disc_bin_start.
+            narrow = (not outer_barrel) and 2.0 * (half_width + bin_width) < math.pi
             for k in range(num_bins):
                 b = (first_bin + k + num_phi_bins) % num_phi_bins
                 start = bin_start[outer, b]
                 stop = bin_start[outer, b + 1]
                 if start == stop:
                     continue
-                j = _lower_bound(secondary, start, stop, lo)
+                lo_bin = lo
+                if narrow:
+                    lo_bin = max(lo, _disc_bin_start(phi_a, r_a, first_bin + k, bin_width, slope_cut, dphi_margin))
+                    if lo_bin > hi:
+                        continue
+                j = _lower_bound(secondary, start, stop, lo_bin)
                 while j < stop and secondary[j] <= hi:
                     dr = r[j] - r_a
                     dz = z[j] - z_a
@@ -284,7 +375,7 @@ def _has_edge(out_start: np.ndarray, out_dst: np.ndarray, src: int, dst: int) ->
     return k < stop and out_dst[k] == dst
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bridged(
     out_start: np.ndarray,
     out_dst: np.ndarray,

@@ -18,7 +18,9 @@ smallest m, that m, and how many triplets lie within ``loose``.
 
 The work is the number of triplets, sum over nodes of in-degree × out-degree
 (~130M for a full event's ~3M candidate edges): each triplet is computed once,
-at its middle node, and updates both of its edges.
+at its middle node, and updates both of its edges. A triplet's middle node alone writes the outer columns of
+its e and the inner columns of its f, so ranges of middle nodes run on threads side by side
+(:mod:`domainpar.kernels.chunks`) and every element gets the updates of the serial loop, in its order.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import math
 
 import numba
 import numpy as np
+
+from domainpar.kernels import chunks
 
 #: Columns of :func:`best_triplets`' output, in order.
 COLUMNS = ("out_dalpha", "out_rho", "out_distance", "out_count", "in_dalpha", "in_rho", "in_distance", "in_count")
@@ -56,47 +60,120 @@ def _best_triplets(
     in_edges: np.ndarray,
     scale: float,
     loose: float,
-) -> np.ndarray:
-    num_edges = alpha.shape[0]
-    num_nodes = out_start.shape[0] - 1
-    result = np.zeros((num_edges, 8), dtype=np.float64)
-    result[:, 2] = NO_TRIPLET
-    result[:, 6] = NO_TRIPLET
+    first_node: int,
+    last_node: int,
+    result: np.ndarray,
+) -> None:
+    """The triplets whose middle node is in [first_node, last_node), written into ``result`` (E, 8): the outer
+    columns of the in-edges of those nodes and the inner columns of their out-edges, whether or not they have
+    triplets.
+
+    Per middle node b, its out-edges' values and their inner-side bests sit in short scratch arrays, and every
+    in-edge e runs one branch-free pass over them (which the compiler vectorises), then picks its first smallest
+    m: the comparisons, in the order, of the loop over (e, f) pairs written out, so the same results.
+    """
     inv = 1.0 / (scale * scale)
+    width = 0
+    for b in range(first_node, last_node):
+        width = max(width, out_start[b + 1] - out_start[b])
+    alpha_f = np.empty(width)
+    beta_f = np.empty(width)
+    ell_f = np.empty(width)
+    m_k = np.empty(width)
+    dalpha_k = np.empty(width)
+    rho_k = np.empty(width)
+    best_f = np.empty(width)
+    dalpha_f = np.empty(width)
+    rho_f = np.empty(width)
+    count_f = np.empty(width, dtype=np.int64)
     # Every triplet once, at its middle node b: e = (a -> b) in ascending edge id, f = (b -> c) likewise, so the
     # first triplet of smallest m is kept on both sides.
-    for b in range(num_nodes):
+    for b in range(first_node, last_node):
+        start = out_start[b]
+        degree = out_start[b + 1] - start
+        if degree == 0 or in_start[b] == in_start[b + 1]:
+            # No triplet here: the sides b owns (outer of its in-edges, inner of its out-edges) say so. Every row
+            # is filled by the chunks of its two nodes, so ``result`` needs no zeroing pass before the threads.
+            for i in range(in_start[b], in_start[b + 1]):
+                e = in_edges[i]
+                result[e, 0] = 0.0
+                result[e, 1] = 0.0
+                result[e, 2] = NO_TRIPLET
+                result[e, 3] = 0.0
+            for k in range(degree):
+                f = out_edges[start + k]
+                result[f, 4] = 0.0
+                result[f, 5] = 0.0
+                result[f, 6] = NO_TRIPLET
+                result[f, 7] = 0.0
+            continue
+        for k in range(degree):
+            f = out_edges[start + k]
+            alpha_f[k] = alpha[f]
+            beta_f[k] = beta[f]
+            ell_f[k] = ell[f]
+            best_f[k] = NO_TRIPLET
+            dalpha_f[k] = 0.0
+            rho_f[k] = 0.0
+            count_f[k] = 0
         for i in range(in_start[b], in_start[b + 1]):
             e = in_edges[i]
             alpha_e = alpha[e]
             beta_e = beta[e]
             ell_e = ell[e]
             kappa_e = kappa[e]
-            for k in range(out_start[b], out_start[b + 1]):
-                f = out_edges[k]
-                dalpha = _wrap(alpha[f] - alpha_e)
-                rho = _wrap(beta[f] - beta_e) - kappa_e * 0.5 * (ell_e + ell[f])
+            count_e = 0
+            for k in range(degree):
+                dalpha = _wrap(alpha_f[k] - alpha_e)
+                rho = _wrap(beta_f[k] - beta_e) - kappa_e * 0.5 * (ell_e + ell_f[k])
                 m = (dalpha * dalpha + rho * rho) * inv
-                if m < loose:
-                    result[e, 3] += 1.0
-                    result[f, 7] += 1.0
-                if m < result[e, 2]:
-                    result[e, 0] = dalpha
-                    result[e, 1] = rho
-                    result[e, 2] = m
-                if m < result[f, 6]:
-                    result[f, 4] = dalpha
-                    result[f, 5] = rho
-                    result[f, 6] = m
-    return result
+                m_k[k] = m
+                dalpha_k[k] = dalpha
+                rho_k[k] = rho
+                near = m < loose
+                count_e += near
+                count_f[k] += near
+                # Unconditional stores of selected values: the strict < keeps the first e of smallest m.
+                better = m < best_f[k]
+                best_f[k] = m if better else best_f[k]
+                dalpha_f[k] = dalpha if better else dalpha_f[k]
+                rho_f[k] = rho if better else rho_f[k]
+            best = NO_TRIPLET
+            chosen = -1
+            for k in range(degree):
+                if m_k[k] < best:
+                    best = m_k[k]
+                    chosen = k
+            result[e, 0] = dalpha_k[chosen] if chosen >= 0 else 0.0
+            result[e, 1] = rho_k[chosen] if chosen >= 0 else 0.0
+            result[e, 2] = best
+            result[e, 3] = float(count_e)  # the sum of as many 1.0s, exactly
+        for k in range(degree):
+            f = out_edges[start + k]
+            result[f, 4] = dalpha_f[k]
+            result[f, 5] = rho_f[k]
+            result[f, 6] = best_f[k]
+            result[f, 7] = float(count_f[k])
+
+
+@numba.njit(cache=True, nogil=True)
+def _group(keys: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """(E,) edge ids grouped by ``keys`` given the rows' offsets ``start``: a counting sort, stable."""
+    fill = start[:-1].copy()
+    order = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        order[fill[k]] = i
+        fill[k] += 1
+    return order
 
 
 def _csr(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(N + 1,) row offsets and (E,) edge ids grouped by ``keys`` (stable: ascending edge id within a row)."""
-    order = np.argsort(keys, kind="stable").astype(np.int64)
+    """(N + 1,) row offsets and (E,) edge ids grouped by ``keys`` (stable: ascending edge id within a row; what
+    ``np.argsort(keys, kind="stable")`` gives, in linear time)."""
     start = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_nodes), out=start[1:])
-    return start, order
+    return start, _group(keys, start)
 
 
 def best_triplets(
@@ -125,7 +202,17 @@ def best_triplets(
         ``loose``, then the same for the inner side; a side without triplets has m = :data:`NO_TRIPLET`,
         residuals 0 and count 0.
     """
-    out_start, out_edges = _csr(np.asarray(src, dtype=np.int64), num_nodes)
-    in_start, in_edges = _csr(np.asarray(dst, dtype=np.int64), num_nodes)
+    out_start, out_edges = _csr(np.ascontiguousarray(src, dtype=np.int64), num_nodes)
+    in_start, in_edges = _csr(np.ascontiguousarray(dst, dtype=np.int64), num_nodes)
     floats = [np.ascontiguousarray(v, dtype=np.float64) for v in (alpha, beta, ell, kappa)]
-    return _best_triplets(*floats, out_start, out_edges, in_start, in_edges, float(scale), float(loose))
+    result = np.empty((floats[0].shape[0], 8), dtype=np.float64)  # every element written by the kernel
+    # Ranges of middle nodes of about equal work (in-degree x out-degree triplets each), a few per thread.
+    work = np.concatenate([[0], np.cumsum(np.diff(in_start) * np.diff(out_start))])
+    pieces = min(4 * chunks.build_threads(), max(1, int(work[-1]) // chunks.MIN_CHUNK))
+    ranges = chunks.weighted_bounds(work, pieces) if pieces > 1 else [(0, num_nodes)]
+
+    def fold(first: int, last: int) -> None:
+        _best_triplets(*floats, out_start, out_edges, in_start, in_edges, float(scale), float(loose), first, last, result)
+
+    chunks.run(fold, ranges)
+    return result

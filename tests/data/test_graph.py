@@ -447,3 +447,28 @@ def test_a_layer_jump_between_hits_at_one_radius_is_bridged_by_nothing():
     line = bridged(out_start, out_dst, np.array([0]), np.array([2]), np.array([30.0, 40.0, 50.0]), np.zeros(3),
                    np.array([0.0, 1.0, 2.0]), np.full(3, True), 1.0, 1.0)  # fmt: skip
     assert line.tolist() == [True]
+
+
+def test_the_build_is_the_same_on_one_and_two_threads():
+    """The kernels and the per-edge numpy run in chunks on threads (domainpar.kernels.chunks); every element
+    has one chunk and the serial arithmetic, so 1 and 2 threads build byte-identical graphs. A simulated event
+    of 3000 particles with the full-event cuts has several chunks at every stage (~300k edges)."""
+    from domainpar.kernels.chunks import MIN_CHUNK, using_threads
+
+    event = simulate_event(SimulationConfig(num_particles=3000), event_id=3, seed=5)
+    config = GraphConfig(phi_slope_max=0.002, dphi_margin=0.005,
+                         node_features=("r", "phi", "z", "cell_count", "cell_charge", "cluster_u", "cluster_v"),
+                         edge_features=("dr", "dphi", "dz", "dR", "deta", "phi_slope", "z0", "curvature", "out_dalpha",
+                                        "out_rho", "out_distance", "out_count", "in_dalpha", "in_rho", "in_distance",
+                                        "in_count"))  # fmt: skip
+    built = {}
+    for threads in (1, 2):
+        with using_threads(threads):
+            built[threads] = build_graph(event["hits"], event["truth"], event["particles"], event["cells"],
+                                         config=config, event_id=3)  # fmt: skip
+    (one, one_stats), (two, two_stats) = built[1], built[2]
+    assert one.num_edges > 4 * MIN_CHUNK
+    for name in ("x", "edge_index", "edge_attr", "y"):
+        a, b = getattr(one, name), getattr(two, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
+    assert {**one_stats.as_record(), "seconds": 0} == {**two_stats.as_record(), "seconds": 0}
