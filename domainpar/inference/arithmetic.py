@@ -5,10 +5,12 @@ torch's count: :func:`domainpar.kernels.threads.follow_torch_threads`) into one 
 float32 sums in another order differ in their last bits. A score differing in its last bit is printed with another
 last digit, and a score on the threshold or a rounding boundary flips a track or a printed digit, however few
 digits are written: rounding the written scores cannot promise the same bytes, only the same arithmetic can. So
-every step of the chain that computes what a command writes (building the graph, the edge filter, the GNN on one
+every step of the chain that computes what a command writes with split reductions (the edge filter, the GNN on one
 process or on each part of a domain group, the exported model, the track builder and its helix fits) runs on
 :data:`CHAIN_THREADS` threads, whatever ``--threads``, ``--prefetch``, ``--workers``, the cores of the machine or
-the events left to do gave the process: a requeued job writes the bytes of the run it continues.
+the events left to do gave the process: a requeued job writes the bytes of the run it continues. The graph build
+is the exception: it splits no reduction (every element is computed by one chunk, :mod:`domainpar.kernels.chunks`),
+so it runs on the threads the process was given and writes the same bytes on any number.
 
 The cores of a machine go to replicas (``--workers``), each an event at a time, and to the preparing process.
 """

@@ -28,6 +28,7 @@ from domainpar.errors import DomainparError
 from domainpar.inference.arithmetic import chain_threads
 from domainpar.inference.graphs import GraphStage, Prune
 from domainpar.inference.sources import EventSource, graph_digest, read_raw_event
+from domainpar.kernels.chunks import build_threads, using_threads
 from domainpar.tracks.efficiency import ParticleTable
 from domainpar.tracks.losses import EventSegments, event_segments
 
@@ -145,8 +146,9 @@ def prepare_event(
     Raises:
         DomainparError: a missing or malformed input, or one the model was not trained on, named.
     """
-    # The build and the filter on the chain's fixed threads, in whichever process prepares (arithmetic.py).
-    with chain_threads():
+    # The filter on the chain's fixed threads, in whichever process prepares (arithmetic.py). The build's bytes do
+    # not depend on its thread count (domainpar.kernels.chunks), so it keeps the threads the process was given.
+    with using_threads(build_threads()), chain_threads():
         return _prepare(source, stage, prune, truth, events_dir, segments)
 
 
