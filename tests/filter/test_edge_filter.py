@@ -133,3 +133,25 @@ def test_logits_do_not_depend_on_the_chunk_size(graph_files):
         chunked = edge_filter.logits(graph, chunk=chunk)
         np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5, err_msg=f"chunk {chunk}")
         assert chunked.shape == whole.shape and not np.isnan(chunked).any()
+
+
+def test_logits_are_the_same_bits_on_one_and_two_threads(graph_files, monkeypatch):
+    # The event chain scores an event's chunks on the process's threads, whole chunks per thread: each chunk is the
+    # same rows through the same products on any thread count, so the bytes a command writes do not depend on it.
+    from domainpar.kernels import chunks
+
+    graph = load_graph(graph_files[0])
+    reps = -(-70_000 // graph.num_edges)  # enough edges for the chunks to be shared out
+    tiled = replace(graph, edge_index=np.tile(graph.edge_index, reps), edge_attr=np.tile(graph.edge_attr, (reps, 1)),
+                    y=None if graph.y is None else np.tile(graph.y, reps))  # fmt: skip
+    edge_filter = train_filter(graph_files, FilterConfig(node_features=GEOMETRY, **FAST))
+    spans = []
+    run = chunks.run
+    monkeypatch.setattr(chunks, "run", lambda task, ranges: spans.append(len(ranges)) or run(task, ranges))
+    logits = {}
+    for threads in (1, 2):
+        with chunks.using_threads(threads):
+            logits[threads] = edge_filter.logits(tiled, chunk=7)
+    assert spans[-1] >= 2  # two threads really split the chunks
+    assert logits[1].tobytes() == logits[2].tobytes()
+    assert logits[1].shape == (tiled.num_edges,) and np.isfinite(logits[1]).all()
