@@ -2,12 +2,13 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# No bytecode at install (pip would compile every module of every package, ~80 CPU-s on one core, sympy's and
-# onnx's included): the first process that imports a module writes its bytecode. That needs bytecode writing on,
-# so make turns PYTHONDONTWRITEBYTECODE off for its commands (set, every process would compile torch's sources
-# again: the suite ran ~2x slower).
+# Bytecode is compiled once, at install, on every core (pip compiles one file after another: ~70 s of one core
+# here). Without it, where PYTHONDONTWRITEBYTECODE is set every process compiles torch's sources again (the suite
+# ran ~2x slower), and writing it lazily at first import lets a process under a file-size limit or on a full disk
+# leave a truncated .pyc behind for every later one ("marshal data too short": seen in the machine-fault tests).
+# Files that do not compile are skipped, as pip skips them.
 INSTALL := $(PY) -m pip install -q --no-compile
-unexport PYTHONDONTWRITEBYTECODE
+COMPILE := $(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
 # torch first, and the build asked for: a version pin alone does not choose one (on PyPI, Linux wheels carry
 # CUDA, several GB). The local version names the build exactly: 2.13.0+cpu (default) or, for a GPU node,
 # `make TORCH_BUILD=cu128` (any build the PyTorch index serves: cu126, cu128, ...).
@@ -25,6 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	if $(INSTALL) --no-index --no-deps '$(TORCH)' 2>/dev/null; then $(INSTALL) '$(TORCH)'; \
 	else $(INSTALL) '$(TORCH)' --extra-index-url $(TORCH_INDEX); fi
 	$(INSTALL) -e '.[test]'
+	$(COMPILE)
 	touch $@
 
 install: $(VENV)/.installed

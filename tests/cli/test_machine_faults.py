@@ -41,6 +41,8 @@ STOP_WITHIN_S = 5.0
 _FULL_DISK_CHILD = textwrap.dedent(
     """
     import contextlib, io, json, os, resource, signal, sys
+    # No bytecode written here: a .pyc cut short by the limit would be read by every later process of the suite.
+    sys.dont_write_bytecode = True
     from domainpar.cli.main import main
     limit = int(sys.argv[1])
     jobs = json.loads(sys.argv[2])
