@@ -83,8 +83,12 @@ def machine_peaks(threads: int) -> dict:
 
 
 def _counted(fn, *args):
+    from domainpar.kernels.chunks import using_threads
+
     flops, moved = FlopCounterMode(display=False), ByteCounter()
-    with flops, moved:
+    # One thread: dispatch modes see the ops of their own thread only, and the filter's and the GNN's chunks would
+    # otherwise run on a pool's threads, uncounted.
+    with using_threads(1), flops, moved:
         out = fn(*args)
     return out, flops.get_total_flops(), moved.bytes
 

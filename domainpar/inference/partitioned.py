@@ -35,6 +35,7 @@ from domainpar.comm.groups import Layout, domain_ranks, make_layout
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.arithmetic import chain_threads
+from domainpar.kernels.chunks import build_threads, using_threads
 from domainpar.launch.inbox import Inbox
 from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 from domainpar.parallel.part import rank_part
@@ -54,7 +55,8 @@ def _run_part(loaded: Any, data: Any, layout: Layout) -> tuple[np.ndarray, np.nd
     """(owned global edge ids, their float64 logits) of this rank's part, with halo exchange over the domain group."""
     rp = rank_part(data, layout.part, layout.domain_group, "cpu", loaded.dtype)
     # Every part on the chain's fixed threads: the logits do not depend on a rank's thread count (arithmetic.py).
-    with torch.no_grad(), chain_threads():
+    # The streamed chunks of the GNN (domainpar.model.chunked) on the rank's own threads: they split no reduction.
+    with torch.no_grad(), using_threads(build_threads()), chain_threads():
         logits = loaded.model(rp.graph, rp.exchange)
     edge_ids, values = rp.owned_edges(logits)
     return edge_ids.numpy().copy(), values.double().numpy().copy()

@@ -26,6 +26,7 @@ import numpy as np
 from domainpar.data.event_graph import EventGraph
 from domainpar.errors import DomainparError
 from domainpar.inference.arithmetic import chain_threads
+from domainpar.kernels.chunks import build_threads, using_threads
 from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
@@ -181,7 +182,8 @@ class EventRunner:
         self.check_locality(event.graph)
         started = time.perf_counter()
         # Threads fixed: the bytes written do not depend on the process's thread count (domainpar.inference.arithmetic).
-        with chain_threads():
+        # The GNN's streamed chunks (domainpar.model.chunked) go to the process's threads: they split no reduction.
+        with using_threads(build_threads()), chain_threads():
             logits, partition = self.scorer.logits(event.graph)
             scored = time.perf_counter()
             result = self.tracks(event, logits, partition)

@@ -108,6 +108,26 @@ def _gather_add2_cpu(base, rows_a, index_a, rows_b, index_b, out):  # pragma: no
             out[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
 
 
+@njit(cache=True, nogil=True)
+def _segment_sum_span(values, perm, offsets, out, first, last):  # pragma: no cover - compiled
+    width = values.shape[1]
+    for s in range(first, last):
+        for k in range(offsets[s], offsets[s + 1]):
+            row = perm[k]
+            for j in range(width):
+                out[s, j] += values[row, j]
+
+
+@njit(cache=True, nogil=True)
+def _gather_add2_into(base, rows_a, index_a, rows_b, index_b):  # pragma: no cover - compiled
+    width = base.shape[1]
+    for e in range(base.shape[0]):
+        ia = index_a[e]
+        ib = index_b[e]
+        for j in range(width):
+            base[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
+
+
 def _numba_threads() -> None:
     # Follow torch's intra-op setting (one thread per spawned rank), within numba's pool; never change torch's.
     follow_torch_threads()
@@ -174,6 +194,44 @@ def gather_add2(
         )
         return out
     return (base + rows_a.index_select(0, index_a)).add_(rows_b.index_select(0, index_b))
+
+
+def segment_sum_shared(values: torch.Tensor, segments: Segments) -> torch.Tensor:
+    """:func:`segment_sum` with its segments shared out over :func:`domainpar.kernels.chunks.build_threads` threads.
+
+    Each segment is summed by one thread in ascending edge order, as :func:`segment_sum` sums it: the same bits on
+    any number of threads. For callers outside torch's intra-op threads (the streamed inference), where numba's
+    parallel launcher must not be entered from two threads at once.
+    """
+    if not (_numba_ok(values) and values.ndim == 2 and values.shape[0] == segments.num_edges):
+        return segment_sum(values, segments)
+    from domainpar.kernels import chunks  # the build's thread pool (it imports no torch)
+
+    out = torch.zeros(segments.num_segments, values.shape[1], dtype=values.dtype)
+    arrays = (values.detach().contiguous().numpy(), segments.perm.numpy(), segments.offsets.numpy(), out.numpy())
+    pieces = max(1, min(4 * chunks.build_threads(), segments.num_edges // chunks.MIN_CHUNK))
+    spans = chunks.weighted_bounds(arrays[2], pieces) if segments.num_segments else []
+    chunks.run(lambda first, last: _segment_sum_span(*arrays, first, last), spans)
+    return out
+
+
+def gather_add2_(base: torch.Tensor, rows_a: torch.Tensor, index_a: torch.Tensor, rows_b: torch.Tensor,
+                 index_b: torch.Tensor) -> torch.Tensor:
+    """``base += rows_a[index_a] + rows_b[index_b]`` in place, on the calling thread (no autograd).
+
+    The same sums, in the same order, as :func:`gather_add2` (``(base + a) + b`` per element), without its thread
+    pool: a kernel many threads may run at once on rows of their own (the streamed inference of
+    :mod:`domainpar.model.chunked`), where numba's parallel launcher must not be entered from two threads.
+
+    Args:
+        base: (E', H) contiguous rows, overwritten.
+        rows_a, rows_b: (S, H) node rows; index_a, index_b: (E',) int64 rows of them.
+    """
+    if _numba_ok(base, rows_a, rows_b) and base.dtype == rows_a.dtype == rows_b.dtype and base.is_contiguous():
+        _gather_add2_into(base.numpy(), rows_a.detach().contiguous().numpy(), index_a.numpy(),
+                          rows_b.detach().contiguous().numpy(), index_b.numpy())
+        return base
+    return base.add_(rows_a.index_select(0, index_a)).add_(rows_b.index_select(0, index_b))
 
 
 # ----------------------------------------------------------------------------- autograd

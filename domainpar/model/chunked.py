@@ -49,7 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from domainpar.kernels.segment_reduce import Segments, build_segments, segment_sum
+from domainpar.kernels import chunks as threads
+from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2_, segment_sum, segment_sum_shared
 from domainpar.model.lean import _layer_params, fusable, fused_tail_backward, fused_tail_forward
 
 #: The automatic chunk count per device type; backward's transient is about E×H / chunks.
@@ -348,6 +349,119 @@ def _first_layer(plan: EdgePlan, chunk: EdgeChunk, u_c, w_in, bias, nodes) -> to
     if nodes is None:
         return base
     return plan.gather(base, nodes[0], plan.src.index[chunk.start : chunk.stop], nodes[1], plan.dst.index[chunk.start : chunk.stop])
+
+
+#: Rows per chunk of :func:`streamed_edges`: a chunk's few (rows, H) activations stay in the cache through the whole
+#: MLP. A multiple of 64, so every chunk but the last covers whole row blocks of the BLAS's kernels and the last ends
+#: where the whole tensor ends: a chunk's products are the bits of the unchunked ones (the head's H → 1 product
+#: rounds by row block: chunks of 38,063 rows moved its logits by 2e-6).
+STREAM_ROWS = 4096
+
+
+def streamed_edges(plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None = None, x_halo: torch.Tensor | None = None,
+                   rows: int | None = None, in_place: bool = False):
+    """:func:`chunked_edges`' forward for inference: no autograd, the chunks shared over threads.
+
+    Inference (grad mode off, CPU tensors) needs no recomputation, but an edge MLP over whole (E, H) tensors is a
+    pass through main memory per LayerNorm, activation and product (E = 609k, H = 32: 78 MB each); chunk by chunk its
+    activations stay in the cache, and only u, the node rows and the output are read or written once. The chunks
+    are handed out to :func:`domainpar.kernels.chunks.build_threads` threads (each on torch's intra-op count, one
+    in the event chain); every row is computed by one chunk with the ops of the unchunked model, so the output is
+    the same bits on any number of threads, and the same as the plain forward's. The fused CPU row kernels
+    (:func:`~domainpar.model.lean.fusable`) are numba-parallel and must not be entered from two threads at once:
+    their chunks run on the calling thread.
+
+    Args and returns: as :func:`chunked_edges`; ``rows``: edge rows per chunk (a positive multiple of 64; None:
+    :data:`STREAM_ROWS`);
+    ``in_place``: an update writes e' = u + h into u's rows (u is then the returned e'). Each chunk reads its rows
+    of u before it writes them, and no other chunk reads them: the same values without a new (E, H) tensor, whose
+    first touch of every page costs as much as the addition (a 78 MB tensor: ~65 ms on this machine).
+    """
+    rows = STREAM_ROWS if rows is None else rows
+    if torch.is_grad_enabled() or u.device.type != "cpu":
+        raise RuntimeError("streamed_edges is the CPU inference path: call it with grad mode off on CPU tensors")
+    if rows <= 0 or rows % 64:
+        raise ValueError(f"rows must be a positive multiple of 64 (got {rows})")
+    first = plan.mlp.linears[0]
+    hidden = first.out_features
+    nodes = _node_terms(plan, first, x, x_halo)
+    w_in = first.weight[:, 2 * hidden :] if plan.has_nodes else first.weight
+    num_edges = u.shape[0]
+    if in_place and plan.kind == "update" and u.is_contiguous():
+        out = u
+    else:
+        out = u.new_empty((num_edges,) if plan.kind == "head" else (num_edges, hidden))
+    if num_edges == 0:
+        return (out, segment_sum(out, plan.sum_in), segment_sum(out, plan.sum_out)) if plan.kind == "update" else out
+
+    def run(first_chunk: int, last_chunk: int) -> None:
+        with torch.no_grad():  # grad mode is per thread
+            for start in range(first_chunk * rows, min(last_chunk * rows, num_edges), rows):
+                stop = min(start + rows, num_edges)
+                u_c = u[start:stop]
+                z1 = F.linear(u_c, w_in, first.bias)
+                if nodes is not None:
+                    gather_add2_(z1, nodes[0], plan.src.index[start:stop], nodes[1], plan.dst.index[start:stop])
+                h = plan.tail(plan.mlp, z1)
+                if plan.kind == "head":
+                    out[start:stop] = F.linear(h, plan.out.weight, plan.out.bias).squeeze(-1)
+                elif plan.kind == "update":
+                    torch.add(u_c, h, out=out[start:stop])  # out may be u itself: u_c is read first, row by row
+                else:
+                    out[start:stop] = h
+
+    _share(run, num_edges, rows, plan.mlp, u)
+    if plan.kind != "update":
+        return out
+    return out, segment_sum_shared(out, plan.sum_in), segment_sum_shared(out, plan.sum_out)
+
+
+def streamed_rows(mlp: nn.Module, tail: Callable[[nn.Module, torch.Tensor], torch.Tensor], inputs: list[torch.Tensor],
+                  residual: torch.Tensor | None = None, rows: int | None = None) -> torch.Tensor:
+    """``residual + mlp(cat(inputs, dim=1))`` (or without the residual) on node rows, streamed like
+    :func:`streamed_edges`: no autograd, chunks of rows in the cache, on the build's threads, the same bits as the
+    whole-tensor ops (the concatenation too is made per chunk, never for all rows at once).
+
+    Args:
+        mlp: the MLP (``linears``, ``norms``, ``activation``); its first layer reads the concatenated inputs.
+        tail: ``tail(mlp, z1)``, the MLP after its first Linear.
+        inputs: (n, F_i) row-aligned inputs.
+        residual: (n, H) rows added to the output, or None.
+        rows: rows per chunk (a positive multiple of 64; None: :data:`STREAM_ROWS`).
+    """
+    rows = STREAM_ROWS if rows is None else rows
+    if torch.is_grad_enabled() or inputs[0].device.type != "cpu":
+        raise RuntimeError("streamed_rows is the CPU inference path: call it with grad mode off on CPU tensors")
+    if rows <= 0 or rows % 64:
+        raise ValueError(f"rows must be a positive multiple of 64 (got {rows})")
+    first = mlp.linears[0]
+    num_rows = inputs[0].shape[0]
+    out = inputs[0].new_empty((num_rows, first.out_features))
+
+    def run(first_chunk: int, last_chunk: int) -> None:
+        with torch.no_grad():
+            for start in range(first_chunk * rows, min(last_chunk * rows, num_rows), rows):
+                stop = min(start + rows, num_rows)
+                pieces = [rows_[start:stop] for rows_ in inputs]
+                h = tail(mlp, first(torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]))
+                if residual is None:
+                    out[start:stop] = h
+                else:
+                    torch.add(residual[start:stop], h, out=out[start:stop])
+
+    _share(run, num_rows, rows, mlp, out)
+    return out
+
+
+def _share(run: Callable[[int, int], None], num_rows: int, rows: int, mlp: nn.Module, like: torch.Tensor) -> None:
+    """``run`` over the chunks of ``num_rows`` rows: on the build's threads, or on this one where the MLP's tail
+    runs as the numba-parallel fused row kernels (they must not be entered from two threads at once) or where torch
+    splits each op over its own intra-op threads already (threads of threads would oversubscribe the cores)."""
+    num_chunks = -(-num_rows // rows)
+    if num_chunks <= 1 or torch.get_num_threads() > 1 or fusable(mlp, like.new_empty((1, mlp.linears[0].out_features))):
+        run(0, num_chunks)
+        return
+    threads.run(run, threads.bounds(num_chunks, 4 * threads.build_threads(), max(1, threads.MIN_CHUNK // rows)))
 
 
 def chunked_edges(plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None = None, x_halo: torch.Tensor | None = None):

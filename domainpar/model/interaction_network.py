@@ -44,6 +44,11 @@ nodes and regions, so recomputation never repeats or skips a message and
 stays exact. Under ``torch.autograd.graph.save_on_cpu`` (``--offload``) the
 kept inputs live in host memory, and the compute device holds one chunk.
 
+Inference on CPU (grad mode off, no overlap, not compiled) streams every MLP, on edges and on nodes, through
+the cache in chunks of rows, the chunks shared over the process's threads
+(:func:`~domainpar.model.chunked.streamed_edges`): the same ops per row as the whole-tensor forward, so the
+same logits to the bit, without a pass through main memory per LayerNorm, activation and product.
+
 ``compile`` (default ``auto``: on for CUDA tensors where Triton is present)
 runs the row-wise pieces — the MLP tails (LayerNorm + activation chains)
 and the first layers' gathers — as Inductor-compiled fused kernels
@@ -64,7 +69,9 @@ from torch import nn
 from domainpar.errors import DomainparError
 from domainpar.kernels import compile as compiler
 from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2, gather_rows_add2, scatter_sum
-from domainpar.model.chunked import EdgeChunk, EdgePlan, chunk_rows, chunked_edges, edge_chunks
+from domainpar.model.chunked import (
+    EdgeChunk, EdgePlan, chunk_rows, chunked_edges, edge_chunks, streamed_edges, streamed_rows,
+)
 from domainpar.model.config import ACTIVATIONS, OPTIONAL_SETTINGS, ModelConfig, check_widths
 from domainpar.model.exchange import Exchange, IdentityExchange
 from domainpar.model.lean import mlp_tail
@@ -297,6 +304,15 @@ class InteractionNetwork(nn.Module):
             sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
         )
 
+    def _stream_plan(self, kind: str, s: _Structure, mlp: "MLP", out: nn.Linear | None = None) -> EdgePlan:
+        """An edge MLP for :func:`~domainpar.model.chunked.streamed_edges` (inference: no per-chunk groupings)."""
+        nodes = kind != "encoder"
+        return EdgePlan(
+            kind=kind, mlp=mlp, chunks=[], tail=self._chunk_tail, gather=self._gather, compiled=self._compiled,
+            src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
+            sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
+        )
+
     def _encode_nodes(self, x: torch.Tensor) -> torch.Tensor:
         return self._mlp(self.node_encoder, x)
 
@@ -353,6 +369,17 @@ class InteractionNetwork(nn.Module):
             return recompute(fn, args, list(self.parameters()))
         return fn(*args)
 
+    def _streamed(self, graph: LocalGraph) -> bool:
+        """Inference on CPU: every edge MLP streamed through the cache in chunks, on the build's threads."""
+        x = graph.x
+        # Plain tensors only: traced, fake and meta tensors (export, memory estimates, compilation) take the plain
+        # path, which is the same arithmetic in whole-tensor ops.
+        return (
+            not torch.is_grad_enabled() and not self.config.overlap and type(x) is torch.Tensor and x.device.type == "cpu"
+            and not torch.jit.is_tracing() and not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled("cpu") and not self._compiled(x)
+        )
+
     def _chunked(self) -> bool:
         """Checkpointing by chunked edge MLPs (no overlap, autograd recording)."""
         return self.config.checkpointing and not self.config.overlap and torch.is_grad_enabled()
@@ -372,19 +399,36 @@ class InteractionNetwork(nn.Module):
         self._check_inputs(graph, exchange)
         s = self._structure(graph)
         num_owned, num_interior = graph.num_owned, graph.num_interior_edges
-        x = self._run(self._encode_nodes, graph.x)
         chunked = self._chunked()
+        streamed = self._streamed(graph)
+        if streamed:
+            x = streamed_rows(self.node_encoder, self._chunk_tail, [graph.x])
+        else:
+            x = self._run(self._encode_nodes, graph.x)
         if self.config.edge_inputs:
-            if chunked:
+            if streamed:
+                e = streamed_edges(self._stream_plan("encoder", s, self.edge_encoder), graph.edge_attr)
+            elif chunked:
                 e = chunked_edges(self._edge_plan("encoder", s, graph.num_edges, self.edge_encoder), graph.edge_attr)
             else:
                 e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
         else:
-            e = self.edge_init.expand(graph.num_edges, -1).contiguous()  # the fused kernels read rows by stride
+            # A new tensor (the fused kernels read rows by stride, and streamed updates write e in place): contiguous()
+            # would return the parameter itself for one edge (a (1, H) expansion counts as contiguous).
+            e = self.edge_init.expand(graph.num_edges, -1).clone(memory_format=torch.contiguous_format)
         # The head reads [x_src, x_dst, e] too: iterations 0..T-1, then the head, each after one exchange.
         for step in range(self.config.num_iterations + 1):
             is_head = step == self.config.num_iterations
             pending = exchange.start(x)
+            if streamed:
+                x_halo = pending.wait()[num_owned:]
+                if is_head:
+                    return streamed_edges(self._stream_plan("head", s, self.head.mlp, self.head_output), e, x, x_halo)
+                network, _ = self._networks(step)
+                # e is this forward's own tensor (the encoder's output or the last update's): updated in place.
+                e, sum_in, sum_out = streamed_edges(self._stream_plan("update", s, network.mlp), e, x, x_halo, in_place=True)
+                x = streamed_rows(self._networks(step)[1], self._chunk_tail, [x, sum_in, sum_out], residual=x)
+                continue
             if chunked:
                 # Each edge MLP keeps (e, x, x_halo) and recomputes in chunks; the node update keeps (x, sums).
                 x_halo = pending.wait()[num_owned:]

@@ -51,10 +51,14 @@ def test_column_sums_do_not_depend_on_threads():
     grad_a = torch.randn(9000, 16)
     gamma, beta = torch.ones(16).numpy(), torch.zeros(16).numpy()
     results = []
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        grad_z = torch.empty_like(z)
-        sums = rownorm.ln_act_backward(z.numpy(), gamma, beta, 1e-5, 0, 0.0, grad_a.numpy(), grad_z.numpy())
-        results.append((grad_z, *map(torch.from_numpy, sums)))
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            grad_z = torch.empty_like(z)
+            sums = rownorm.ln_act_backward(z.numpy(), gamma, beta, 1e-5, 0, 0.0, grad_a.numpy(), grad_z.numpy())
+            results.append((grad_z, *map(torch.from_numpy, sums)))
+    finally:
+        torch.set_num_threads(previous)  # later tests in this process run on the count they were given
     for first, second in zip(*results):
         assert torch.equal(first, second)

@@ -102,3 +102,30 @@ def test_sums_of_edge_ranges_accumulate_into_out(backend):
             assert torch.allclose(out, want, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="out must be"):
         sr.segment_sum(values, sr.build_segments(index, 200), out=torch.zeros(199, 16))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_shared_sum_is_bitwise_segment_sum_on_any_threads(backend, threads, monkeypatch):
+    from domainpar.kernels import chunks
+
+    monkeypatch.setattr(chunks, "MIN_CHUNK", 64)  # several spans on a small input
+    index = _index(6000, 500, seed=5)
+    index[index == 11] = 12  # an empty segment
+    values = torch.randn(6000, 8)
+    for num_segments in (500, 310):  # 310: edges of the other rows belong to no segment (a part's halo)
+        segments = sr.build_segments(index, num_segments)
+        with chunks.using_threads(threads):
+            shared = sr.segment_sum_shared(values, segments)
+        assert torch.equal(shared, sr.segment_sum(values, segments))
+
+
+def test_in_place_gather_is_bitwise_gather_add2(backend):
+    generator = torch.Generator().manual_seed(6)
+    base = torch.randn(700, 16, generator=generator)
+    rows_a, rows_b = torch.randn(90, 16, generator=generator), torch.randn(120, 16, generator=generator)
+    index_a, index_b = _index(700, 90, seed=7), _index(700, 120, seed=8)
+    expected = sr.gather_add2(base, rows_a, index_a, rows_b, index_b)
+    got = base.clone()
+    assert sr.gather_add2_(got, rows_a, index_a, rows_b, index_b) is got
+    assert torch.equal(got, expected)
+    assert not torch.equal(got, base)
