@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
-from domainpar.filter.edge_filter import FilterConfig, load_filter, train_filter
+from domainpar.filter.edge_filter import FilterConfig, edge_inputs, load_filter, train_filter
 
 GEOMETRY = ("r", "phi", "z")
 NODE = GEOMETRY + ("cell_count", "cell_charge", "cluster_u", "cluster_v")
@@ -52,6 +53,14 @@ def test_a_filter_reads_only_the_features_it_names(graph_files):
 def test_an_edge_feature_selection_narrows_the_edge_inputs(graph_files):
     edge_filter = train_filter(graph_files, FilterConfig(node_features=GEOMETRY, edge_features=("dphi", "z0"), **FAST))
     assert edge_filter.net.mean.numel() == 2 * len(GEOMETRY) + 2
+    # logits() makes each chunk's inputs itself: the rows edge_inputs gives, the selected columns only, the same bits.
+    graph = load_graph(graph_files[0])
+    inputs = edge_inputs(graph, *edge_filter.columns(graph, "test"))
+    assert inputs.shape == (graph.num_edges, 2 * len(GEOMETRY) + 2)
+    with torch.no_grad():
+        expected = np.concatenate([edge_filter.net(torch.from_numpy(inputs[s : s + 64])).numpy()
+                                   for s in range(0, graph.num_edges, 64)])
+    assert edge_filter.logits(graph, chunk=64).tobytes() == expected.tobytes()
 
 
 def test_the_selection_survives_save_and_load(graph_files, tmp_path):
