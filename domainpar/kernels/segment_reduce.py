@@ -98,14 +98,16 @@ def _segment_sum_cpu(values, perm, offsets, out):  # pragma: no cover - compiled
                 out[s, j] += values[row, j]
 
 
+@njit(inline="always", cache=True)
+def _gather_row(base, rows_a, ia, rows_b, ib, e, out):  # pragma: no cover - compiled
+    for j in range(base.shape[1]):
+        out[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
+
+
 @njit(parallel=True, cache=True)
 def _gather_add2_cpu(base, rows_a, index_a, rows_b, index_b, out):  # pragma: no cover - compiled
-    width = base.shape[1]
     for e in prange(base.shape[0]):
-        ia = index_a[e]
-        ib = index_b[e]
-        for j in range(width):
-            out[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
+        _gather_row(base, rows_a, index_a[e], rows_b, index_b[e], e, out)
 
 
 @njit(cache=True, nogil=True)
@@ -120,12 +122,8 @@ def _segment_sum_span(values, perm, offsets, out, first, last):  # pragma: no co
 
 @njit(cache=True, nogil=True)
 def _gather_add2_into(base, rows_a, index_a, rows_b, index_b):  # pragma: no cover - compiled
-    width = base.shape[1]
     for e in range(base.shape[0]):
-        ia = index_a[e]
-        ib = index_b[e]
-        for j in range(width):
-            base[e, j] = base[e, j] + rows_a[ia, j] + rows_b[ib, j]
+        _gather_row(base, rows_a, index_a[e], rows_b, index_b[e], e, base)
 
 
 def _numba_threads() -> None:
