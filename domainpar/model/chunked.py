@@ -38,6 +38,11 @@ gradients arrive as (n_owned, H) rows and are gathered per chunk, fused
 with the residual's gradient: the E×H gradient gathers of a separate sum
 never exist either. The exchange stays outside (the node rows x_halo are an
 input), so recomputation never repeats or skips a message.
+
+Inference has its own, simpler path here (:func:`streamed_edges`, :func:`streamed_rows`): with grad mode off on
+CPU nothing is kept for backward, and every MLP runs forward chunk by chunk of :data:`STREAM_ROWS` rows on the
+process's threads, so its activations stay in the cache; each row gets the ops of the whole-tensor forward, so
+the logits are the same bits.
 """
 
 from __future__ import annotations
