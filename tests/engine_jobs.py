@@ -318,15 +318,39 @@ def _gcn_local_degrees(rank: int) -> dict:
 
 
 def engine_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dict:
-    """One rank of the job: unit checks first, then the exactness jobs."""
+    """One rank of the job: unit checks first, then the exactness jobs (counting the single-process reference runs
+    this rank makes)."""
+    from domainpar.verification import worker
+
     identity = (rank, world_size, dist.get_rank(), dist.get_world_size(), dist.get_backend())
     comm = {"exchange": _exchange_checks(rank), "reduce": _reduce_checks(rank), "errors": _error_checks(rank),
             "gcn_degrees": _gcn_local_degrees(rank)}
-    return {"identity": identity, "comm": comm, "verify": verify_jobs_worker(rank, world_size, jobs)}
+    made = []
+    reference = worker._reference
+
+    def counted(case, device):
+        made.append(case.name)
+        return reference(case, device)
+
+    worker._reference = counted
+    try:
+        verify = verify_jobs_worker(rank, world_size, jobs)
+    finally:
+        worker._reference = reference
+    return {"identity": identity, "comm": comm, "verify": verify, "references": made}
 
 
 _RESULTS: dict[int, dict[str, object]] = {}
 _COMM: list[dict] = []
+#: The jobs run, and per rank the names of the cases whose single-process reference it ran.
+_JOBS: list[VerifyJob] = []
+_REFERENCES: list[list[str]] = []
+
+
+def reference_runs() -> tuple[list[VerifyJob], list[list[str]]]:
+    """The jobs of the engine job and, per rank, the cases whose reference run it made (rank order)."""
+    _run_engine_job()
+    return _JOBS, _REFERENCES
 
 
 def comm_results() -> list[dict]:
@@ -354,6 +378,8 @@ def _run_engine_job() -> None:
         ]
         per_rank = spawn(engine_worker, 4, args=(jobs,), timeout_s=600, num_threads=1)
         _COMM.extend({**r["comm"], "identity": r["identity"]} for r in per_rank)
+        _JOBS.extend(jobs)
+        _REFERENCES.extend(r["references"] for r in per_rank)
         led = {index: results for rank_results in per_rank for index, results in rank_results["verify"].items()}
         assert sorted(led) == list(range(len(jobs)))
         for index, job in enumerate(jobs):

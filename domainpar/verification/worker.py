@@ -77,9 +77,11 @@ def _loss(case: VerifyCase, logits: torch.Tensor, part, group, reduce: bool = Tr
     return edge_loss(logits, part.graph, weights=weights_t, weight_sum=float(total))
 
 
-def _reference_key(case: VerifyCase) -> tuple:
+def _reference_key(case: VerifyCase, device: torch.device) -> tuple:
+    """What the reference run depends on: the graph object (alive while its cases are), the plain model, dtype,
+    seed, loss and device; not the partition."""
     config = replace(case.config, checkpointing=False, overlap=False)
-    return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight, repr(case.loss))
+    return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight, repr(case.loss), str(device))
 
 
 def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
@@ -164,14 +166,17 @@ def verify_worker(
     cases: list[VerifyCase],
     device: torch.device | str | None = None,
     group=None,
+    references: dict[tuple, tuple] | None = None,
 ) -> list[VerifyResult]:
     """Run every case on this rank and return the verdicts (identical on every rank).
 
     Must be called by every rank of ``group`` (default: the world) with the same
     cases. ``rank`` is the rank within ``group``, ``world_size`` its size.
+    ``references``: the single-process runs already made in this process, by case (see
+    :func:`verify_jobs_worker`); filled with the ones made here.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    references: dict[tuple, tuple] = {}
+    references = {} if references is None else references
     results: list[VerifyResult] = []
     for case in cases:
         if case.dtype not in _DTYPES:
@@ -180,7 +185,7 @@ def verify_worker(
             raise DomainparError(f"case {case.name}: the graph needs truth labels to compute a loss (got y = None)")
         graph, model, logits, loss, _ = partitioned_step(case, rank, world_size, device, group)
         payload = (graph.edge_ids.cpu(), logits.cpu(), graph.num_halo)
-        key = _reference_key(case)
+        key = _reference_key(case, device)
         loss_parts = float(all_reduce_sum(loss, group))
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(payload, gathered, dst=_root(group), group=group)
@@ -200,7 +205,10 @@ def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dic
     Every rank creates every group (``new_group`` is collective over the world),
     then runs, in list order, the jobs it belongs to; jobs on disjoint ranks run
     concurrently, and the fixed order cannot deadlock. Each job's results are
-    returned by its group's first rank.
+    returned by its group's first rank. A rank that leads several jobs makes the
+    single-process reference of a case once for all of them (the reference does
+    not depend on the number of parts; on a 4-rank job over world sizes 2-4 this
+    was rank 0's larger half of the work, the others waiting on its verdicts).
 
     Returns:
         {job index: results} for the jobs whose first rank is this rank.
@@ -211,10 +219,11 @@ def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dic
             raise DomainparError(f"job ranks must be distinct ranks below {world_size} (got {list(job.ranks)})")
         groups.append(dist.new_group(list(job.ranks)))
     led: dict[int, list[VerifyResult]] = {}
+    references: dict[tuple, tuple] = {}
     for index, (job, group) in enumerate(zip(jobs, groups)):
         if rank not in job.ranks:
             continue
-        results = verify_worker(job.ranks.index(rank), len(job.ranks), list(job.cases), None, group)
+        results = verify_worker(job.ranks.index(rank), len(job.ranks), list(job.cases), None, group, references)
         if rank == job.ranks[0]:
             led[index] = results
     return led

@@ -32,6 +32,7 @@ from engine_jobs import (
     USER_MODEL,
     WORLD_SIZES,
     comm_results,
+    reference_runs,
     results_for,
     star_graph,
     two_components_graph,
@@ -145,3 +146,20 @@ def test_target_weighted_loss_is_exact(world_size):
     assert not failures, "\n".join(failures)
     # The weighting changes the loss: it is not the pos_weight loss of the same case.
     assert results["loss-targets/in/real/metis/float64"].loss_full != results["real/metis/ckpt=0/overlap=0/float64"].loss_full
+
+
+@pytest.mark.timeout(660)
+def test_a_rank_leading_several_jobs_runs_each_reference_once():
+    """Rank 0 leads the 4-, 3- and one 2-part job over the same cases: one single-process run per distinct case
+    (the reference does not depend on the parts), not one per job; rank 3 leads the 1-part job alone."""
+    import torch
+
+    from domainpar.verification.worker import _reference_key
+
+    jobs, made = reference_runs()
+    cpu = torch.device("cpu")
+    for rank, names in enumerate(made):
+        led = [case for job in jobs if job.ranks[0] == rank for case in job.cases]
+        distinct = {_reference_key(case, cpu) for case in led}
+        assert len(names) == len(distinct), (rank, len(names), len(distinct), len(led))
+    assert len(made[0]) < sum(len(job.cases) for job in jobs if job.ranks[0] == 0)
