@@ -125,17 +125,25 @@ def _layer_pairs_cached(config: LayerPairConfig) -> tuple[np.ndarray, np.ndarray
         s = _crossings(table, origins, cot_theta, radius)
         order = np.argsort(np.where(np.isnan(s), np.inf, s), axis=1)
         num_crossed = np.count_nonzero(~np.isnan(s), axis=1)
+        # Tens of thousands of trajectories cross the layers in a few hundred distinct sequences: each sequence is
+        # walked once, its votes weighted by how many trajectories share it (~0.4 s of every process that builds
+        # a graph, before).
+        crossed = np.where(np.arange(num_layers)[None, :] < num_crossed[:, None], order, -1).astype(np.int16)
+        rows = np.ascontiguousarray(crossed).view(np.dtype((np.void, 2 * num_layers))).ravel()
+        _, first, weight = np.unique(rows, return_index=True, return_counts=True)
+        sequences = crossed[first].astype(np.int64)
+        length = np.count_nonzero(sequences >= 0, axis=1)
         for step in range(1, max(config.max_skip + 2, _BETWEEN_REACH + 1)):
             for position in range(num_layers - step):
-                valid = position + step < num_crossed
+                valid = position + step < length
                 if not valid.any():
                     continue
-                inner = order[valid, position]
-                outer = order[valid, position + step]
+                inner = sequences[valid, position]
+                outer = sequences[valid, position + step]
                 if step <= config.max_skip + 1:
-                    np.add.at(votes, (inner, outer), 1)
+                    np.add.at(votes, (inner, outer), weight[valid])
                 for middle in range(position + 1, position + step):
-                    between[inner, outer, order[valid, middle]] = True
+                    between[inner, outer, sequences[valid, middle]] = True
     forward = votes > votes.T
     pairs = np.argwhere(forward & (votes > 0)).astype(np.int64)
     middles = [np.flatnonzero(between[i, j]) for i, j in pairs]
