@@ -472,3 +472,33 @@ def test_the_build_is_the_same_on_one_and_two_threads():
         a, b = getattr(one, name), getattr(two, name)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
     assert {**one_stats.as_record(), "seconds": 0} == {**two_stats.as_record(), "seconds": 0}
+
+
+@pytest.mark.parametrize("max_skip", [0, 1, 2])
+def test_layer_pairs_are_the_walk_of_every_traced_trajectory(max_skip):
+    """The pairs and the layers between them equal a plain walk along each trajectory's crossings, one trajectory
+    after another (the module walks each distinct sequence once, weighted by the trajectories that share it)."""
+    from domainpar.data.layer_pairs import _BETWEEN_REACH, MAGNETIC_FIELD_T, LayerPairConfig, _crossings
+
+    config = LayerPairConfig(num_eta=400, num_z0=3, max_skip=max_skip, min_pt=0.4)
+    table = layer_table()
+    eta, z0 = np.meshgrid(np.linspace(-config.eta_max, config.eta_max, config.num_eta),
+                          np.linspace(-config.z0_max, config.z0_max, config.num_z0), indexing="ij")  # fmt: skip
+    votes, between = {}, {}
+    for radius in (np.inf, config.min_pt / (0.3 * MAGNETIC_FIELD_T) * 1000.0):
+        s = _crossings(table, z0.ravel(), np.sinh(eta.ravel()), radius)
+        for row in s:
+            crossed = [int(k) for k in np.argsort(np.where(np.isnan(row), np.inf, row)) if not np.isnan(row[k])]
+            for i in range(len(crossed)):
+                for j in range(i + 1, min(len(crossed), i + max(max_skip + 1, _BETWEEN_REACH) + 1)):
+                    key = (crossed[i], crossed[j])
+                    if j - i <= max_skip + 1:
+                        votes[key] = votes.get(key, 0) + 1
+                    between.setdefault(key, set()).update(crossed[i + 1 : j])
+    expected = sorted(key for key, n in votes.items() if n > votes.get(key[::-1], 0))
+    pairs = layer_pairs(config)
+    assert pairs.tolist() == [list(key) for key in expected]
+    start, layers = layers_between(config)
+    assert [sorted(layers[start[p] : start[p + 1]].tolist()) for p in range(len(pairs))] == [
+        sorted(between.get(key, ())) for key in expected
+    ]
