@@ -59,7 +59,8 @@ def record_path(out: Path, name: str) -> Path:
 def submission_bytes(table: pd.DataFrame) -> bytes:
     """The CSV file of a submission table (:func:`domainpar.tracks.submission.submission`: what ``domainpar score``
     and the challenge read)."""
-    return table.to_csv(index=False, lineterminator="\n").encode()
+    fast = _csv_bytes(table, floats=False)
+    return fast if fast is not None else table.to_csv(index=False, lineterminator="\n").encode()
 
 
 def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.DataFrame:
@@ -78,10 +79,42 @@ def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.Da
     })  # fmt: skip
 
 
+def _csv_column(values: np.ndarray, floats: bool) -> list[str] | None:
+    """A numeric column's CSV fields as ``DataFrame.to_csv(float_format="%.7g", na_rep="")`` writes them: integers in
+    decimal, floats (when ``floats``) to 7 significant digits and NaN empty; None for another dtype.
+
+    Each distinct value (by its bits, so -0.0 stays apart from 0.0) is formatted once: a track's fit repeats on
+    every hit of the track, and pandas formats every element in Python (event 21000: 1.06-1.10 s of writing, now
+    0.36-0.59 s).
+    """
+    if values.dtype.kind in "iu":
+        return values.astype(str).tolist()
+    if values.dtype.kind != "f" or not floats:
+        return None
+    bits = np.ascontiguousarray(values).view(f"u{values.dtype.itemsize}")
+    _, first, inverse = np.unique(bits, return_index=True, return_inverse=True)
+    text = np.array(["%.7g" % v if v == v else "" for v in values[first].tolist()], dtype=object)  # NaN != NaN
+    return text[inverse.reshape(-1)].tolist()
+
+
+def _csv_bytes(table: pd.DataFrame, floats: bool) -> bytes | None:
+    """The bytes of ``table.to_csv(index=False, lineterminator="\\n")`` (with ``float_format="%.7g", na_rep=""`` when
+    ``floats``) for a table of plain-named integer (and float) columns, made without pandas' per-element
+    formatting; None for any other table (the caller then asks pandas)."""
+    if not all(isinstance(name, str) and name.isidentifier() for name in table.columns):
+        return None
+    columns = [_csv_column(table[name].to_numpy(), floats) for name in table.columns]
+    if any(column is None for column in columns):
+        return None
+    rows = "".join(line + "\n" for line in map(",".join, zip(*columns)))
+    return (",".join(table.columns) + "\n" + rows).encode()
+
+
 def tracks_bytes(table: pd.DataFrame, fmt: str) -> bytes:
     """The tracks file's bytes: CSV (scores and fits to 7 significant digits) or Parquet (float32/float64 as is)."""
     if fmt == "csv":
-        return table.to_csv(index=False, lineterminator="\n", float_format="%.7g", na_rep="").encode()
+        fast = _csv_bytes(table, floats=True)
+        return fast if fast is not None else table.to_csv(index=False, lineterminator="\n", float_format="%.7g", na_rep="").encode()
     buffer = io.BytesIO()
     table.to_parquet(buffer, index=False, engine="pyarrow", compression="zstd")
     return buffer.getvalue()

@@ -1,0 +1,50 @@
+"""The bytes of a reconstruction's CSV files: what pandas' ``to_csv`` writes, made without its per-element formatting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from domainpar.inference.products import submission_bytes, tracks_bytes
+
+#: Floats whose text is easy to get wrong: NaN (empty), signed zeros, infinities, subnormals, extremes.
+AWKWARD = [np.nan, 0.0, -0.0, np.inf, -np.inf, 5e-324, 1e-300, 1e300, 1.0, -1.0, 0.1, 123456789.0, 1.2345675e-5]
+
+
+def _tracks(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 12, size=rows)
+    track = np.repeat(np.arange(rows), sizes)[:rows]
+    fits = rng.normal(size=(2, rows)) * rng.choice([1e-6, 1.0, 1e6], size=(2, rows))
+    fits[:, : len(AWKWARD)] = AWKWARD[:rows]
+    score = rng.random(rows).astype(np.float32)
+    score[:6] = [np.nan, -0.0, 0.0, 1.0, np.float32(1e-45), np.float32(3.4e38)][:rows]
+    return pd.DataFrame({"track_id": track, "hit_order": rng.integers(0, 30, rows), "hit_id": rng.integers(1, 2**40, rows),
+                         "edge_score": score, "num_hits": rng.integers(0, 20, rows), "fit_chi2_ndf": fits[0][track],
+                         "fit_pt": fits[1][track]})  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [0, 1, 17, 5000])
+def test_tracks_csv_is_the_bytes_pandas_writes(rows):
+    table = _tracks(rows, seed=rows)
+    expected = table.to_csv(index=False, lineterminator="\n", float_format="%.7g", na_rep="").encode()
+    assert tracks_bytes(table, "csv") == expected
+
+
+def test_submission_csv_is_the_bytes_pandas_writes():
+    rng = np.random.default_rng(1)
+    table = pd.DataFrame({"event_id": np.full(3000, 21000), "hit_id": np.arange(1, 3001),
+                          "track_id": rng.integers(0, 400, 3000)})  # fmt: skip
+    assert submission_bytes(table) == table.to_csv(index=False, lineterminator="\n").encode()
+
+
+def test_other_columns_are_left_to_pandas():
+    """A column of text, a nullable integer or a float in a submission: pandas writes it, as before."""
+    for table, write, kwargs in (
+        (pd.DataFrame({"a": ["x,y", "z"], "b": [1, 2]}), submission_bytes, {}),
+        (pd.DataFrame({"a": pd.array([1, None], dtype="Int64")}), submission_bytes, {}),
+        (pd.DataFrame({"a": [0.5, np.nan]}), submission_bytes, {}),
+        (pd.DataFrame({"a b": [1.5, 2.0]}), lambda t: tracks_bytes(t, "csv"), {"float_format": "%.7g", "na_rep": ""}),
+    ):
+        assert write(table) == table.to_csv(index=False, lineterminator="\n", **kwargs).encode()
