@@ -181,14 +181,17 @@ def _domainpar(workspace: Path, *args: str) -> None:
 
 
 def _make_fixtures(workspace: Path, kinds: tuple[str, ...]) -> None:
+    # One process each (--workers 1): a pool's workers would each import torch and torch_geometric (~8 CPU s a
+    # worker) for events of 150 particles; the files do not depend on --workers.
     if "data" in kinds or "acorn" in kinds:
         _domainpar(workspace, "simulate", "--out", "data/train", "--events", "4", "--particles", "150",
-                   "--first-event-id", "1000", "--seed", "1", "--quiet")
+                   "--first-event-id", "1000", "--seed", "1", "--workers", "1", "--quiet")
         _domainpar(workspace, "simulate", "--out", "data/val", "--events", "1", "--particles", "150",
-                   "--first-event-id", "1100", "--seed", "2", "--quiet")
+                   "--first-event-id", "1100", "--seed", "2", "--workers", "1", "--quiet")
     if "acorn" in kinds:
         for kind, source in (("trainset", "data/train"), ("valset", "data/val")):
-            _domainpar(workspace, "build", "--input", source, "--out", f"acorn/gnn_input/{kind}", "--format", "pyg", "--quiet")
+            _domainpar(workspace, "build", "--input", source, "--out", f"acorn/gnn_input/{kind}", "--format", "pyg",
+                       "--workers", "1", "--quiet")
         shutil.copytree(workspace / "acorn/gnn_input/valset", workspace / "acorn/gnn_input/testset")  # the same events
 
 
