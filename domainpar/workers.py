@@ -60,6 +60,47 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: Estimated seconds of work (one core) below which a default-sized pool is one process: a pool's worker first
+#: imports numpy, numba and pandas (1.5-2 s; with torch 4-5 s), so two workers save time only on work that takes
+#: about twice that. Explicit ``--workers`` are always honoured.
+POOL_MIN_SECONDS = 5.0
+
+
+def pool_size(wanted: int, seconds: Iterable[float], enough: float = POOL_MIN_SECONDS) -> int:
+    """``wanted`` processes when several items' estimated work reaches ``enough`` seconds, else 1 (this process).
+
+    A few small events (the examples' 150-particle events build in ~0.05 s each) run faster in the process that has
+    them than in workers that each import the libraries first.
+
+    Args:
+        wanted: the processes the caller would start (the cores, or its share of them).
+        seconds: each item's estimated seconds on one core, read lazily up to where the answer is known (the
+            estimators: :func:`domainpar.sim.dataset.simulation_seconds`, :func:`domainpar.data.dataset.build_seconds`,
+            :func:`domainpar.partition.dataset.partition_seconds`).
+        enough: the work below which one process is faster.
+    """
+    if wanted <= 1:
+        return 1
+    total, items = 0.0, 0
+    for item_seconds in seconds:
+        total += item_seconds
+        items += 1
+        if items > 1 and total >= enough:
+            return wanted
+    return 1
+
+
+def file_megabytes(*paths: str | os.PathLike) -> float:
+    """Size of the files in MB (10**6 bytes); a file that cannot be read counts 0 (its item fails later, by name)."""
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    return total / 1e6
+
+
 def memory_bytes() -> tuple[int, str] | None:
     """The memory the processes of a command may use together, and what limits it ("this machine's", "this
     container's"); None where nothing can be read. The smaller of the physical memory and the memory cgroup's limit
@@ -573,4 +614,4 @@ def failure_summary(results: Iterable[ItemResult], what: str = "events", names_c
     return tally.summary(what)
 
 
-__all__ = ["FailureLine", "FailureTally", "ItemResult", "available_cores", "failure_line", "memory_bytes", "process_memory_limit", "failure_summary", "parse_shard", "run_items", "shard_items"]
+__all__ = ["FailureLine", "FailureTally", "ItemResult", "available_cores", "failure_line", "memory_bytes", "process_memory_limit", "failure_summary", "file_megabytes", "parse_shard", "pool_size", "POOL_MIN_SECONDS", "run_items", "shard_items"]

@@ -223,3 +223,19 @@ def test_a_count_of_items_costs_nothing_up_front():
                   should_stop=_After(6), keep=False)  # fmt: skip
     assert tally.summary().startswith("3 of 6 events failed: event000000000000001, event000000000000003, "
                                       "event000000000000005 (event000000000000001: ValueError at test_workers.py:")
+
+
+def test_a_default_pool_only_for_work_worth_its_start_up():
+    from domainpar.workers import POOL_MIN_SECONDS, pool_size
+
+    assert pool_size(4, [1.0, 1.0, 1.0]) == 1  # a few small events: this process
+    assert pool_size(4, [POOL_MIN_SECONDS / 2] * 2) == 4
+    assert pool_size(4, [10 * POOL_MIN_SECONDS]) == 1  # one item: nothing to share
+    assert pool_size(1, [POOL_MIN_SECONDS] * 4) == 1
+    assert pool_size(2, [1.0] * 4, enough=4.0) == 2 and pool_size(2, [1.0] * 3, enough=4.0) == 1
+
+    def estimates():  # read up to where the answer is known: a large dataset is not stat'ed file by file
+        yield from (POOL_MIN_SECONDS, POOL_MIN_SECONDS)
+        raise AssertionError("read past the answer")
+
+    assert pool_size(2, estimates()) == 2

@@ -9,7 +9,7 @@ import click
 
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import local_ranks
-from domainpar.data.dataset import build_graph_files, event_inputs
+from domainpar.data.dataset import build_graph_files, build_workers, event_inputs
 from domainpar.data.graph import GraphConfig
 from domainpar.errors import DomainparError
 from domainpar.cli.inputs import inputs_of
@@ -42,7 +42,7 @@ _DEFAULTS = GraphConfig()
 @click.option("--edge-features", default=",".join(_DEFAULTS.edge_features), show_default=True,
               help="Comma-separated edge features (dr, dphi, dz, dR, deta, phi_slope, z0, curvature).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one JSON record per event (event_id, num_nodes, num_edges, efficiency, efficiency_pt1, purity, seconds).")
-@click.option("--workers", type=local_ranks(), default=None, help="Events built in parallel processes (default: the cores available to this process; at most 4 per core: each holds an event).")
+@click.option("--workers", type=local_ranks(), default=None, help="Events built in parallel processes (default: the cores available to this process, or one process for events that build in seconds; at most 4 per core: each holds an event).")
 @click.option("--shard", default=None, metavar="I/N", help="Build only every N-th event starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no per-event summary.")
 def build(
@@ -120,7 +120,7 @@ def build(
     # Directories this run creates are removed again if nothing could be written in them (a full disk, an interrupt).
     with no_empty_directories_left(out_dir, None if json_path is None else Path(json_path).parent):
         results = build_graph_files(
-            prefixes, out_dir, config, workers=workers or available_cores(), progress=not quiet, fmt=fmt
+            prefixes, out_dir, config, workers=workers or build_workers(prefixes, available_cores(), fmt), progress=not quiet, fmt=fmt
         )
         all_stats = [r.value for r in results if r.ok]
         summary = failure_summary(results)

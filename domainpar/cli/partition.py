@@ -57,7 +57,8 @@ def _event_ids(files: list[Path], graph_dir: Path, check_distinct: bool) -> list
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "float64"]), default="float32",
               show_default=True, help="Dtype of exchanged rows for bytes_per_step.")
 @click.option("--workers", type=local_ranks(), default=None,
-              help="Events partitioned in parallel processes (default: the cores available to this process; at most 4 per core: "
+              help="Events partitioned in parallel processes (default: the cores available to this process, or one process for graphs "
+                   "that partition in seconds; at most 4 per core: "
                    "each holds an event).")
 @click.option("--shard", default=None, metavar="I/N",
               help="Partition only every N-th graph starting at I (0-based): N jobs with I = 0..N-1 share a dataset.")
@@ -96,7 +97,7 @@ def partition(
     """
     # Imported when the command runs: 'domainpar partition --help' takes 0.2 s instead of 0.7 s (numpy).
     from domainpar.data.graph_files import graph_files
-    from domainpar.partition.dataset import partition_files
+    from domainpar.partition.dataset import partition_files, partition_workers
     from domainpar.partition.io import MANIFEST_NAME, plan_dir_name
     from domainpar.partition.report import format_report_table
     from domainpar.workers import available_cores, failure_summary, parse_shard, shard_items
@@ -137,7 +138,7 @@ def partition(
     with no_empty_directories_left(*created_for):
         results = partition_files(
             files, plan_dirs, num_parts, method, seed=seed, compress=compress, hidden=hidden, dtype=dtype,
-            plot_paths=plots, workers=workers or available_cores(), progress=not (single or quiet),
+            plot_paths=plots, workers=workers or partition_workers(files, available_cores()), progress=not (single or quiet),
         )
         summary = failure_summary(results, "graphs")
         if summary is not None and len(results) == 1:

@@ -18,7 +18,7 @@ from domainpar.data.features import build_description
 from domainpar.data.graph import GraphConfig, GraphStats, build_event_graph
 from domainpar.data.graph_files import GRAPH_FORMATS, save_event_graph
 from domainpar.errors import DomainparError
-from domainpar.workers import ItemResult, failure_summary, run_items
+from domainpar.workers import POOL_MIN_SECONDS, ItemResult, failure_summary, file_megabytes, pool_size, run_items
 
 
 def event_inputs(input_path: str | os.PathLike) -> list[Path]:
@@ -50,6 +50,27 @@ def graph_target(prefix: str | os.PathLike, out_dir: str | os.PathLike, fmt: str
     from domainpar.data.trackml import event_id_of
 
     return Path(out_dir) / graph_file_name(event_id_of(prefix), fmt)
+
+
+#: Seconds one core takes to build an event's graph, per MB of its hits file as plain CSV (real event 21000: 4.8 MB,
+#: 3.3-4 s); a gzipped file holds about three times its size (21000: 1.6 MB).
+BUILD_SECONDS_PER_MB = 0.8
+#: What a pool worker that writes PyG files imports on top (torch and torch_geometric: ~8 s of one core), in
+#: seconds of work that a pool must be worth (:func:`domainpar.workers.pool_size`).
+PYG_POOL_MIN_SECONDS = 16.0
+
+
+def build_seconds(prefix: str | os.PathLike) -> float:
+    """Estimated seconds of one core to build the graph of raw event ``prefix`` (from its hits file's size)."""
+    plain = file_megabytes(f"{prefix}-hits.csv")
+    packed = file_megabytes(f"{prefix}-hits.csv.gz")
+    return BUILD_SECONDS_PER_MB * (plain + 3.0 * packed)
+
+
+def build_workers(prefixes: Sequence[str | os.PathLike], cores: int, fmt: str = "npz") -> int:
+    """Processes to build ``prefixes`` with when none are asked for: ``cores`` if the events are worth a pool, else 1."""
+    enough = PYG_POOL_MIN_SECONDS if fmt == "pyg" else POOL_MIN_SECONDS
+    return pool_size(cores, (build_seconds(prefix) for prefix in prefixes), enough)
 
 
 def build_graph_file(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from domainpar.atomic import atomic_path
-from domainpar.data.dataset import build_dataset
+from domainpar.data.dataset import build_dataset, build_workers, event_inputs
 from domainpar.data.event_graph import save_graph
 from domainpar.data.graph_files import load_graph
 from domainpar.data.subset import volume_subset_dir
@@ -43,9 +43,9 @@ from domainpar.inference.runner import Scorer, open_scorer
 from domainpar.inference.spec import EvaluateConfig
 from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
-from domainpar.sim.dataset import simulate_dataset, simulation_workers, simulator_digest
+from domainpar.sim.dataset import simulate_dataset, simulation_seconds, simulation_workers, simulator_digest
 from domainpar.train.run import train
-from domainpar.workers import available_cores, failure_summary, run_items
+from domainpar.workers import available_cores, failure_summary, file_megabytes, pool_size, run_items
 
 #: Figures of the closing table, per evaluated dataset.
 TABLE_KEYS = (
@@ -189,7 +189,8 @@ def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[s
         workers = _workers(recipe, available_cores())
         for simulation, count in ((recipe.training_simulation(), sim.train_events), (recipe.validation_simulation(), sim.val_events)):
             # No more at a time than this machine's memory holds (and none that it cannot hold at all).
-            workers = simulation_workers(simulation.event_peak_bytes(), f"particles {sim.particles}", None, count, workers)
+            workers = simulation_workers(simulation.event_peak_bytes(), f"particles {sim.particles}", None, count, workers,
+                                         seconds_each=simulation_seconds(simulation))
         simulate_dataset(
             events["train"], sim.train_events, recipe.training_simulation(), seed=sim.seed, first_event_id=1,
             progress=progress, workers=workers,
@@ -212,7 +213,8 @@ def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) 
     records = {}
     for kind, source in sources.items():
         shutil.rmtree(graphs[kind], ignore_errors=True)
-        stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress, workers=_workers(recipe, available_cores()))
+        workers = build_workers(event_inputs(source), _workers(recipe, available_cores()))
+        stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress, workers=workers)
         records[kind] = [_graph_record(s) for s in stats]
         mean = lambda key: sum(r[key] or 0.0 for r in records[kind]) / len(stats)  # noqa: E731
         echo(
@@ -313,11 +315,11 @@ def _filter(
     filter_path = edge_filter.save(out / "filter.pt")
     gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
     filtered_records = {}
-    workers = _workers(recipe, available_cores())
     for kind in graphs:
         shutil.rmtree(gnn_graphs[kind], ignore_errors=True)
         gnn_graphs[kind].mkdir(parents=True)
         paths = sorted(graphs[kind].glob("*.npz"))
+        workers = pool_size(_workers(recipe, available_cores()), (PRUNE_SECONDS_PER_MB * file_megabytes(p) for p in paths))
         # Each worker prunes whole graphs with the saved filter: the same bytes as pruning them here, in 1/workers
         # of the time (a full event's graph is ~0.2 GB to read and 4M edges to score).
         results = run_items(_prune_graph, paths, args=(str(filter_path), str(gnn_graphs[kind])), names=[p.name for p in paths],
@@ -333,6 +335,11 @@ def _filter(
             f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
         )
     return gnn_graphs, {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
+
+
+#: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB of
+#: the file (a recipe's full-event graph: 197 MB, 10 s).
+PRUNE_SECONDS_PER_MB = 0.05
 
 
 def _prune_graph(path: Path, filter_path: str, out_dir: str) -> dict:

@@ -50,21 +50,21 @@ from typing import Any, Callable
 
 from domainpar.comm import wait
 from domainpar.comm.failure import PeerFailed, default_channel, publish_failure
-from domainpar.data.dataset import event_inputs, graph_target, build_graph_file
+from domainpar.data.dataset import build_graph_file, build_seconds, event_inputs, graph_target
 from domainpar.data.event_graph import EDGE_FEATURES, NODE_FEATURES, require_edges
 from domainpar.data.graph import CELL_FEATURES, GraphConfig
 from domainpar.data.graph_files import GRAPHS_OR_EVENTS, graph_files, has_graph_files, read_graph_metadata, refuse_mixed_inputs, is_pyg_dataset, inspect_graph
 from domainpar.data.pyg_files import convert_pyg_files
 from domainpar.errors import DomainparError
 from domainpar.npzfile import archive_digest
-from domainpar.partition.dataset import partition_file
+from domainpar.partition.dataset import partition_file, partition_seconds
 from domainpar.partition.io import plan_dir_name, read_manifest
 from domainpar.progress import progress
 from domainpar.train.checkpoint import load_checkpoint
 from domainpar.train.config import TrainConfig, domain_size_of
 from domainpar.train.events import graph_header, require_labels, plan_directory, check_features
 from domainpar.train.state import check_resume_early, resume_candidate
-from domainpar.workers import ItemResult, available_cores, failure_summary, run_items, shard_items
+from domainpar.workers import ItemResult, available_cores, failure_summary, pool_size, run_items, shard_items
 
 
 @dataclass(frozen=True)
@@ -372,26 +372,11 @@ def _temporaries_in(items: list[PrepItem]) -> list[Path]:
     return sorted(places)
 
 
-#: Input bytes (graph files to partition, hit files to build) below which a process pool costs more than it saves:
-#: starting a worker imports numpy, numba and pandas (1-2 s), a full event takes 3-5 s.
-_POOL_MIN_BYTES = 50_000_000
-
-
 def _pool_size(items: list[PrepItem], wanted: int) -> int:
     """``wanted`` processes when the events to build or partition are worth a pool, else 1 (this process)."""
-    work = [item for item in items if item.raw or item.make_plan]
-    if wanted <= 1 or len(work) <= 1:
-        return 1
-    total = 0
-    for item in work:
-        source = Path(item.source)
-        try:
-            total += sum(p.stat().st_size for p in source.parent.glob(source.name + "-hits.csv*")) if item.raw else source.stat().st_size
-        except OSError:
-            continue
-        if total >= _POOL_MIN_BYTES:
-            return wanted
-    return 1
+    work = (build_seconds(item.source) if item.raw else partition_seconds(item.source)
+            for item in items if item.raw or item.make_plan)  # fmt: skip
+    return pool_size(wanted, work)
 
 
 def prepare(config: TrainConfig, world_size: int, *, workers: int | None = None, progress: bool = True) -> RunInputs:

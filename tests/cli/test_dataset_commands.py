@@ -134,3 +134,41 @@ def test_partition_shards_cover_the_dataset_and_a_bad_graph_is_named(built, tmp_
     assert len(failed) == 1 and failed[0].startswith("error: 1 of ") and "failed: event000000041.npz (" in failed[0]
     assert "x must be finite numbers" in failed[0]
     assert sorted(p.name for p in plans.iterdir()) == [f"event{40 + i:09d}" for i in range(NUM_EVENTS) if i != 1]
+
+
+def test_default_workers_are_one_process_for_small_events_and_the_cores_for_large_ones(raw, built, tmp_path, monkeypatch, capsys):
+    """Without --workers, the examples' small events run in the command's own process (a pool's workers each import
+    the libraries first, 1.5-8 s); events whose estimated work is worth it get the cores; --workers is as given."""
+    import domainpar.cli.build as build_cli
+    import domainpar.partition.dataset as partition_dataset
+    import domainpar.sim.dataset as sim_dataset
+
+    chosen: list[tuple[str, int]] = []
+    monkeypatch.setattr(build_cli, "available_cores", lambda: 3)
+    monkeypatch.setattr(build_cli, "build_graph_files", lambda *a, workers, **k: chosen.append(("build", workers)) or [])
+    monkeypatch.setattr(partition_dataset, "run_items", lambda *a, workers, **k: chosen.append(("partition", workers)) or [])
+    monkeypatch.setattr("domainpar.workers.available_cores", lambda: 3)
+    monkeypatch.setattr(sim_dataset, "available_cores", lambda: 3)
+    def simulated(*args, workers, **kwargs):
+        chosen.append(("simulate", workers))
+        raise SystemExit(0)  # nothing written: the choice is what is tested
+
+    monkeypatch.setattr(sim_dataset, "simulate_events", simulated)
+
+    _run(capsys, "build", "--input", raw, "--out", tmp_path / "g", "--quiet")
+    _run(capsys, "build", "--input", raw, "--out", tmp_path / "g", "--workers", "2", "--quiet")
+    _run(capsys, "partition", "--graph", built, "--parts", "2", "--out", tmp_path / "p", "--quiet")
+    _run(capsys, "simulate", "--out", tmp_path / "s", "--events", "3", "--particles", "150", "--quiet")
+    # Large: hits files and graph files of full events (sparse: only their sizes are read), 10,000-particle events.
+    big = tmp_path / "big"
+    big.mkdir()
+    for event in (1, 2):
+        with open(big / f"event00000000{event}-hits.csv", "wb") as fh:
+            fh.truncate(5_000_000)
+        with open(big / f"event00000000{event}.npz", "wb") as fh:
+            fh.truncate(200_000_000)
+    _run(capsys, "build", "--input", big, "--out", tmp_path / "g2", "--quiet")
+    chosen.append(("partition", partition_dataset.partition_workers(sorted(big.glob("*.npz")), 3)))
+    _run(capsys, "simulate", "--out", tmp_path / "s2", "--events", "4", "--quiet")
+    assert chosen == [("build", 1), ("build", 2), ("partition", 1), ("simulate", 1),
+                      ("build", 3), ("partition", 3), ("simulate", 3)]  # fmt: skip
