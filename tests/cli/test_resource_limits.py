@@ -54,11 +54,14 @@ def test_workers_whose_events_do_not_fit_together_are_refused_naming_how_many_fi
 
 
 def test_the_default_workers_are_as_many_as_fit(memory):
-    per_event = SimulationConfig(num_particles=100_000).event_peak_bytes()
-    assert sim_dataset.simulation_workers(per_event, "--particles 100000", None, 10**9) == 2  # 4 cores, memory for 2
-    assert sim_dataset.simulation_workers(SimulationConfig(num_particles=300).event_peak_bytes(), "", None, 10**9) == 4
-    assert sim_dataset.simulation_workers(per_event, "--particles 100000", 4, 2) == 4  # 2 events at a time fit
-    assert sim_dataset.simulation_workers(per_event, "particles 100000", None, 10**9, default=1) == 1  # a recipe's
+    large, small = SimulationConfig(num_particles=100_000), SimulationConfig(num_particles=300)
+    per_event, seconds = large.event_peak_bytes(), sim_dataset.simulation_seconds(large)
+    assert sim_dataset.simulation_workers(per_event, "--particles 100000", None, 10**9, seconds_each=seconds) == 2  # 4 cores, memory for 2
+    small_each = sim_dataset.simulation_seconds(small)
+    assert sim_dataset.simulation_workers(small.event_peak_bytes(), "", None, 10**9, seconds_each=small_each) == 4
+    assert sim_dataset.simulation_workers(small.event_peak_bytes(), "", None, 3, seconds_each=small_each) == 1  # seconds of work
+    assert sim_dataset.simulation_workers(per_event, "--particles 100000", 4, 2, seconds_each=seconds) == 4  # 2 events at a time fit
+    assert sim_dataset.simulation_workers(per_event, "particles 100000", None, 10**9, default=1, seconds_each=seconds) == 1  # a recipe's
 
 
 def test_demo_refuses_particles_an_event_of_which_this_machine_cannot_hold(tmp_path, memory):
