@@ -153,13 +153,15 @@ def random_event_graph(num_nodes: int, num_edges: int, seed: int = 0) -> EventGr
     """
     import numpy as np
 
+    from domainpar.arrays import unique
+
     rng = np.random.default_rng(seed)
     pairs = np.empty(0, np.int64)
     while pairs.size < num_edges:  # draw with a margin, drop self-loops and repeats
         draw = rng.integers(0, num_nodes, size=(2, int(num_edges * 1.1) + 16), dtype=np.int64)
         keys = draw[0] * num_nodes + draw[1]
         keys = keys[draw[0] != draw[1]]
-        pairs = np.unique(np.concatenate([pairs, keys]))
+        pairs = unique(np.concatenate([pairs, keys]))
     keys = rng.permutation(pairs)[:num_edges]
     edge_index = np.stack([keys // num_nodes, keys % num_nodes]).astype(np.int64)
     return EventGraph(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from domainpar.arrays import member
 from domainpar.errors import DomainparError
 
 PT_BINS = ((0.1, 0.2), (0.2, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 1.0), (1.0, np.inf))
@@ -89,13 +90,6 @@ def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out:
     return paths
 
 
-def _member(values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """np.isin(values, table) by sorting (numpy's hash-based unique takes seconds on millions of int64 keys)."""
-    table = np.sort(table)
-    at = np.minimum(np.searchsorted(table, values), max(table.size - 1, 0))
-    return (table[at] == values) if table.size else np.zeros(values.shape, bool)
-
-
 def load(prefix: str) -> dict:
     """One event's hit arrays and true segments (the graph's nodes: every hit, in file order)."""
     from domainpar.data.detector import layer_index_of
@@ -136,13 +130,13 @@ def measure(event: dict, config, module_map=None, union_with: np.ndarray | None 
         keys = np.sort(keys)
         keys = keys[np.append(True, keys[1:] != keys[:-1])]
         edges = np.stack([keys // n, keys % n])
-    kept = _member(pair_keys(segments[0], segments[1], n), pair_keys(edges[0], edges[1], n))
+    kept = member(pair_keys(segments[0], segments[1], n), pair_keys(edges[0], edges[1], n))
     record = {"edges": int(edges.shape[1]), "seconds": seconds, "true": int(kept.size), "kept": int(kept.sum()),
               "bins": [[int(((pt >= lo) & (pt < hi)).sum()), int(kept[(pt >= lo) & (pt < hi)].sum())] for lo, hi in PT_BINS]}
     if module_map is not None:
         stride = np.int64(1 << 23)
         module = event["module"]
-        known = _member(module[segments[0]] * stride + module[segments[1]], module_map.pairs[:, 0] * stride + module_map.pairs[:, 1])
+        known = member(module[segments[0]] * stride + module[segments[1]], module_map.pairs[:, 0] * stride + module_map.pairs[:, 1])
         record["pair_absent"] = int((~known).sum())
         record["bins_absent"] = [int((~known[(pt >= lo) & (pt < hi)]).sum()) for lo, hi in PT_BINS]
     return record

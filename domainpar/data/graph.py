@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from domainpar.arrays import member
 from domainpar.data import features as feature_catalogue
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.data.event_graph import EventGraph
@@ -407,14 +408,6 @@ def _map_edges(hits, keep, layer, pos, config: GraphConfig) -> np.ndarray:
     return map_edges(module_map, module_keys(layer, module_id), pos)
 
 
-def _member(values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """(V,) bool, ``np.isin(values, table)`` for int64 keys: one sort of the table, a binary search per value."""
-    table = np.sort(table)
-    if table.size == 0:
-        return np.zeros(values.shape, dtype=bool)
-    return table[np.minimum(np.searchsorted(table, values), table.size - 1)] == values
-
-
 def build_graph(
     hits: pd.DataFrame,
     truth: pd.DataFrame | None = None,
@@ -485,9 +478,9 @@ def build_graph(
         segments = true_segments(particle_id, layer, pos, vertex)
         segment_keys = pair_keys(segments[0], segments[1], num_nodes)
         edge_keys = pair_keys(edge_index[0], edge_index[1], num_nodes)
-        y_bool = _member(edge_keys, segment_keys)
+        y_bool = member(edge_keys, segment_keys)
         # A true segment is an edge iff its key is among the edge keys that are true segments (a short list).
-        kept = _member(segment_keys, edge_keys[y_bool])
+        kept = member(segment_keys, edge_keys[y_bool])
         high_pt = particle_pt[segments[0]] > 1.0
         y = y_bool.astype(np.float32)
         stats_truth = (

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from domainpar.arrays import member
 from domainpar.data.detector import layer_table
 from domainpar.data.trackml import PARTS, event_id_of, event_prefixes, load_event, write_event
 from domainpar.errors import DomainparError
@@ -64,7 +65,7 @@ def subset_event(prefix: str | os.PathLike, out_dir: str | os.PathLike, volumes)
     for part in ("cells", "truth"):
         if part in frames:
             frame = frames[part]
-            subset[part] = frame[np.isin(frame["hit_id"].to_numpy(), kept_ids)]
+            subset[part] = frame[member(frame["hit_id"].to_numpy(), kept_ids)]
     if "particles" in frames:
         particles = frames["particles"].copy()
         if "truth" in subset:

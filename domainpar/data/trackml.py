@@ -24,6 +24,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import member, unique
 from domainpar.atomic import atomic_path
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.errors import DomainparError, one_line, shorten, what_is
@@ -413,12 +414,12 @@ def _validate_particles(particles: pd.DataFrame, path: Path) -> None:
 def _validate_truth_particles(truth: pd.DataFrame, truth_path: Path, particles: pd.DataFrame, particles_path: Path) -> None:
     """Every particle of the truth (0 is noise) is listed in the particles file: its pT and eta come from there."""
     ids = truth["particle_id"].to_numpy()
-    unknown = (ids != 0) & ~np.isin(ids, particles["particle_id"].to_numpy())
+    unknown = (ids != 0) & ~member(ids, particles["particle_id"].to_numpy())
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
         raise DomainparError(
             f"{particles_path}: column 'particle_id' must list every particle of the truth file "
-            f"(found {np.unique(ids[unknown]).size} missing, first {ids[row]} in {truth_path.name} row {row + 1})"
+            f"(found {unique(ids[unknown]).size} missing, first {ids[row]} in {truth_path.name} row {row + 1})"
         )
 
 
@@ -426,7 +427,7 @@ def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, 
     """Check that ``frame.hit_id`` refers to the hits (and, if ``exact``, covers every hit once)."""
     hit_ids = hits["hit_id"].to_numpy()
     ids = frame["hit_id"].to_numpy()
-    unknown = ~np.isin(ids, hit_ids)
+    unknown = ~member(ids, hit_ids)
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
         raise DomainparError(
@@ -439,7 +440,7 @@ def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, 
     if duplicated.any():
         row = int(np.flatnonzero(duplicated)[0])
         raise DomainparError(f"{path}: column 'hit_id' must be unique (found {ids[row]} again in row {row + 1})")
-    uncovered = ~np.isin(hit_ids, ids)
+    uncovered = ~member(hit_ids, ids)
     if uncovered.any():
         raise DomainparError(
             f"{path}: column 'hit_id' must match the hits file's hit_ids "

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import member
 from domainpar.data.detector import layer_index_of
 from domainpar.data.event_graph import EventGraph, require_edges
 from domainpar.data.graph_files import load_graph
@@ -106,7 +107,7 @@ def check_same_event(graph: EventGraph, hits: pd.DataFrame, graph_source: str, e
         DomainparError: naming both, and the first hit that differs.
     """
     positions = hits.set_index("hit_id")[["x", "y", "z"]]
-    known = np.isin(graph.hit_id, positions.index.to_numpy())
+    known = member(graph.hit_id, positions.index.to_numpy())
     if not known.all():
         first = int(graph.hit_id[~known][0])
         raise DomainparError(
@@ -181,7 +182,7 @@ def _prepare(source: EventSource, stage: GraphStage, prune: Prune | None, truth:
     kept = None
     if graph.num_edges != read.num_edges:
         # Pruning keeps the order of the edges it keeps: mark them among the file's edges.
-        kept = np.isin(pair_keys(read.edge_index[0], read.edge_index[1], read.num_nodes),
+        kept = member(pair_keys(read.edge_index[0], read.edge_index[1], read.num_nodes),
                        pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes))  # fmt: skip
     event = PreparedEvent(source, int(read.event_id), graph, np.sort(graph.hit_id.astype(np.int64)), inputs, read.num_edges,
                           {"read": loaded - started, "build": 0.0, "filter": filtered - loaded},
@@ -223,7 +224,7 @@ def _file_edges_built(read: EventGraph, graph: EventGraph, stage: GraphStage, ra
     edges = node[edges]
     edges = edges[:, (edges >= 0).all(axis=0)]
     built = pair_keys(edges[0], edges[1], graph.num_nodes)
-    if not np.isin(pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes), built).all():
+    if not member(pair_keys(graph.edge_index[0], graph.edge_index[1], graph.num_nodes), built).all():
         raise DomainparError(
             f"--events {events_dir}: expected the graph {source.path.name} to be built from this event by the model's "
             "recorded build (some of its edges are not among the rebuilt graph's)"

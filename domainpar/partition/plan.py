@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from domainpar.arrays import unique
 from domainpar.errors import DomainparError
 
 #: PartPlan array fields and their dtype (everything int64 but the ownership mask).
@@ -559,7 +560,7 @@ def build_plan(
         is_endpoint[halo] = False
         halo = halo[np.argsort(owner[halo], kind="stable")]  # grouped by owner, ascending id kept per group
         halo_owner = owner[halo]
-        recv_parts = np.unique(halo_owner)
+        recv_parts = unique(halo_owner)
         recv_offsets = np.searchsorted(halo_owner, np.append(recv_parts, num_parts)).astype(np.int64)
         if recv_parts.size == 0:
             recv_offsets = np.zeros(1, dtype=np.int64)

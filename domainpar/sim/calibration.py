@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom, ks_2samp, poisson
 
+from domainpar.arrays import unique
 from domainpar.data.detector import layer_index_of, layer_table, load_detector
 from domainpar.data.features import cluster_summary
 from domainpar.errors import DomainparError
@@ -226,7 +227,7 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
         delta = hits[["x", "y", "z"]].to_numpy(np.float64)[signal] - event.true_position[signal]
         du = np.einsum("ij,ij->i", delta, axes_u[row[signal]])
         dv = np.einsum("ij,ij->i", delta, axes_v[row[signal]])
-        for layer_index in np.unique(event.layer[signal]):
+        for layer_index in unique(event.layer[signal]):
             mask = event.layer[signal] == layer_index
             residual_u[layer_index].append(du[mask])
             residual_v[layer_index].append(dv[mask])
@@ -349,7 +350,7 @@ def residual_quantiles(events: list[EventTruth], probabilities=RESIDUAL_PROBABIL
             size = {"u": np.zeros(signal.size), "v": np.zeros(signal.size)}
         for axis in ("u", "v"):
             scaled = np.einsum("ij,ij->i", delta, axes[axis][rows[signal]]) / pitch[axis][rows[signal]]
-            for volume_id in np.unique(volume):
+            for volume_id in unique(volume):
                 chosen = volume == volume_id
                 entry = collected.setdefault(int(volume_id), {"u": [], "v": []})
                 entry[axis].append((scaled[chosen], size[axis][chosen]))

@@ -38,6 +38,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import unique
 from domainpar.data.detector import layer_index_of, layer_table
 from domainpar.data.features import cluster_summary
 from domainpar.errors import DomainparError
@@ -128,7 +129,7 @@ def event_counts(
         known, count = np.unique(hit_particle[~noise], return_counts=True)
         nhits = pd.Series(count, index=known).reindex(particle_ids, fill_value=0).to_numpy()
         counts["noise"] = int(noise.sum())
-        counts["noise_per_volume"] = {str(v): int(noise[volume == v].sum()) for v in np.unique(volume)}
+        counts["noise_per_volume"] = {str(v): int(noise[volume == v].sum()) for v in unique(volume)}
         particles_per_layer = pd.DataFrame({"p": hit_particle[~noise], "l": layer[~noise]}).drop_duplicates()
         counts["particles_per_layer"] = {layer_keys[i]: int(n) for i, n in particles_per_layer["l"].value_counts().items()}
     else:
@@ -167,7 +168,7 @@ def event_counts(
     counts["nhits_histogram"] = _histogram(nhits[with_hits], NHITS_BINS)
 
     # Stops and curlers: central beam-line primaries.
-    pixel_only = set(np.unique(volume)) <= set(PIXEL_VOLUMES)
+    pixel_only = set(unique(volume).tolist()) <= set(PIXEL_VOLUMES)
     central = with_hits & ~displaced & (np.abs(eta) < 1.0)
     straight = central & (pt > 0.3) & (pt < 3.0)
     stopped_below = STOPPED_BELOW_PIXEL if pixel_only else STOPPED_BELOW
@@ -210,7 +211,7 @@ def _cluster_counts(hits: pd.DataFrame, cells: pd.DataFrame, volume: np.ndarray)
     """Per volume: hits, and the sums of cells, charge, channels along u and along v over its hits."""
     summary = cluster_summary(hits["hit_id"].to_numpy(), cells)
     result = {}
-    for v in np.unique(volume):
+    for v in unique(volume):
         chosen = volume == v
         cells_v, charge, channels_u, channels_v = summary[chosen].sum(axis=0)
         result[str(int(v))] = {

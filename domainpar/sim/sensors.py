@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import unique
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.geometry import DetectorGeometry, layer_position
 from domainpar.sim.propagation import Crossings
@@ -64,7 +65,7 @@ def _on_module_planes(crossings: Crossings, config: SimulationConfig, geometry: 
     # plane the track meets inside the module. The first is its hit; a second one (an overlap of
     # neighbouring modules, by the detector's own geometry) leaves a second hit on the layer.
     candidates = np.empty((len(s), _MODULE_CANDIDATES), dtype=np.int64)
-    for layer_index in np.unique(layer):
+    for layer_index in unique(layer):
         mask = layer == layer_index
         k = min(_MODULE_CANDIDATES, geometry.module_rows[layer_index].size)
         _, nearest = geometry.trees[layer_index].query(position[mask], k=k)
@@ -106,7 +107,7 @@ def _on_nearest_modules(
     position, direction = crossings.position, crossings.direction
     # Nearest module centre of every crossing's layer (and the runner-up, its overlapping neighbour).
     nearest_row = np.empty((len(s), 2), dtype=np.int64)
-    for layer_index in np.unique(layer):
+    for layer_index in unique(layer):
         mask = layer == layer_index
         _, nearest = geometry.trees[layer_index].query(position[mask], k=2)
         nearest_row[mask] = geometry.module_rows[layer_index][nearest]

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from domainpar.arrays import member, unique
 from domainpar.errors import DomainparError
 from domainpar.tracks.score import check_aligned, score_arrays
 
@@ -343,14 +344,14 @@ def tracking_metrics(
     double_majority = table.good & real
     perfect = real & (table.major_nhits == table.nhits) & (table.major_nhits == table.major_particle_nhits)
 
-    hit_particles = np.unique(particle_id[particle_id != 0])
+    hit_particles = unique(particle_id[particle_id != 0])
     pt, eta = particles.lookup(hit_particles)
     pairs = np.unique(np.stack([particle_id, layer]), axis=1)
     pairs = pairs[:, pairs[0] != 0]
     layer_particles, nlayers = np.unique(pairs[0], return_counts=True)
     particle_nlayers = nlayers[np.searchsorted(layer_particles, hit_particles)] if hit_particles.size else nlayers
-    matched = np.isin(hit_particles, table.major_particle_id[double_majority])
-    perfectly = np.isin(hit_particles, table.major_particle_id[perfect])
+    matched = member(hit_particles, table.major_particle_id[double_majority])
+    perfectly = member(hit_particles, table.major_particle_id[perfect])
     reconstructable = (pt > pt_min) & (particle_nlayers >= min_layers)
 
     candidate = table.nhits >= min_track_hits

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from domainpar.arrays import member, unique
 from domainpar.data.true_segments import pair_keys, true_segments
 from domainpar.errors import DomainparError
 from domainpar.tracks.efficiency import PT_BINS, TrackingMetrics
@@ -75,7 +76,7 @@ def event_segments(particle_id: np.ndarray, layer: np.ndarray, pos: np.ndarray, 
     segments = true_segments(particle_id, np.asarray(layer, np.int64), pos, vertex)
     # Only edges within one particle can be true segments: testing those alone is an order of magnitude cheaper.
     inner = built_edge_index[:, _within_particles(particle_id, built_edge_index)]
-    built = np.isin(pair_keys(segments[0], segments[1], num_nodes), pair_keys(inner[0], inner[1], num_nodes))
+    built = member(pair_keys(segments[0], segments[1], num_nodes), pair_keys(inner[0], inner[1], num_nodes))
     return EventSegments(segments, built)
 
 
@@ -130,7 +131,7 @@ def chain_joined(
     adjacency = coo_matrix((ones, (chosen[0], chosen[1])), shape=(num_nodes, num_nodes))
     num_pieces, piece = connected_components(adjacency.tocsr(), directed=False)
     real = node_particle >= 0
-    pairs = np.unique(node_particle[real].astype(np.int64) * num_pieces + piece[real])
+    pairs = unique(node_particle[real].astype(np.int64) * num_pieces + piece[real])
     return np.bincount(pairs // num_pieces, minlength=num_particles) == 1
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
+from domainpar.arrays import unique
 from domainpar.kernels.track_ckf import MAX_HITS
 from domainpar.kernels.track_fit import HitColumns
 from domainpar.kernels.track_holes import hole_hits
@@ -151,6 +152,6 @@ def attach_at_holes(columns: HitColumns, layer: np.ndarray, labels: np.ndarray, 
     np.cumsum(np.bincount(hit, minlength=labels.size), out=ptr[1:])
     node = hits[offsets[track[order]]]
     return attach_free(
-        *columns, layer, labels, ptr, node, np.zeros(node.size), np.unique(hit), config.hit_chi2, config.max_chi2_ndf,
+        *columns, layer, labels, ptr, node, np.zeros(node.size), unique(hit), config.hit_chi2, config.max_chi2_ndf,
         config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
     )  # fmt: skip

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import difference, unique
 from domainpar.errors import DomainparError
 
 #: Columns a submission must have (``event_id`` is optional and ignored).
@@ -128,12 +129,12 @@ def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, sour
             f"e.g. hit_id {int(unique_hits[dup[0]])} {int(counts[dup[0]])} times)"
         )
     truth_hit_id = np.asarray(truth_hit_id, dtype=np.int64)
-    unknown = np.setdiff1d(unique_hits, truth_hit_id, assume_unique=False)
+    unknown = difference(unique_hits, truth_hit_id)
     if unknown.size:
         raise DomainparError(
             f"{source}: hit_ids must belong to the event (got {unknown.size} unknown hit_ids, e.g. {int(unknown[0])})"
         )
-    absent = np.setdiff1d(truth_hit_id, unique_hits, assume_unique=False)
+    absent = difference(truth_hit_id, unique_hits)
     if absent.size:
         raise DomainparError(
             f"{source}: submission must assign every hit of the event a track "
@@ -149,7 +150,7 @@ def _validate_truth(truth: pd.DataFrame, source: str) -> tuple[np.ndarray, np.nd
     hit_id = truth["hit_id"].to_numpy(dtype=np.int64)
     particle_id = truth["particle_id"].to_numpy(dtype=np.int64)
     weight = truth["weight"].to_numpy(dtype=np.float64)
-    if np.unique(hit_id).size != hit_id.size:
+    if unique(hit_id).size != hit_id.size:
         raise DomainparError(f"{source}: truth hit_ids must be unique (got duplicates)")
     if not np.isfinite(weight).all() or (weight < 0).any():
         raise DomainparError(f"{source}: truth weights must be finite and non-negative")

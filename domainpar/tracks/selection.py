@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from domainpar.arrays import unique
 from domainpar.kernels.track_fit import HitColumns
 from domainpar.kernels.track_holes import count_holes
 from domainpar.kernels.track_refine import track_perigees
@@ -60,7 +61,7 @@ def hole_arguments(columns: HitColumns, layer: np.ndarray, labels: np.ndarray, c
     np.cumsum(np.bincount(labels[on], minlength=perigees.shape[0]), out=offsets[1:])
     barrel, position, low, high = layer_surfaces()
     present = np.zeros(barrel.size, dtype=bool)
-    present[np.unique(layer)] = True
+    present[unique(layer)] = True
     layer_ptr, sorted_phi, sorted_hits = layer_hits(np.stack(columns[:3], axis=1), layer, barrel.size)
     return (perigees, offsets, hits, layer, barrel, position, low, high, present, HOLE_MARGIN, *columns[:3], layer_ptr,
             sorted_phi, sorted_hits)  # fmt: skip
@@ -125,7 +126,7 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config) -> np
     # columns of a 2-row array sorts them as records, a tenth of the builder's time on a full event).
     layer = np.asarray(layer, dtype=np.int64)
     num_layers = int(layer.max()) + 1
-    keys = np.unique(candidates.track_id.astype(np.int64) * num_layers + layer)
+    keys = unique(candidates.track_id.astype(np.int64) * num_layers + layer)
     layers = np.bincount(keys // num_layers, minlength=sizes.size)
     # Mean score of the steps between consecutive hits on different layers (no edge: 0). A step within one layer
     # (the double hit of overlapping modules) has no edge by construction (the graph joins layers): counted as 0,

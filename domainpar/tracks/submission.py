@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from domainpar.arrays import difference
 from domainpar.errors import DomainparError
 from domainpar.tracks.score import check_aligned
 
@@ -60,7 +61,7 @@ def complete_tracks(event_hit_id: np.ndarray, graph_hit_id: np.ndarray, graph_tr
     sorted_hits = graph_hit_id[order]
     pos = np.clip(np.searchsorted(sorted_hits, event_hit_id), 0, max(sorted_hits.size - 1, 0))
     in_graph = (sorted_hits[pos] == event_hit_id) if sorted_hits.size else np.zeros(event_hit_id.size, dtype=bool)
-    unknown = np.setdiff1d(graph_hit_id, event_hit_id)
+    unknown = difference(graph_hit_id, event_hit_id)
     if unknown.size:
         raise DomainparError(
             f"graph hit_ids must belong to the event (got {unknown.size} hits not in the event, e.g. {int(unknown[0])})"

@@ -40,6 +40,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from domainpar.arrays import unique
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError, one_line, shorten
@@ -87,7 +88,7 @@ def _ball(edge_index: np.ndarray, num_nodes: int, size: int) -> np.ndarray:
             crossing = inside[src] != inside[dst]  # edges that leave the ball
             if not crossing.any():
                 break
-            new = np.unique(np.concatenate([src[crossing], dst[crossing]]))
+            new = unique(np.concatenate([src[crossing], dst[crossing]]))
             new = new[~inside[new]][: size - count]
             inside[new] = True
             count += new.shape[0]
