@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from domainpar.errors import Terminated, note_stop
@@ -56,16 +57,59 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+#: Seconds after which a stop that landed in a finalizer is raised again, from the code running by then.
+FINALIZER_RETRY_S = 0.01
+
+
+def in_finalizer(frame: Any) -> bool:
+    """Whether ``frame`` (where a signal interrupted the main thread) runs inside a finalizer: an object's
+    ``__del__`` or a ``weakref.finalize`` callback, which the garbage collector may run at any allocation. An
+    exception raised there is printed as "Exception ignored in ..." and lost."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name == "__call__" and code.co_filename.endswith("weakref.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raise_outside_finalizers(frame: Any, raise_stop: Callable[[], None]) -> None:
+    """Call ``raise_stop`` (it raises the stop) from a signal handler that interrupted ``frame``; inside a finalizer
+    (:func:`in_finalizer`), a moment later instead, from wherever the code is then (a one-shot SIGALRM; the
+    alarm handler and timer that were set before are put back first)."""
+    if not in_finalizer(frame) or not hasattr(signal, "setitimer"):
+        raise_stop()
+        return
+    previous = signal.getsignal(signal.SIGALRM)
+    started = time.monotonic()
+
+    def again(_signum: int, later: Any) -> None:
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            signal.signal(signal.SIGALRM, previous)
+        if pending[0] > 0:  # someone's alarm (a test timeout) was running: it keeps its deadline
+            signal.setitimer(signal.ITIMER_REAL, max(pending[0] - (time.monotonic() - started), 1e-3), pending[1])
+        raise_outside_finalizers(later, raise_stop)
+
+    pending = signal.getitimer(signal.ITIMER_REAL)
+    signal.signal(signal.SIGALRM, again)
+    signal.setitimer(signal.ITIMER_REAL, FINALIZER_RETRY_S)
+
+
 def unwind(signum: int, frame: Any) -> None:
     """A command's stop handler: the first stop signal raises (``KeyboardInterrupt`` for SIGINT, else
-    :class:`~domainpar.errors.Terminated`); repeats are ignored, so the clean-up itself is not interrupted."""
+    :class:`~domainpar.errors.Terminated`), outside any finalizer (:func:`raise_outside_finalizers`); repeats are
+    ignored, so the clean-up itself is not interrupted."""
     note_stop(signum)
     for other in STOP_SIGNALS:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(other, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signum)
+
+    def stop() -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    raise_outside_finalizers(frame, stop)
 
 
 @contextlib.contextmanager
@@ -190,5 +234,6 @@ def start_resource_tracker() -> None:
 
 
 __all__ = [
-    "STOP_SIGNALS", "HeldStops", "children_start_quietly", "hold_stops", "start_resource_tracker", "stops_unwind", "unwind",
+    "FINALIZER_RETRY_S", "STOP_SIGNALS", "HeldStops", "children_start_quietly", "hold_stops", "in_finalizer",
+    "raise_outside_finalizers", "start_resource_tracker", "stops_unwind", "unwind",
 ]

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 from domainpar.atomic import remove_temporaries_of
 from domainpar.errors import DomainparError, Terminated, fault_at, fault_parts, message_line, one_line
 from domainpar.progress import progress as progress_display
-from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
+from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, raise_outside_finalizers, start_resource_tracker
 
 T = TypeVar("T")
 
@@ -235,9 +235,15 @@ def _call(fn: Callable[..., Any], item: Any, name: str, args: tuple) -> ItemResu
 
 
 def _worker_stop(signum: int, frame: Any) -> None:
-    if _IN_ITEM:
+    if not _IN_ITEM:
+        os._exit(128 + signum)
+
+    def stop() -> None:
+        if not _IN_ITEM:  # the item ended while a stop that landed in a finalizer waited
+            os._exit(128 + signum)
         raise Terminated(signum)
-    os._exit(128 + signum)
+
+    raise_outside_finalizers(frame, stop)
 
 
 def _init_worker(started: Any = None) -> None:

@@ -128,3 +128,50 @@ def test_a_command_unwinds_once_and_ignores_repeats():
     finally:
         clear_stop()
     assert {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} == before  # the caller's, after the block
+
+
+class _StopsInItsFinalizer:
+    """An object whose finalizer takes a SIGTERM: the handler runs inside ``__del__`` (or a weakref.finalize
+    callback), where a raised exception is printed as "Exception ignored in" and lost."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def _wait_for_the_stop() -> None:
+    import time
+
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        time.sleep(0.001)
+    pytest.fail("the stop that landed in a finalizer was lost")
+
+
+@pytest.mark.parametrize("finalizer", ["__del__", "weakref.finalize"])
+def test_a_stop_inside_a_finalizer_is_raised_once_it_has_returned(finalizer, capfd):
+    import weakref
+
+    from domainpar.errors import Terminated, clear_stop
+
+    def recorded(signum, frame):
+        alarms.append(signum)
+
+    alarms: list[int] = []
+    previous = signal.signal(signal.SIGALRM, recorded)
+    signal.setitimer(signal.ITIMER_REAL, 60.0)  # someone's alarm (pytest-timeout's): kept, with its deadline
+    try:
+        with stops_unwind():
+            with pytest.raises(Terminated):
+                if finalizer == "__del__":
+                    victim = _StopsInItsFinalizer()
+                else:
+                    victim = type("Victim", (), {})()
+                    weakref.finalize(victim, signal.raise_signal, signal.SIGTERM)
+                del victim
+                _wait_for_the_stop()
+        assert signal.getsignal(signal.SIGALRM) is recorded and 50.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 60.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        clear_stop()
+    assert alarms == [] and "Exception ignored" not in capfd.readouterr().err

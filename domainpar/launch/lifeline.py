@@ -27,6 +27,7 @@ from typing import Any
 
 # Defined with the other exceptions at the bottom layer (worker pools and every command raise it too).
 from domainpar.errors import Terminated, note_stop
+from domainpar.signals import raise_outside_finalizers
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
@@ -85,7 +86,11 @@ def name_process(rank: int) -> None:
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     note_stop(signum)
-    raise Terminated(signum)
+
+    def stop() -> None:
+        raise Terminated(signum)
+
+    raise_outside_finalizers(frame, stop)
 
 
 def terminate_on_signals() -> None:
