@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from domainpar.errors import DomainparError, fault_line, one_line
+from domainpar.errors import DomainparError, Terminated, fault_line, interrupt_of, one_line
 
 #: Key prefix of everything domainpar keeps in the rendezvous store.
 STORE_PREFIX = "domainpar/"
@@ -156,13 +156,20 @@ def publish_failure(exc_or_failure: BaseException | Failure) -> Failure | None:
     """Publish this rank's failure on the default group's channel; return the job's first failure.
 
     A :class:`PeerFailed` is not published again (it already names the
-    first failure). Returns None when there is no channel (one process).
+    first failure), nor is a stop signal (:class:`~domainpar.errors.Terminated`): a launcher stops every rank
+    once one died, and a stop published first would hide that death; the first failure already published, if
+    any, is returned for it. Returns None when there is no channel (one process).
     """
     if isinstance(exc_or_failure, PeerFailed):
         return exc_or_failure.failure
     channel = default_channel()
     if channel is None:
         return None
+    if isinstance(exc_or_failure, BaseException) and isinstance(interrupt_of(exc_or_failure), Terminated):
+        try:
+            return channel.first()
+        except Exception:  # noqa: BLE001 - the store may have died with the peer that hosted it
+            return None
     failure = exc_or_failure if isinstance(exc_or_failure, Failure) else raised(channel.rank, exc_or_failure)
     try:
         return channel.publish(failure)

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from domainpar.comm.failure import STORE_PREFIX, Failure, FailureChannel, PeerFailed, raised
-from domainpar.errors import DomainparError, stop_received
+from domainpar.errors import DomainparError, Terminated, interrupt_of, stop_received
 
 #: Messages of communication errors caused by a peer going away (gloo, NCCL, TCPStore); their rank is a bystander.
 _PEER_GONE_HINTS = (
@@ -79,6 +79,9 @@ class WatchdogConfig:
     so that the agent sees the peer's failure first and its summary names it as the root cause."""
     finish_s: float = 120.0
     """Longest the rank that hosts the store waits for its peers to finish a successful run before exiting."""
+    stop_cause_s: float = 5.0
+    """On a stop signal, longest a rank looks for a peer's failure to name as its cause (on a loaded machine the
+    peer's death and the store's answer can lag the launcher's signal)."""
 
 
 def _proc_stat_fields(pid: int) -> list[str]:
@@ -217,6 +220,8 @@ class Watchdog:
         self._report_lock = threading.Lock()
         self._reported = False
         self._main_done = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stopped: Failure | None = None
         self._store_errors_since: float | None = None
         self._store_gone = False
         self.before_exit: list[Callable[[], None]] = []
@@ -262,6 +267,8 @@ class Watchdog:
         """
         if isinstance(exc, PeerFailed):
             return exc.failure
+        if isinstance(interrupt_of(exc), Terminated):
+            return self.stopped(exc)
         if is_peer_loss(exc):
             # The watchdog thread finds the culprit (it reads the channel every interval and also notices a
             # store that went away): wait for it rather than poll a store that may be gone from here too.
@@ -278,6 +285,22 @@ class Watchdog:
             return self.channel.publish(own)
         except Exception:  # noqa: BLE001 - no store: this rank's own view is all there is
             return own
+
+    def stopped(self, exc: BaseException) -> Failure:
+        """What a stop signal (``exc`` is, or carries, :class:`~domainpar.errors.Terminated`) stands for; decided once.
+
+        A launcher stops every rank once one died (torchrun's agent within a tenth of a second, often before
+        this rank's own collective breaks or its watchdog looks): the dead peer is named if it can be found
+        within ``stop_cause_s``. Otherwise it is this rank's stop (scancel, a user's kill), and that is never
+        published: a stop is no rank's failure, and once in the channel it would hide the real cause from
+        every rank (explain, cause and the watchdog thread all take the first failure published).
+        """
+        with self._stop_lock:
+            if self._stopped is None:
+                stop = interrupt_of(exc) or exc
+                found = self.cause(timeout_s=self.config.stop_cause_s)
+                self._stopped = found or Failure(self.rank, f"rank {self.rank} {stop}", "raised", self.rank)
+            return self._stopped
 
     def stop(self, done: bool = True) -> None:
         """Stop the thread; with ``done``, mark this rank finished (and, if it hosts the store, wait for the others)."""

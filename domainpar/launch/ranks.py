@@ -241,14 +241,10 @@ def fail_rank(exc: BaseException) -> None:
     # while this one is still working out which peer vanished) must not interrupt naming the cause.
     _hold_stop_signals()
     if isinstance(exc, Terminated):
-        # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name.
-        # A few seconds: on a loaded machine the peer's exit and the store's answer can lag the launcher's signal.
-        failure = watchdog.cause(timeout_s=5.0)
-        if failure is None:
-            # Stopped with no failure to name (scancel, a user's kill): said, not published as this rank's failure.
-            failure = Failure(watchdog.rank, f"rank {watchdog.rank} {exc}", "raised", watchdog.rank)
-            watchdog.finish_failed(failure, exc.exit_code, linger=False)
-        watchdog.finish_failed(failure, exc.exit_code)
+        # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name;
+        # with no failure to name (scancel, a user's kill) the stop is said, not published.
+        failure = watchdog.stopped(exc)
+        watchdog.finish_failed(failure, exc.exit_code, linger=failure.rank != watchdog.rank)
     failure = watchdog.explain(exc)
     own = failure.rank == watchdog.rank
     text = "" if (not own or failure.user_error or is_fault(exc)) else "".join(traceback.format_exception(exc))

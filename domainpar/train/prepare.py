@@ -485,7 +485,8 @@ def prepare_distributed(
         raise
     except BaseException as exc:
         first = publish_failure(exc)
-        wait.linger(channel, world_size)
+        if first is not None and first.rank == rank:
+            wait.linger(channel, world_size)  # this rank's own failure: let the peers read it before the launcher ends them
         if first is not None and first.rank != rank:
             channel.acknowledge()
             if first.user_error:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch.distributed as dist
 
-from domainpar.comm.failure import Failure, FailureChannel, PeerFailed, raised
-from domainpar.errors import DomainparError
+from domainpar.comm.failure import Failure, FailureChannel, PeerFailed, publish_failure, raised
+from domainpar.errors import DomainparError, Terminated
 
 
 def test_first_failure_wins_and_every_rank_reads_it():
@@ -43,3 +45,23 @@ def test_acknowledgements_name_the_readers():
     channels[1].acknowledge()
     channels[1].acknowledge()  # idempotent: a rank is one reader
     assert channels[0].acknowledged([1, 2, 3]) == [1, 3]
+
+
+def test_a_stop_signal_is_not_published_as_the_ranks_failure(monkeypatch):
+    # A launcher stops the survivors of a rank's death: a stop published first would hide that death.
+    import domainpar.comm.failure as failure_module
+
+    store = dist.HashStore()
+    monkeypatch.setattr(failure_module, "default_channel", lambda: FailureChannel(store, 0))
+    stop = Terminated(signal.SIGTERM)
+    assert publish_failure(stop) is None and FailureChannel(store, 1).first() is None
+    # Carried by another exception (an importer's ImportError made of it): still a stop.
+    try:
+        raise ImportError("interrupted") from stop
+    except ImportError as carried:
+        assert publish_failure(carried) is None
+    assert FailureChannel(store, 1).first() is None
+    # A failure published before is what a stop stands for; a rank's own error is still published.
+    died = FailureChannel(store, 1).publish(Failure(1, "rank 1 died (its process 17 on a is gone)", "died", 1))
+    assert publish_failure(stop) == died
+    assert publish_failure(ValueError("boom")) == died

@@ -9,6 +9,7 @@ peer's failure would bring is prevented by stopping the watchdog in time.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import torch.distributed as dist
 
 from domainpar.comm.failure import STORE_PREFIX, Failure, FailureChannel, PeerFailed, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, is_peer_loss, process_gone, process_identity, same_machine
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, Terminated
 
 FAST = WatchdogConfig(interval_s=0.1, dead_after_s=1.0, grace_s=600.0, linger_s=1.0, finish_s=2.0)
 
@@ -193,3 +194,37 @@ def test_a_stop_signal_before_the_thread_has_seen_the_peers_still_names_the_dead
         watchdog.stop(done=False)
     assert failure is not None and failure.rank == 1 and failure.kind == "died", failure
     assert failure.message.startswith("rank 1 died (its process ") and failure.message.endswith(" is gone)")
+
+
+
+def test_a_stop_signal_names_the_dead_peer_and_is_never_published_as_the_ranks_own(store, tmp_path):
+    # torchrun's agent stops every rank a tenth of a second after one died, often while the survivor is in
+    # Python between collectives: the Terminated reaches explain() before any broken collective or watchdog
+    # look. Published as this rank's own failure it would be the job's first, and hide the death from everyone.
+    slow = WatchdogConfig(interval_s=600.0, dead_after_s=1200.0, grace_s=600.0, linger_s=1.0, finish_s=2.0,
+                          stop_cause_s=0.5)
+    _peer(store, 1, _gone_identity())
+    watchdog, _ = _watch(store, 0, 2, slow)
+    try:
+        failure = watchdog.explain(Terminated(signal.SIGTERM))
+        assert watchdog.stopped(Terminated(signal.SIGTERM)) is failure  # decided once (explain, then fail_rank)
+    finally:
+        watchdog.stop(done=False)
+    assert failure.rank == 1 and failure.kind == "died", failure
+    assert FailureChannel(store, 1).first() == failure
+
+    # A stop with no failure to name (scancel, a user's kill): this rank's line, kept out of the channel.
+    quiet = dist.FileStore(str(tmp_path / "quiet"), -1)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        _peer(quiet, 1, {**process_identity(), "pid": alive.pid, "start": ""})
+        watchdog, _ = _watch(quiet, 0, 2, slow)
+        try:
+            own = watchdog.explain(Terminated(signal.SIGTERM))
+        finally:
+            watchdog.stop(done=False)
+    finally:
+        alive.kill()
+        alive.wait()
+    assert own == Failure(0, "rank 0 stopped by SIGTERM", "raised", 0)
+    assert FailureChannel(quiet, 1).first() is None
