@@ -47,6 +47,7 @@ from domainpar.data.event_graph import EventGraph, require_edges
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError, not_a_file, one_line, reraise_fault, shorten
 from domainpar.kernels import chunks
+from domainpar.optim import AdamW
 from domainpar.parsing import parse_json
 
 #: Bumped whenever the saved layout changes.
@@ -414,7 +415,7 @@ def train_filter(
     net = FilterNet(inputs.shape[1], config.hidden, config.layers)
     net.mean.copy_(inputs.mean(dim=0))
     net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
-    optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimiser = AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=config.lr, total_steps=config.steps)
     # Balance the classes: true edges weigh the fakes' share of the batch. With a share of the false edges kept,
     # the balanced loss is the full data's balanced loss up to a constant factor, which AdamW's steps ignore.

@@ -35,6 +35,7 @@ from domainpar.errors import MEMORY_ADVICE, MachineFault, fault_line
 from domainpar.launch.ranks import device_for_local_rank
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import build_model, check_config
+from domainpar.optim import AdamW
 from domainpar.parallel.part import attach
 from domainpar.progress import progress
 from domainpar.train.checkpoint import (
@@ -181,7 +182,7 @@ class Trainer:
         o = config.optim
         # Replica count the learning rate is scaled for: this run's, or on a resume the checkpoint's.
         self.lr_replicas = self.layout.num_replicas
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = AdamW(
             self.model.parameters(),
             lr=learning_rate(0, self.total_steps, o, self.lr_replicas),
             betas=(o.beta1, o.beta2),

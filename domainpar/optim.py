@@ -1,0 +1,57 @@
+"""torch's AdamW, without importing ``torch._dynamo`` in a process that never compiles.
+
+torch 2.13's optimizers import the compiler front end the first time they
+are used: four methods of ``torch.optim.Optimizer`` (``add_param_group``,
+called by the constructor, ``zero_grad``, ``state_dict``,
+``load_state_dict``) sit behind ``torch._disable_dynamo``, which imports
+``torch._dynamo`` on its first call, and every ``step`` does so as well
+(``_use_grad_for_differentiable``, for its graph breaks). That import costs
+2–2.5 s of CPU here, as much as importing torch itself; every rank, every
+training process and every filter training pays it although nothing in it
+runs: those wrappers only matter inside a frame that ``torch.compile``
+traces, and no optimizer method of ours ever runs in one (the model compiles
+row-wise MLP pieces, never a training step).
+
+:class:`AdamW` is ``torch.optim.AdamW`` with those five methods called
+unwrapped: the same code, the same arithmetic bit for bit, the same
+``state_dict`` (checkpoints are interchangeable); step hooks and schedulers
+work as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+
+def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The function under torch's decorators (each keeps what it wraps as ``__wrapped__``)."""
+    return inspect.unwrap(method)
+
+
+class AdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` (same arguments, results and state) that leaves ``torch._dynamo`` unimported."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        _unwrapped(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _unwrapped(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _unwrapped(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _unwrapped(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        # What torch's wrapper does around its step, less the graph breaks: gradients off unless the optimizer
+        # is differentiable (ours never is), restored afterwards. (Step hooks still run: the constructor wraps
+        # this method with them, as it wraps torch's.)
+        with torch.set_grad_enabled(self.defaults["differentiable"]):
+            return _unwrapped(torch.optim.AdamW.step)(self, closure)
+
+
+__all__ = ["AdamW"]
