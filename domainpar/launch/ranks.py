@@ -44,7 +44,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -363,7 +363,9 @@ def _child(
             timeout=timedelta(seconds=timeout_s),
         )
         if world_size > 1 and watchdog_config is not None:
-            watchdog = _start_watchdog(rank, world_size, watchdog_config, report)
+            # The spawning parent stops its ranks only once it has their reports, and names the failure itself: a
+            # rank it stops says so at once instead of looking for a cause (and being killed while it looks).
+            watchdog = _start_watchdog(rank, world_size, replace(watchdog_config, stop_cause_s=0.0), report)
         value = fn(rank, world_size, *args)
         # Pickle here, not in the queue's feeder thread, so an unpicklable result is reported as this rank's error.
         payload = pickle.dumps(value)

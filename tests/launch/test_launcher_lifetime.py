@@ -49,7 +49,9 @@ def test_ranks_die_with_their_launcher_and_the_lock_names_it(tmp_path, signum):
         assert line.startswith(f"error: --out {out}: another training run is writing there (pid {launcher.pid} on host ")
         assert line.endswith("wait for it, stop it, or choose another --out"), line
         os.kill(launcher.pid, signum)
+        signalled = time.monotonic()
         launcher.wait(timeout=30)
+        stopped_in = time.monotonic() - signalled
         # Judged before anything of the test's own kills them: the ranks must be gone by themselves.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(running(pid) for pid in ranks.values()):
@@ -67,6 +69,9 @@ def test_ranks_die_with_their_launcher_and_the_lock_names_it(tmp_path, signum):
     assert job.steps_logged() == logged  # nobody is training into --out any more
     if signum == signal.SIGTERM:
         assert launcher.returncode == 128 + signal.SIGTERM
+        # Promptly: a rank its launcher stops reports at once (~1 s here) instead of looking for a failure to
+        # name for 5 s, then being killed by the launcher while it looks.
+        assert stopped_in < 4.5, stopped_in
         assert output.strip().splitlines() == ["error: domainpar train stopped by SIGTERM; its ranks were stopped"], output
         assert not (out / "train.lock").exists()
     else:
