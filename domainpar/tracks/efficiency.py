@@ -118,8 +118,8 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     """
     order = np.argsort(values, kind="stable")
     ordered = values[order]
-    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if ordered.size else np.zeros(0, np.int64)
-    ends = np.append(starts[1:], ordered.size)
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    ends = np.append(starts[1:], ordered.size)  # (no values: one empty tie, 0..0, that repeats nothing)
     ranks = np.empty(values.shape, dtype=np.float64)
     # Positions start..end-1 of a tie hold ranks start+1..end: their average is (start + 1 + end) / 2, exact in float64.
     ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
