@@ -363,9 +363,10 @@ def edge_feature_matrix(
 ) -> np.ndarray:
     """(E, F) float32 edge features.
 
-    Every column is computed in float64 and rounded to float32 once, as it is written into the (E, F) result;
-    the edges are done in contiguous chunks on :func:`domainpar.kernels.chunks.build_threads` threads (the
-    same arithmetic per element, so the same bytes on any number of threads).
+    Every column is computed in float64 and rounded to float32 once, as it is written into the (E, F) result, by
+    one pass over the edges (:func:`domainpar.kernels.edge_features.edge_feature_rows`, numpy's arithmetic
+    operation for operation) in contiguous chunks on :func:`domainpar.kernels.chunks.build_threads` threads:
+    the same bytes on any number of threads.
 
     Args:
         names: feature names (see :data:`EDGE_FEATURES`).
@@ -373,6 +374,7 @@ def edge_feature_matrix(
         edge_index: (2, E) inner → outer node indices.
     """
     from domainpar.kernels import chunks
+    from domainpar.kernels.edge_features import CODES, TRIPLET_CODE, edge_feature_rows
 
     for name in names:
         if name not in EDGE_FEATURE_SPECS:
@@ -383,48 +385,34 @@ def edge_feature_matrix(
     r = np.hypot(x, y)
     phi = np.arctan2(y, x)
     eta = np.arcsinh(z / np.maximum(r, 1e-9))
-    triplets = _triplet_columns(x, y, z, r, phi, src, dst, pos.shape[0]) if set(names) & set(TRIPLET_FEATURES) else None
     result = np.empty((src.size, len(names)), dtype=np.float32)
+    if not names:
+        return result
+    triplets = _triplet_columns(x, y, z, r, phi, src, dst, pos.shape[0]) if set(names) & set(TRIPLET_FEATURES) else None
+    # Chunks of a few MB; more chunks than threads balance them.
+    ranges = chunks.bounds(src.size, max(4 * chunks.build_threads(), src.size // 65536))
+    if triplets is not None:
+        distances = [TRIPLET_FEATURES.index(name) for name in names if name.endswith("_distance")]
+
+        def distance_logs(lo: int, hi: int) -> None:
+            for k in distances:
+                # numpy's log1p of the strided column view, as the whole column was (its vectorised log1p is
+                # not glibc's, which numba would call).
+                triplets[lo:hi, k] = np.log1p(triplets[lo:hi, k])
+
+        chunks.run(distance_logs, ranges)
+    else:
+        triplets = np.zeros((0, len(TRIPLET_FEATURES)), dtype=np.float64)
+    codes = np.array(
+        [TRIPLET_CODE + TRIPLET_FEATURES.index(name) if name in TRIPLET_FEATURES else CODES[name] for name in names],
+        dtype=np.int64,
+    )
+    scales = np.array([EDGE_FEATURE_SPECS[name].scale for name in names], dtype=np.float64)
+
+    coordinates = [np.ascontiguousarray(values) for values in (x, y, z, r, phi, eta)]  # one numba signature
 
     def fill(lo: int, hi: int) -> None:
-        a, b = src[lo:hi], dst[lo:hi]
-        dr = r[b] - r[a]
-        dz = z[b] - z[a]
-        dphi = np.mod(phi[b] - phi[a] + np.pi, 2 * np.pi) - np.pi
-        deta = eta[b] - eta[a]
-        for k, name in enumerate(names):
-            if name in TRIPLET_FEATURES:
-                column = triplets[lo:hi, TRIPLET_FEATURES.index(name)]  # a strided view, as the whole column was
-                if name.endswith("_distance"):
-                    column = np.log1p(column)
-                column = column / EDGE_FEATURE_SPECS[name].scale
-            elif name == "dr":
-                column = dr / 1000.0
-            elif name == "dphi":
-                column = dphi / np.pi
-            elif name == "dz":
-                column = dz / 1000.0
-            elif name == "dR":
-                column = np.hypot(deta, dphi)
-            elif name == "deta":
-                column = 10.0 * deta
-            elif name == "phi_slope":
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    slope = np.where(np.abs(dr) > 1e-6, 1000.0 * dphi / dr, np.sign(dphi) * np.inf)
-                column = np.clip(np.nan_to_num(slope, nan=0.0), -10.0, 10.0)
-            elif name == "z0":
-                # z0 = z_a - r_a dz/dr, written as (z_a dr - r_a dz) / dr and clipped where dr is tiny (disc pairs).
-                numerator = z[a] * dr - r[a] * dz
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    z0 = np.where(np.abs(dr) > 1e-6, numerator / dr, np.sign(numerator) * np.inf)
-                column = np.clip(np.nan_to_num(z0 / 200.0, nan=0.0), -5.0, 5.0)
-            else:  # curvature
-                cross = x[a] * y[b] - y[a] * x[b]
-                chord = np.hypot(x[b] - x[a], y[b] - y[a])
-                column = 300.0 * 2.0 * cross / np.maximum(r[a] * r[b] * chord, 1e-9)
-            result[lo:hi, k] = column  # float64 -> float32, rounded to nearest as astype rounds
+        edge_feature_rows(src, dst, *coordinates, triplets, codes, scales, lo, hi, result)
 
-    if names:
-        # Chunks of a few MB keep each chunk's temporaries in cache; more chunks than threads balance them.
-        chunks.run(fill, chunks.bounds(src.size, max(4 * chunks.build_threads(), src.size // 65536)))
+    chunks.run(fill, ranges)
     return result

@@ -291,9 +291,10 @@ def _search_edges(
     n = np.int64(r.size)
     if 2 * n * n >= np.iinfo(np.int64).max:  # never for a detector's hits; the keys below need 2 N^2 < 2^63
         raise DomainparError(f"hits: too many for one graph ({int(n)})")
+    node = np.require(order, np.int64, ["C", "W"])
 
     def search(first: int, last: int) -> np.ndarray:
-        src, dst, crossed = find_segments(
+        return find_segments(
             *floats[:5],
             ints[0],
             ints[1],
@@ -314,9 +315,10 @@ def _search_edges(
             float(config.skip_phi_slope_max),
             float(config.skip_z0_max),
             bool(config.skip_missing),
+            node,
+            # Room for the segments of ~8 per inner hit and pair (a full event's average is 6): rarely grown.
+            8 * int(hits_done[last] - hits_done[first]),
         )
-        # Node indices, as one key per segment: (src N + dst) 2 + crossed (0 or 1).
-        return (order[src] * n + order[dst]) * 2 + crossed
 
     ranges = chunks.weighted_bounds(hits_done, pieces) if items.shape[0] else []
     keys = np.concatenate(chunks.run(search, ranges)) if ranges else np.zeros(0, np.int64)

@@ -227,8 +227,10 @@ def find_segments(
     skip_phi_slope_max: float,
     skip_z0_max: float,
     allow_skip: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All hit pairs (inner, outer) of the given work items that pass the cuts.
+    node: np.ndarray,
+    capacity: int,
+) -> np.ndarray:
+    """All hit pairs (inner, outer) of the given work items that pass the cuts, as one int64 key each.
 
     Hits must be sorted by layer, then phi bin, then ``secondary`` (z on
     barrels, r on discs). Indices below are positions in that sorted order.
@@ -259,16 +261,17 @@ def find_segments(
         deta_max: on disc → disc pairs also keep only |deta| <= deta_max.
         skip_phi_slope_max, skip_z0_max: the same cuts for segments that cross one layer.
         allow_skip: keep segments that cross one layer at all.
+        node: (N,) int64 node index of every sorted position (what the keys hold).
+        capacity: keys the output holds before it grows (a guess: any value gives the same keys).
 
     Returns:
-        (src, dst, crossed): (E,) int64 sorted positions of the inner and outer
-        hit, and (E,) int64 number of layers crossed (0 or 1), in the order of
-        the items, then the inner hits.
+        (E,) int64 ``(node[a] N + node[b]) 2 + crossed`` of every pair (a, b) kept, a the inner hit, crossed the
+        number of layers its segment crosses (0 or 1), in the order of the items, then the inner hits. One key
+        array rather than three: one store per segment (three arrays that may grow made the loop four times
+        slower), and the caller sorts keys anyway.
     """
-    capacity = 1 << 16
-    src = np.empty(capacity, dtype=np.int64)
-    dst = np.empty(capacity, dtype=np.int64)
-    num_crossed = np.empty(capacity, dtype=np.int64)
+    num_nodes = node.shape[0]
+    keys = np.empty(max(capacity, 1024), dtype=np.int64)
     count = 0
     bin_width = TWO_PI / num_phi_bins
     for item in range(items.shape[0]):
@@ -355,16 +358,12 @@ def find_segments(
                         elif crossed > 1:
                             keep = False
                     if keep:
-                        if count == src.shape[0]:
-                            src = _grow(src)
-                            dst = _grow(dst)
-                            num_crossed = _grow(num_crossed)
-                        src[count] = a
-                        dst[count] = j
-                        num_crossed[count] = crossed
+                        if count == keys.shape[0]:
+                            keys = _grow(keys)
+                        keys[count] = (node[a] * num_nodes + node[j]) * 2 + crossed
                         count += 1
                     j += 1
-    return src[:count].copy(), dst[:count].copy(), num_crossed[:count].copy()
+    return keys[:count].copy()
 
 
 @njit(cache=True)
