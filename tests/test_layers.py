@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("partition", "tracks", "filter"),
     ("sim",),
     ("data",),
-    ("kernels", "arrays", "optim", "workers", "progress", "parsing", "errors", "atomic", "signals", "npzfile", "output_paths", "domains", "caches", "__init__"),
+    ("kernels", "arrays", "optim", "heap", "workers", "progress", "parsing", "errors", "atomic", "signals", "npzfile", "output_paths", "domains", "caches", "__init__"),
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 NO_DISTRIBUTED = ("model",)

@@ -37,6 +37,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from domainpar.heap import keep_freed_memory
+
 
 class ByteCounter(TorchDispatchMode):
     """Bytes read and written by every aten op that is not a view (inputs + outputs, each counted once per op)."""
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="intra-op threads of the stages")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    keep_freed_memory()  # as every domainpar command does: the chain measured as it runs
     load_before = os.getloadavg()
     cores = len(os.sched_getaffinity(0))
     peaks = {str(t): machine_peaks(t) for t in sorted({1, cores, args.threads})}

@@ -17,6 +17,7 @@ import click
 from domainpar import __version__
 from domainpar.caches import hold_notice, settle
 from domainpar.errors import MEMORY_ADVICE, DomainparError, MachineFault, Terminated, clear_stop, fault_line, interrupt_of, message_line
+from domainpar.heap import keep_freed_memory
 from domainpar.signals import stops_unwind
 
 #: command name -> (module, attribute, one-line help shown by ``domainpar --help``)
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     path), 130 interrupted (SIGINT), 143 stopped (SIGTERM), 129 hung up (SIGHUP).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    keep_freed_memory()
     clear_stop()
     hold_notice()  # until the command runs (_settling)
     try:

@@ -1,0 +1,74 @@
+"""Freed memory stays in the process for the next event, so large arrays are not faulted in page by page again.
+
+glibc's ``malloc`` serves every block above its mmap threshold (at most 32 MiB once it adapts) with a mapping of
+its own and unmaps it when the block is freed. A full event's chain allocates and frees gigabytes of such blocks
+(edge features, triplet tables, the filter's chunks, the tracker's arrays), so every event touches fresh pages
+again, and each first touch is a page fault that the kernel serves by zeroing a page. On the 2-core VM this
+project is measured on that cost is large and erratic: a warm graph build of event 21000 took 34,000 faults and
+0.23-1.3 s of system time of its 1.6-2.4 s (``docs/performance.md``).
+
+:func:`keep_freed_memory` raises glibc's mmap threshold to 1 GiB and its trim threshold to 2 GiB in this
+process (``mallopt``), and exports the same settings (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) to
+every process it starts, which glibc reads at their start: spawned workers and ranks. Freed blocks then go back to
+the heap and serve the next event's allocations of the same sizes without faults. The cost is that a process
+keeps its peak heap until it exits, which the memory checks of the commands already plan for (they size a
+process by its peak). Blocks above 1 GiB are still mapped and unmapped one by one.
+
+Where the C library is not glibc (macOS, musl) nothing changes. A user's own ``MALLOC_*`` settings win.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+#: Blocks up to this size come from the heap, and go back to it when freed (bytes).
+MMAP_THRESHOLD = 1 << 30
+#: Free memory at the top of the heap is returned to the system only beyond this (bytes; the most mallopt takes).
+TRIM_THRESHOLD = 2**31 - 1
+#: glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, TRIM_THRESHOLD)}
+
+_done: bool | None = None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """This process's C library when it is glibc (it has ``mallopt`` and ``gnu_get_libc_version``), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)  # the symbols this process has loaded: its C library's among them
+        libc.gnu_get_libc_version  # noqa: B018 - musl has mallopt too, as a stub that does nothing, but not this
+        libc.mallopt  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed blocks up to :data:`MMAP_THRESHOLD` in this process and in the processes it starts.
+
+    Idempotent. Each setting the environment already holds (the user's, or a parent's) is left as it is, in the
+    environment and in this process (glibc read it at start).
+
+    Returns:
+        Whether both settings hold in this process (False where the C library is not glibc, or refused one).
+    """
+    global _done
+    if _done is None:
+        libc = _glibc()
+        held = libc is not None
+        for name, (parameter, value) in _SETTINGS.items():
+            if not held or name in os.environ:
+                continue
+            held = libc.mallopt(ctypes.c_int(parameter), ctypes.c_int(value)) == 1
+            if held:
+                os.environ[name] = str(value)
+        _done = held
+    return _done
+
+
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]

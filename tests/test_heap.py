@@ -1,0 +1,93 @@
+"""Freed memory stays in the process: the second event's arrays are not faulted in again (domainpar.heap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from domainpar import heap
+
+pytestmark = pytest.mark.skipif(heap._glibc() is None, reason="glibc's malloc only")
+
+#: A child that allocates and frees a 256 MiB block, then counts the page faults of touching a second one.
+_FAULTS = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    import numpy as np
+    if sys.argv[1] == "keep":
+        from domainpar.heap import keep_freed_memory
+        held = keep_freed_memory()
+    else:
+        held = None
+    size = 256 << 20
+    first = np.ones(size, dtype=np.uint8)  # every page touched, then freed
+    del first
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    second = np.ones(size, dtype=np.uint8)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    print(json.dumps({"held": held, "faults": faults, "env": os.environ.get("MALLOC_MMAP_THRESHOLD_")}))
+    """
+)
+
+
+def _faults(mode: str, env: dict[str, str] | None = None) -> dict:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULTS, mode], env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_freed_block_serves_the_next_allocation_without_page_faults():
+    plain = _faults("plain")
+    kept = _faults("keep")
+    assert kept["held"] is True and kept["env"] == str(heap.MMAP_THRESHOLD)
+    # 256 MiB is 65,536 pages of 4 KiB (128 huge pages where the kernel gives those): every one faults again when
+    # glibc has unmapped the first block; none when it went back to the heap.
+    assert plain["faults"] >= 100, plain
+    assert kept["faults"] < plain["faults"] / 10, (kept, plain)
+
+
+def test_processes_it_starts_inherit_the_setting():
+    # What a spawned worker or rank sees: the variables glibc reads at a process's start.
+    inherited = _faults("plain", env={name: str(value) for name, (_, value) in heap._SETTINGS.items()})
+    assert inherited["faults"] < _faults("plain")["faults"] / 10, inherited
+
+
+def test_a_users_own_setting_wins(monkeypatch):
+    monkeypatch.setattr(heap, "_done", None)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    calls = []
+    monkeypatch.setattr(heap, "_glibc", lambda: type("C", (), {"mallopt": staticmethod(lambda p, v: calls.append(p.value) or 1)})())
+    assert heap.keep_freed_memory() is True
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(heap.TRIM_THRESHOLD)
+    assert calls == [heap._M_TRIM_THRESHOLD]  # the user's threshold is not overridden in this process either
+
+
+def test_nothing_changes_without_glibc(monkeypatch):
+    monkeypatch.setattr(heap, "_done", None)
+    monkeypatch.setattr(heap, "_glibc", lambda: None)
+    for name in heap._SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert heap.keep_freed_memory() is False
+    assert not any(name in os.environ for name in heap._SETTINGS)
+
+
+def test_every_command_keeps_freed_memory(monkeypatch):
+    from domainpar.cli import main as cli_main
+
+    calls = []
+    monkeypatch.setattr(cli_main, "keep_freed_memory", lambda: calls.append(1))
+    try:
+        cli_main.main(["--version"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    assert calls == [1]
