@@ -12,7 +12,9 @@ process (``mallopt``), and exports the same settings (``MALLOC_MMAP_THRESHOLD_``
 every process it starts, which glibc reads at their start: spawned workers and ranks. Freed blocks then go back to
 the heap and serve the next event's allocations of the same sizes without faults. The cost is that a process
 keeps its peak heap until it exits, which the memory checks of the commands already plan for (they size a
-process by its peak). Blocks above 1 GiB are still mapped and unmapped one by one.
+process by its peak). Blocks above 1 GiB are still mapped and unmapped one by one. The commands that run the
+event chain call it (``domainpar.cli.main.KEEPS_FREED_MEMORY``); training does not, because its peak-memory
+figures are resident-set high-water marks, which memory kept for reuse would raise.
 
 Where the C library is not glibc (macOS, musl) nothing changes. A user's own ``MALLOC_*`` settings win.
 """

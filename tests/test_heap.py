@@ -81,13 +81,14 @@ def test_nothing_changes_without_glibc(monkeypatch):
     assert not any(name in os.environ for name in heap._SETTINGS)
 
 
-def test_every_command_keeps_freed_memory(monkeypatch):
+@pytest.mark.parametrize(("command", "keeps"), [("reconstruct", True), ("evaluate", True), ("build", True), ("train", False), ("verify", False)])
+def test_the_event_chain_commands_keep_freed_memory_and_training_does_not(monkeypatch, capsys, command, keeps):
     from domainpar.cli import main as cli_main
 
     calls = []
-    monkeypatch.setattr(cli_main, "keep_freed_memory", lambda: calls.append(1))
+    monkeypatch.setattr(cli_main, "keep_freed_memory", lambda: calls.append(command))
     try:
-        cli_main.main(["--version"])
+        cli_main.main([command, "--help"])
     except SystemExit as exc:
         assert exc.code in (0, None)
-    assert calls == [1]
+    assert calls == ([command] if keeps else [])
