@@ -80,8 +80,6 @@ def _best_triplets(
     beta_f = np.empty(width)
     ell_f = np.empty(width)
     m_k = np.empty(width)
-    dalpha_k = np.empty(width)
-    rho_k = np.empty(width)
     best_f = np.empty(width)
     dalpha_f = np.empty(width)
     rho_f = np.empty(width)
@@ -128,8 +126,6 @@ def _best_triplets(
                 rho = _wrap(beta_f[k] - beta_e) - kappa_e * 0.5 * (ell_e + ell_f[k])
                 m = (dalpha * dalpha + rho * rho) * inv
                 m_k[k] = m
-                dalpha_k[k] = dalpha
-                rho_k[k] = rho
                 near = m < loose
                 count_e += near
                 count_f[k] += near
@@ -144,8 +140,13 @@ def _best_triplets(
                 if m_k[k] < best:
                     best = m_k[k]
                     chosen = k
-            result[e, 0] = dalpha_k[chosen] if chosen >= 0 else 0.0
-            result[e, 1] = rho_k[chosen] if chosen >= 0 else 0.0
+            if chosen >= 0:
+                # The chosen triplet's residuals again, by the same operations (fewer stores in the loop above).
+                result[e, 0] = _wrap(alpha_f[chosen] - alpha_e)
+                result[e, 1] = _wrap(beta_f[chosen] - beta_e) - kappa_e * 0.5 * (ell_e + ell_f[chosen])
+            else:
+                result[e, 0] = 0.0
+                result[e, 1] = 0.0
             result[e, 2] = best
             result[e, 3] = float(count_e)  # the sum of as many 1.0s, exactly
         for k in range(degree):
