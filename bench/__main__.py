@@ -28,7 +28,6 @@ from bench import sections as registry
 from bench.common.report import REPO_ROOT, Section, machine_info, report_stem, write_report
 from bench.common.timing import load_average
 from bench.common.workloads import DATA_ENV
-from domainpar.heap import keep_freed_memory
 from domainpar.launch.env import detect
 
 
@@ -97,7 +96,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    keep_freed_memory()  # as every domainpar command does: the chain measured as it runs
     if args.device == "cuda":
         import torch
 

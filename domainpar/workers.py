@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from domainpar.atomic import remove_temporaries_of
 from domainpar.errors import DomainparError, Terminated, fault_at, fault_parts, message_line, one_line
+from domainpar.heap import keep_freed_memory
 from domainpar.progress import progress as progress_display
 from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, raise_outside_finalizers, start_resource_tracker
 
@@ -257,6 +258,8 @@ def _init_worker(started: Any = None) -> None:
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _worker_stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    # A worker runs item after item (events, graphs): each item's arrays reuse the last one's freed memory.
+    keep_freed_memory()
     # One process per core: nested thread pools would oversubscribe the cores.
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[name] = "1"

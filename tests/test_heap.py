@@ -92,3 +92,34 @@ def test_the_event_chain_commands_keep_freed_memory_and_training_does_not(monkey
     except SystemExit as exc:
         assert exc.code in (0, None)
     assert calls == ([command] if keeps else [])
+
+
+def _second_block_faults(size: int) -> tuple[str | None, int]:
+    """In a worker: the page faults of touching a block of ``size`` bytes after one of that size was freed."""
+    import resource
+
+    import numpy as np
+
+    first = np.ones(size, dtype=np.uint8)
+    del first
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    second = np.ones(size, dtype=np.uint8)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    del second
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_"), faults
+
+
+@pytest.mark.timeout(180)
+def test_worker_processes_keep_freed_memory_whoever_started_them(monkeypatch):
+    # A recipe's data stages start their workers from a process that is no event-chain command (the bench, a
+    # notebook): each worker keeps freed memory on its own.
+    from domainpar.workers import run_items
+
+    for name in heap._SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    results = run_items(_second_block_faults, [256 << 20] * 2, workers=2, progress=False)
+    plain = _faults("plain")["faults"]
+    for result in results:
+        assert result.ok, result.error
+        setting, faults = result.value
+        assert setting == str(heap.MMAP_THRESHOLD) and faults < plain / 10, (result.value, plain)
