@@ -2,8 +2,8 @@
 
 The workload of ``tests/kernels/test_numba_cache.py`` (``all``: a second process must compile none of them) and
 the suite's warm-up (``tests/conftest.py``): on a cold cache (a clean clone, or an edited kernel module) the two
-halves, ``model`` (graph build with triplet and cluster features, the fused row kernels of the model forward
-and backward for every activation and dtype, segment reductions) and ``tracks`` (graph build, every track
+halves, ``model`` (graph build with triplet and cluster features, the edge filter's input rows, the fused row
+kernels of the model forward and backward for every activation and dtype, segment reductions) and ``tracks`` (graph build, every track
 builder), compile everything once, side by side, before the workers start. Without it every process that
 reaches a kernel before its cache entry exists compiles it too: at the start of a clean-clone run two
 workers and their spawned ranks each compiled the same kernels (~180 CPU s a copy).
@@ -55,6 +55,11 @@ with event.install_recorder("numba:compile") as recorder:
             logits.sum().backward()
             with torch.no_grad():  # inference streams: its in-place gather and shared segment sums
                 model(rp.graph, rp.exchange)
+        from domainpar.kernels.edge_inputs import standardised_rows  # the edge filter's input rows
+
+        standardised_rows(np.ascontiguousarray(graph.x[:, :3]), np.ascontiguousarray(graph.edge_index[0]),
+                          np.ascontiguousarray(graph.edge_index[1]), graph.edge_attr, np.arange(2),
+                          np.zeros(8, np.float32), np.ones(8, np.float32), 0, 16, np.empty((16, 8), np.float32))
         rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
         for name, code in rownorm.ACTIVATION_CODES.items():
             for dtype in (np.float32, np.float64):

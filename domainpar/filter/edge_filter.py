@@ -232,24 +232,29 @@ class EdgeFilter:
         its chunks on torch's intra-op count (one in the event chain): every chunk is the same rows through the same
         products on any number of threads, so the logits are the same bits.
         """
+        from domainpar.kernels.edge_inputs import standardised_rows  # numba loads where graphs are scored
+
         source = f"event {graph.event_id}"
         self.check_graph(graph, source)
         node_columns, edge_columns = self.columns(graph, source)
-        x = graph.x if node_columns is None else np.ascontiguousarray(graph.x[:, node_columns])
+        # One array type per argument (C-contiguous, writable: a copy only of a read-only array) so numba compiles once.
+        x = np.require(graph.x if node_columns is None else graph.x[:, node_columns], np.float32, ["C", "W"])
+        edge_attr = np.require(graph.edge_attr, np.float32, ["C", "W"])
+        columns = np.require(np.arange(edge_attr.shape[1]) if edge_columns is None else edge_columns, np.int64, ["C", "W"])
+        src, dst = (np.require(row, np.int64, ["C", "W"]) for row in graph.edge_index)
+        mean, scale = (np.require(t.detach().cpu().numpy(), np.float32, ["C", "W"]) for t in (self.net.mean, self.net.scale))
         num_edges = graph.num_edges
         out = np.empty(num_edges, dtype=np.float32)
 
         def score(first: int, last: int) -> None:
+            # The chunk's standardised inputs only, made on this thread into one buffer: the (E, 2 F + F_e) array of
+            # a full event (318 MB) is never made. FilterNet.forward's values, so its logits.
+            rows = np.empty((chunk, mean.size), dtype=np.float32)
             with torch.no_grad():  # grad mode is per thread
                 for start in range(first * chunk, min(last * chunk, num_edges), chunk):
                     stop = min(start + chunk, num_edges)
-                    # edge_inputs of the chunk's edges only: the (E, 2 F + F_e) array of a full event (318 MB) is never
-                    # made, and its gathers run on the threads too. The same values, so the same logits.
-                    src, dst = graph.edge_index[0, start:stop], graph.edge_index[1, start:stop]
-                    attr = graph.edge_attr[start:stop]
-                    attr = attr if edge_columns is None else attr[:, edge_columns]
-                    inputs = np.concatenate([x[src], x[dst], attr], axis=1).astype(np.float32, copy=False)
-                    out[start:stop] = self.net(torch.from_numpy(inputs)).numpy()
+                    standardised_rows(x, src, dst, edge_attr, columns, mean, scale, start, stop, rows)
+                    out[start:stop] = self.net.mlp(torch.from_numpy(rows[: stop - start])).squeeze(-1).numpy()
 
         num_chunks = -(-num_edges // chunk)
         chunks.run(score, chunks.bounds(num_chunks, 4 * chunks.build_threads(), max(1, chunks.MIN_CHUNK // chunk)))
