@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="intra-op threads of the stages")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    keep_freed_memory()  # as every domainpar command does: the chain measured as it runs
+    keep_freed_memory()  # as the event-chain commands do: the chain measured as it runs
     load_before = os.getloadavg()
     cores = len(os.sched_getaffinity(0))
     peaks = {str(t): machine_peaks(t) for t in sorted({1, cores, args.threads})}

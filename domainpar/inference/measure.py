@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--startup", action="store_true", help="Measure a process's start-up to its first event instead.")
     parser.add_argument("--activation", default="relu", help="The model's activation for --startup (relu uses the row kernels).")
     options = parser.parse_args(argv)
-    keep_freed_memory()  # as every domainpar command does: the chain measured as it runs
+    keep_freed_memory()  # as the event-chain commands do: the chain measured as it runs
     if options.startup:
         for index, run in enumerate(startup(options.event, options.activation)):
             figures = ", ".join(f"{k} {v:.2f} s" for k, v in run.items() if k != "compiled")

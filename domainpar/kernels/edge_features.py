@@ -10,7 +10,7 @@ functions (per hit ``arcsinh`` of eta, per edge ``log1p`` of the triplet distanc
 functions, which numba calls, differ from those in the last bit.
 
 One pass per edge instead of one numpy pass per column and per intermediate: 4.2M edges × 13 columns of a full
-event in ~0.1 s on one thread instead of ~0.8 s.
+event in 0.2 s on one thread, against ~0.8 CPU-s of numpy passes.
 """
 
 from __future__ import annotations
