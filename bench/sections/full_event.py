@@ -42,7 +42,7 @@ FIGURES = (
     ("perfect_efficiency", "tracking efficiency, pT > 1 GeV (perfect match)", None),
     ("fake_rate", "fake rate", None),
     ("duplicate_rate", "duplicate rate", None),
-    ("seconds_tracks_max", "track building, s per event (slowest)", None),
+    ("seconds_tracks_max", "track building, s per event (slowest; numba compiling left out)", None),
 )
 #: Truth-free figures compared between simulated and real full events.
 TRUTH_FREE = (
@@ -55,7 +55,7 @@ TRUTH_FREE = (
     ("score_q90", "90th percentile edge score", "{:.4f}"),
     ("candidates_per_khit", "track candidates (>= 3 hits) per 1000 hits", "{:.2f}"),
     ("hits_per_candidate", "hits per track candidate", "{:.2f}"),
-    ("seconds_tracks", "track building, s per event", "{:.2f}"),
+    ("seconds_tracks", "track building, s per event (numba compiling left out)", "{:.2f}"),
 )
 #: What ``--quick`` shrinks the recipe to.
 QUICK_SCALE = {"train_events": 3, "val_events": 1, "epochs": 2, "particles": 2000, "filter_steps": 300}

@@ -143,6 +143,7 @@ def judge(result: EventResult, config: EvaluateConfig, tracks: TrackConfig) -> E
         "auc": edges.auc,
         "trackml_score": track_scores[tracks.method],
         "seconds_tracks": result.candidates.seconds,
+        "seconds_tracks_compiling": result.candidates.seconds_compiling,
         **{f"trackml_score_{method}": track_scores[method] for method in TRACK_METHODS},
         **tracking.summary(),
         **result.partition,
@@ -211,6 +212,7 @@ def summarise(
         "duplicate_rate": _ratio(total("num_duplicates"), total("num_candidates")),
         **{f"trackml_score_{method}": value for method, value in mean_score.items()},
         "seconds_tracks_max": max((r["seconds_tracks"] for r in records), default=None),
+        "seconds_tracks_compiling": sum(r["seconds_tracks_compiling"] for r in records),
         **binned_efficiencies([e.tracking for e in evaluations], pt_min=pt_min, min_layers=min_layers),
     }
     if evaluations and tracks is not None and all(e.losses is not None for e in evaluations):

@@ -36,7 +36,9 @@ class TrackCandidates:
     edge_mask: np.ndarray
     """(E,) bool graph edges joining hits of one candidate (what the builder accepted)."""
     seconds: float
-    """Wall time of the build (s)."""
+    """Wall time of the build (s), numba's compiling left out (:func:`~domainpar.tracks.candidates.build_candidates`)."""
+    seconds_compiling: float = 0.0
+    """Wall time numba spent compiling kernels during the build (s): a first run on a machine; 0 when warm."""
 
     @property
     def num_candidates(self) -> int:
