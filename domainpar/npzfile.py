@@ -23,6 +23,8 @@ from typing import BinaryIO, Iterable, Mapping
 
 import numpy as np
 
+from domainpar.signals import hold_stops
+
 #: Timestamp of every member (the earliest a zip file can record).
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -61,8 +63,13 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
         ``path``.
     """
     path = Path(path)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
-                         allowZip64=True) as archive:  # fmt: skip
+    # A stop signal waits for the end of the member being written. Raised inside zipfile's own bookkeeping (a
+    # member opened for writing, its handle not yet made) it left the archive unable to close: its finalizer then
+    # printed "Exception ignored in ZipFile.__del__" under the command's one-line stop (seen as a worker of a
+    # hung-up `partition` was stopped). Between members the archive is consistent and the stop is acted on.
+    with hold_stops() as held, zipfile.ZipFile(
+        path, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED, allowZip64=True
+    ) as archive:
         for name, value in arrays.items():
             value = np.asanyarray(value)
             deflate = compress and _deflates(value, level)
@@ -75,6 +82,7 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
                 setattr(info, "compress_level" if hasattr(info, "compress_level") else "_compresslevel", level)
             with archive.open(info, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, value, allow_pickle=False)
+            held.answer()
     return path
 
 
