@@ -176,12 +176,17 @@ def _start_watchdog(
     return watchdog
 
 
-def _write_torchelastic_error_file(line: str) -> None:
-    """torchrun's summary shows a failed worker's error file: make it our one line rather than "<N/A>"."""
+def _write_torchelastic_error_file(line: str, later: int = 0) -> None:
+    """torchrun's summary shows a failed worker's error file: make it our one line rather than "<N/A>".
+
+    The agent names as root cause the failure of earliest timestamp (whole seconds; the lowest rank on a tie),
+    a worker's being its error file's. ``later`` dates the record that many seconds after now.
+    """
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):
         return
-    record = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    stamp = str(int(time.time()) + later)
+    record = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": stamp}}}
     try:
         with open(path, "w") as fh:
             json.dump(record, fh)
@@ -199,7 +204,15 @@ def report_to_stderr(rank: int, failure: Failure, traceback_text: str = "") -> N
         sys.stderr.write(traceback_text if traceback_text.endswith("\n") else traceback_text + "\n")
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
-    _write_torchelastic_error_file(line)
+    watchdog = current()
+    if failure.rank == rank or watchdog is None:
+        _write_torchelastic_error_file(line)
+    else:
+        # A rank stopped by a peer's failure dates its record when it exits (after the agent's stop, so after the
+        # agent saw the peer's failure) and a second later, whole seconds being the agent's resolution: its summary
+        # then names the peer as the root cause. Dated when it reported, a survivor that noticed the death before
+        # the agent did was named instead (seen on a fast host: rank 1 "root cause" of rank 0's SIGKILL).
+        watchdog.before_exit.append(lambda: _write_torchelastic_error_file(line, later=1))
 
 
 def refused_before_join(exc: DomainparError, launcher: LauncherEnv) -> None:
