@@ -55,11 +55,14 @@ with event.install_recorder("numba:compile") as recorder:
             logits.sum().backward()
             with torch.no_grad():  # inference streams: its in-place gather and shared segment sums
                 model(rp.graph, rp.exchange)
-        from domainpar.kernels.edge_inputs import standardised_rows  # the edge filter's input rows
+        from domainpar.kernels.filter_rows import logit_rows, standardised_rows  # the edge filter's rows
 
+        filter_rows = np.empty((16, 8), np.float32)
         standardised_rows(np.ascontiguousarray(graph.x[:, :3]), np.ascontiguousarray(graph.edge_index[0]),
                           np.ascontiguousarray(graph.edge_index[1]), graph.edge_attr, np.arange(2),
-                          np.zeros(8, np.float32), np.ones(8, np.float32), 0, 16, np.empty((16, 8), np.float32))
+                          np.zeros(8, np.float32), np.ones(8, np.float32), 0, 16, filter_rows)
+        rownorm.layer_norm_rows(filter_rows, np.zeros(8, np.float32), np.ones(8, np.float32), np.zeros(8, np.float32), 1e-5)
+        logit_rows(filter_rows, np.ones(8, np.float32), np.float32(0.0), np.empty(16, np.float32))
         rows = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
         for name, code in rownorm.ACTIVATION_CODES.items():
             for dtype in (np.float32, np.float64):

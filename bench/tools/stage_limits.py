@@ -8,8 +8,9 @@ For one raw event (the full event 21000 by default), in one warm process:
 
   - **build** (numba kernels): hits in, edges out, bytes written (edge index and features);
   - **filter** and **GNN inference** (torch): FLOPs of every matrix product (``torch.utils.flop_counter``)
-    and the bytes every other aten op reads and writes (views excluded; as if no operand stayed in cache, an
-    upper bound of the memory traffic);
+    and the bytes every aten op reads and writes (views excluded, in-place and ``out=`` ops counting each tensor
+    they touch once; as if no operand stayed in cache, an upper bound of the memory traffic), plus the filter's
+    numba row kernels by their rows (:func:`filter_kernel_bytes`);
   - **tracks** (numba kernels): edges and hits in;
 
   the stage's median time (``--repeats`` timed passes after one untimed pass), and from them achieved GFLOP/s,
@@ -50,18 +51,34 @@ class ByteCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if any(r.alias_info is not None for r in func._schema.returns):
-            return out  # a view or an in-place op's alias: no data moved beyond what the producing op counted
-        moved = 0
+        if not func._schema.is_mutable and any(r.alias_info is not None for r in func._schema.returns):
+            return out  # a view: no data moved beyond what the producing op counted
+        # Every tensor the op touches, once: an in-place or out= op returns the tensor it was given.
+        tensors = {}
         for value in (*args, *(kwargs or {}).values(), *(out if isinstance(out, (tuple, list)) else (out,))):
-            if isinstance(value, torch.Tensor):
-                moved += value.numel() * value.element_size()
-            elif isinstance(value, (tuple, list)):
-                moved += sum(v.numel() * v.element_size() for v in value if isinstance(v, torch.Tensor))
+            for tensor in (value if isinstance(value, (tuple, list)) else (value,)):
+                if isinstance(tensor, torch.Tensor):
+                    tensors[(tensor.data_ptr(), tensor.numel(), tensor.dtype)] = tensor
+        moved = sum(t.numel() * t.element_size() for t in tensors.values())
         self.bytes += moved
         if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.linear):
             self.matmul_bytes += moved
         return out
+
+
+def filter_kernel_bytes(edge_filter, graph) -> int:
+    """Bytes the edge filter's numba kernels read and write on ``graph`` (dispatch modes see torch's ops only).
+
+    Per edge: its two ends' indices and node rows and its edge columns read, its standardised row written
+    (``standardised_rows``); each hidden layer's norm reads and writes the row (``layer_norm_rows``); the last
+    layer reads it and writes the logit (``logit_rows``).
+    """
+    node_columns, edge_columns = edge_filter.columns(graph, "stage_limits")
+    f_node = graph.x.shape[1] if node_columns is None else node_columns.size
+    f_edge = graph.edge_attr.shape[1] if edge_columns is None else edge_columns.size
+    hidden, layers = edge_filter.config.hidden, edge_filter.config.layers
+    per_edge = 2 * 8 + 2 * f_node * 4 + f_edge * 4 + (2 * f_node + f_edge) * 4 + layers * 2 * hidden * 4 + hidden * 4 + 4
+    return graph.num_edges * per_edge
 
 
 def machine_peaks(threads: int) -> dict:
@@ -130,6 +147,8 @@ def measure(checkpoint: Path | None, model: Path | None, edge_filter: Path | Non
                 g = built.graph
                 edge_bytes = g.edge_index.nbytes + g.edge_attr.nbytes
                 _, filter_flops, filter_bytes = _counted(prune, g) if prune is not None else (None, 0, 0)
+                if pipeline.graphs.edge_filter is not None:
+                    filter_bytes += filter_kernel_bytes(pipeline.graphs.edge_filter, g)
                 _, gnn_flops, gnn_bytes = _counted(runner.scorer.logits, graph)
                 work = {
                     "hits": int(raw.hits.shape[0]),

@@ -139,6 +139,34 @@ class FilterNet(nn.Module):
         """(E, num_inputs) → (E,) logits."""
         return self.mlp((inputs - self.mean) / self.scale).squeeze(-1)
 
+    def score_rows(self, rows: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor], out: np.ndarray) -> None:
+        """``out`` = the logits of standardised ``rows``: :meth:`forward`'s network for inference (under no_grad).
+
+        Each product is written into ``scratch`` without its bias (``torch.mm``: ``addmm``'s bias is a pass of its
+        own), each LayerNorm adds it and normalises in place (:func:`~domainpar.kernels.rownorm.layer_norm_rows`, 2-3x
+        torch's norm on rows of 64), each SiLU runs in place, and the last Linear is a dot product per row
+        (:func:`~domainpar.kernels.filter_rows.logit_rows`). On a full event's 4.2M edges that is 40 % less time
+        than torch's modules. The logits equal :meth:`forward`'s to float32 rounding (the kernels' sums are
+        vectorised), not to the bit.
+
+        Args:
+            rows: (n, num_inputs) float32 standardised inputs.
+            scratch: two C-contiguous (>= n, hidden) float32 tensors.
+            out: (n,) float32 array for the logits.
+        """
+        from domainpar.kernels.filter_rows import logit_rows  # numba loads where graphs are scored
+        from domainpar.kernels.rownorm import layer_norm_rows
+
+        layers = list(self.mlp)
+        for block in range(len(layers) // 3):
+            linear, norm = layers[3 * block], layers[3 * block + 1]
+            rows = torch.mm(rows, linear.weight.t(), out=scratch[block % 2][: rows.shape[0]])
+            layer_norm_rows(rows.numpy(), linear.bias.detach().numpy(), norm.weight.detach().numpy(),
+                            norm.bias.detach().numpy(), norm.eps)
+            nn.functional.silu(rows, inplace=True)
+        last = layers[-1]
+        logit_rows(rows.numpy(), last.weight.detach()[0].numpy(), np.float32(last.bias.item()), out)
+
 
 def edge_inputs(graph: EventGraph, node_columns: np.ndarray | None = None, edge_columns: np.ndarray | None = None) -> np.ndarray:
     """(E, 2 F + F_e) float32: source node features, destination node features, edge features.
@@ -225,14 +253,14 @@ class EdgeFilter:
 
         ``chunk`` edges at a time: their activations (chunk x hidden floats, 2 MB at hidden 64) stay in the CPU's
         cache through every layer. 2^18 edges a chunk made each layer a pass through main memory: a full event's
-        4.2M edges took 11-12 s on one core against 3.9-4.6 s, and gave the same logits to the bit (4 held-out
-        events). Chunks of a few rows would not: the BLAS takes other kernels there, which round differently.
+        4.2M edges took 11-12 s on one core against 3.9-4.6 s. The network is :meth:`FilterNet.score_rows`:
+        :meth:`FilterNet.forward`'s logits to float32 rounding.
 
         The chunks are shared out, whole, over :func:`domainpar.kernels.chunks.build_threads` threads, each running
         its chunks on torch's intra-op count (one in the event chain): every chunk is the same rows through the same
-        products on any number of threads, so the logits are the same bits.
+        code on any number of threads, so the logits are the same bits.
         """
-        from domainpar.kernels.edge_inputs import standardised_rows  # numba loads where graphs are scored
+        from domainpar.kernels.filter_rows import standardised_rows  # numba loads where graphs are scored
 
         source = f"event {graph.event_id}"
         self.check_graph(graph, source)
@@ -248,13 +276,14 @@ class EdgeFilter:
 
         def score(first: int, last: int) -> None:
             # The chunk's standardised inputs only, made on this thread into one buffer: the (E, 2 F + F_e) array of
-            # a full event (318 MB) is never made. FilterNet.forward's values, so its logits.
+            # a full event (318 MB) is never made.
             rows = np.empty((chunk, mean.size), dtype=np.float32)
+            scratch = (torch.empty(chunk, self.config.hidden), torch.empty(chunk, self.config.hidden))
             with torch.no_grad():  # grad mode is per thread
                 for start in range(first * chunk, min(last * chunk, num_edges), chunk):
                     stop = min(start + chunk, num_edges)
                     standardised_rows(x, src, dst, edge_attr, columns, mean, scale, start, stop, rows)
-                    out[start:stop] = self.net.mlp(torch.from_numpy(rows[: stop - start])).squeeze(-1).numpy()
+                    self.net.score_rows(torch.from_numpy(rows[: stop - start]), scratch, out[start:stop])
 
         num_chunks = -(-num_edges // chunk)
         chunks.run(score, chunks.bounds(num_chunks, 4 * chunks.build_threads(), max(1, chunks.MIN_CHUNK // chunk)))

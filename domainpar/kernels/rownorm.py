@@ -13,6 +13,8 @@ statistics computed in registers, its outputs written once.
   gradients of the norm's weight and bias, plus the column sums of
   ``grad_z`` (the gradient of the bias of the Linear that produced ``z``),
   so no separate reduction pass is needed.
+* :func:`layer_norm_rows`: ``LN(z + shift)`` in place, serial and ``nogil``,
+  for inference that shares its chunks over its own threads (the edge filter).
 
 Column sums are reduced over fixed blocks of rows, each block sequentially
 (in float64), then the blocks in order: the result does not depend on the
@@ -221,6 +223,44 @@ def _sum_blocks(part, out):  # pragma: no cover - compiled
     for b in range(part.shape[0]):
         for j in range(part.shape[1]):
             out[j] += part[b, j]
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _layer_norm_rows(z, shift, gamma, beta, eps, zero, inv_width):  # pragma: no cover - compiled
+    # Statistics in the data type throughout: an int (the width, a literal 1) would promote float32 to float64, and
+    # the loops would run at half the vector width (0.28 against 0.15 ms for 8192 rows of 64).
+    rows, width = z.shape
+    one = inv_width / inv_width
+    for r in range(rows):
+        mean = zero
+        for j in range(width):
+            v = z[r, j] + shift[j]
+            z[r, j] = v
+            mean += v
+        mean *= inv_width
+        var = zero
+        for j in range(width):
+            d = z[r, j] - mean
+            var += d * d
+        rstd = one / np.sqrt(var * inv_width + eps)
+        for j in range(width):
+            z[r, j] = (z[r, j] - mean) * rstd * gamma[j] + beta[j]
+
+
+def layer_norm_rows(z: np.ndarray, shift: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> None:
+    """``z = LN(z + shift)`` row by row, in place, on the calling thread (the GIL released).
+
+    ``shift`` is the bias of the Linear before the norm: ``torch.mm`` and this cost ~0.2 ms less per 8192 rows of 64
+    than ``torch.addmm``, whose bias is a pass of its own. torch's LayerNorm takes 2-3x as long as this on rows of
+    64 (its per-row setup). The statistics are the data type's, with reassociated (vectorised) sums, so values
+    differ from torch's by float rounding only.
+
+    Args:
+        z: (rows, H) C-contiguous float array, overwritten.
+        shift, gamma, beta: (H,) the bias added first, the norm's weight and bias, of ``z``'s type.
+        eps: the norm's epsilon.
+    """
+    _layer_norm_rows(z, shift, gamma, beta, z.dtype.type(eps), z.dtype.type(0), z.dtype.type(1.0 / z.shape[1]))
 
 
 def _threads() -> None:

@@ -61,3 +61,15 @@ def test_bytes_are_counted_for_products_not_for_views():
     with ByteCounter() as counter:
         torch.mm(a, b)
     assert counter.bytes == (64 * 32 + 32 * 16 + 64 * 16) * 4 == counter.matmul_bytes
+
+
+def test_in_place_and_out_ops_count_each_tensor_they_touch_once():
+    # The filter writes its products into scratch (mm with out=) and runs SiLU in place: their bytes count, the
+    # returned alias of the out= tensor not a second time.
+    a, b, c = torch.ones(64, 32), torch.ones(32, 16), torch.empty(64, 16)
+    with ByteCounter() as counter:
+        torch.mm(a, b, out=c)
+    assert counter.bytes == (64 * 32 + 32 * 16 + 64 * 16) * 4 == counter.matmul_bytes
+    with ByteCounter() as counter:
+        torch.nn.functional.silu(c, inplace=True)
+    assert counter.bytes == 64 * 16 * 4

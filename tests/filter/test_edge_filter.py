@@ -10,7 +10,7 @@ import torch
 
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
-from domainpar.filter.edge_filter import FilterConfig, edge_inputs, load_filter, train_filter
+from domainpar.filter.edge_filter import FilterConfig, FilterNet, edge_inputs, load_filter, train_filter
 
 GEOMETRY = ("r", "phi", "z")
 NODE = GEOMETRY + ("cell_count", "cell_charge", "cluster_u", "cluster_v")
@@ -53,14 +53,34 @@ def test_a_filter_reads_only_the_features_it_names(graph_files):
 def test_an_edge_feature_selection_narrows_the_edge_inputs(graph_files):
     edge_filter = train_filter(graph_files, FilterConfig(node_features=GEOMETRY, edge_features=("dphi", "z0"), **FAST))
     assert edge_filter.net.mean.numel() == 2 * len(GEOMETRY) + 2
-    # logits() makes each chunk's inputs itself: the rows edge_inputs gives, the selected columns only, the same bits.
+    # logits() makes each chunk's inputs itself: the rows edge_inputs gives, the selected columns only. Its network
+    # runs its norms in numba (FilterNet.score_rows): forward's logits to float32 rounding.
     graph = load_graph(graph_files[0])
     inputs = edge_inputs(graph, *edge_filter.columns(graph, "test"))
     assert inputs.shape == (graph.num_edges, 2 * len(GEOMETRY) + 2)
     with torch.no_grad():
         expected = np.concatenate([edge_filter.net(torch.from_numpy(inputs[s : s + 64])).numpy()
                                    for s in range(0, graph.num_edges, 64)])
-    assert edge_filter.logits(graph, chunk=64).tobytes() == expected.tobytes()
+    np.testing.assert_allclose(edge_filter.logits(graph, chunk=64), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_score_rows_is_forward_to_float32_rounding():
+    # The inference network (products into scratch without their biases, numba norms adding them, SiLU in place,
+    # the last layer a dot per row) against torch's forward, on a net whose norms' weights and biases are not the
+    # identity and zero (an untrained net's would hide them), on rows far from standardised (a norm's statistics
+    # matter). One float32 rounding of a logit of ~1 is ~1e-7.
+    torch.manual_seed(0)
+    net = FilterNet(7, 16, 3).eval()
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.normal_(0.0, 0.7)
+    rows = 3.0 * torch.randn(1000, 7) + 1.0
+    out = np.empty(1000, np.float32)
+    with torch.no_grad():
+        net.score_rows(rows, (torch.empty(1000, 16), torch.empty(1000, 16)), out)
+        expected = net.mlp(rows).squeeze(1).numpy()
+    assert np.abs(expected).max() > 1.0 and expected.std() > 0.1  # logits that vary: a dropped term would show
+    np.testing.assert_allclose(out, expected, rtol=2e-6, atol=2e-6)
 
 
 def test_the_selection_survives_save_and_load(graph_files, tmp_path):

@@ -62,3 +62,22 @@ def test_column_sums_do_not_depend_on_threads():
         torch.set_num_threads(previous)  # later tests in this process run on the count they were given
     for first, second in zip(*results):
         assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("width", [64, 9])
+def test_layer_norm_rows_in_place_equals_torch(dtype, tolerance, width):
+    # The edge filter's inference norm: the bias of the product before it, then torch's LayerNorm, in place, to
+    # rounding (its sums are vectorised). Rows of 64 (the filter's) and of an odd width (a vector tail), far from
+    # zero mean and unit spread, and a shift that is not constant across the row (a constant one would cancel in
+    # the norm), so every term (shift, mean, spread, weight, bias) shows.
+    generator = torch.Generator().manual_seed(1)
+    z = 4.0 * torch.randn(3000, width, dtype=dtype, generator=generator) + 2.5
+    gamma = 1 + 0.5 * torch.randn(width, dtype=dtype, generator=generator)
+    beta = 0.7 * torch.randn(width, dtype=dtype, generator=generator)
+    shift = 2.0 * torch.randn(width, dtype=dtype, generator=generator)
+    want = F.layer_norm(z + shift, (width,), gamma, beta, 1e-5)
+    got = z.numpy().copy()
+    rownorm.layer_norm_rows(got, shift.numpy(), gamma.numpy(), beta.numpy(), 1e-5)
+    assert float((want - z).abs().max()) > 1.0  # the norm changes the rows
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=tolerance, atol=tolerance)
