@@ -402,7 +402,7 @@ class InteractionNetwork(nn.Module):
         chunked = self._chunked()
         streamed = self._streamed(graph)
         if streamed:
-            x = streamed_rows(self.node_encoder, self._chunk_tail, [graph.x])
+            x = streamed_rows(self.node_encoder, self._chunk_tail, [graph.x], compiled=self._compiled)
         else:
             x = self._run(self._encode_nodes, graph.x)
         if self.config.edge_inputs:
@@ -427,7 +427,8 @@ class InteractionNetwork(nn.Module):
                 network, _ = self._networks(step)
                 # e is this forward's own tensor (the encoder's output or the last update's): updated in place.
                 e, sum_in, sum_out = streamed_edges(self._stream_plan("update", s, network.mlp), e, x, x_halo, in_place=True)
-                x = streamed_rows(self._networks(step)[1], self._chunk_tail, [x, sum_in, sum_out], residual=x)
+                x = streamed_rows(self._networks(step)[1], self._chunk_tail, [x, sum_in, sum_out], residual=x,
+                                  compiled=self._compiled)
                 continue
             if chunked:
                 # Each edge MLP keeps (e, x, x_halo) and recomputes in chunks; the node update keeps (x, sums).

@@ -219,7 +219,10 @@ def test_export_round_trip_on_the_real_event(fmt, exported, evaluation):
     delta = float(np.max(np.abs(logits - evaluated.logits)))
     assert delta <= 1e-5
     tolerance = _auc_tolerance(evaluated.logits, graph.y, delta)
-    assert tolerance < 1e-5  # a handful of near-tied pairs at most
+    # A handful of near-tied pairs at most. evaluate's float32 row kernels (kernel_tail) and the runtimes' kernels
+    # round apart by ~2e-6 here (TorchScript 2.4e-6, ONNX 2.1e-6; ONNX alone gave 2.0e-6 and 9.8e-6 of AUC within
+    # reach of rounding when evaluate ran torch's modules): about 1.2e-5 of the AUC.
+    assert tolerance < 2e-5
     assert abs(_auc(logits.astype(np.float64), graph.y) - evaluate_json["auc"]) <= tolerance
     # The sidecar says how to build these inputs and what they were checked against.
     assert [f["name"] for f in sidecar["node_features"]] == ["r", "phi", "z"]
