@@ -21,11 +21,14 @@ from domainpar.output_paths import check_output_dir
               help="Output directory: submissions/, tracks/, events/ (one record per event), reconstruct.json, summary.json.")
 @pipeline_options
 @click.option("--workers", type=local_ranks(), default=None,
-              help="Replicas on this machine, each taking its share of the events (each of --parts processes). Default 1.")
+              help="Replicas on this machine, each taking its share of the events (each of --parts processes). "
+                   "Default: one per --parts cores for raw events worth it, within the memory (2 GB a replica); "
+                   "1 for graph files.")
 @click.option("--ranks", type=local_ranks(), default=None,
               help="Local processes in all: --workers x --parts (give one of --workers and --ranks).")
-@click.option("--prefetch", type=count(0, 8), default=1, show_default=True,
-              help="Events a preparing process reads and builds ahead of the one being scored (0: one process does all).")
+@click.option("--prefetch", type=count(0, 8), default=None,
+              help="Events a preparing process reads and builds ahead of the one being scored (0: one process does "
+                   "all). Default: 1 with one replica, 0 with several.")
 @click.option("--tracks-format", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
               help="Format of the tracks files (parquet needs pyarrow).")
 @click.option("--redo", is_flag=True,
@@ -36,7 +39,7 @@ from domainpar.output_paths import check_output_dir
                    "processes; --workers uses the cores).")
 @click.option("--quiet", is_flag=True, help="No progress display (failures are still named).")
 def reconstruct(
-    data: Path, out: Path, workers: int | None, ranks: int | None, prefetch: int, tracks_format: str, redo: bool,
+    data: Path, out: Path, workers: int | None, ranks: int | None, prefetch: int | None, tracks_format: str, redo: bool,
     threads: int | None, quiet: bool, **pipeline,
 ) -> None:  # fmt: skip
     """Reconstruct the tracks of every event in --data with a trained pipeline, without truth.
@@ -63,7 +66,7 @@ def reconstruct(
         raise DomainparError(f"--ranks {ranks}: expected --workers x --parts = {workers * num_parts} (give one of --workers and --ranks)")
     if ranks is not None and ranks % num_parts:
         raise DomainparError(f"--ranks {ranks}: expected a multiple of --parts {num_parts} (each replica has --parts processes)")
-    replicas = workers if workers is not None else (ranks // num_parts if ranks is not None else 1)
+    replicas = workers if workers is not None else (ranks // num_parts if ranks is not None else None)
     config = ReconstructConfig(data=data, out=out, workers=replicas, prefetch=prefetch, tracks_format=tracks_format, redo=redo,
                                threads=threads, progress=not quiet, **pipeline_fields(pipeline, num_parts))  # fmt: skip
     check_output_dir(out, "--out")

@@ -7,7 +7,8 @@ GNN's edge scores (in this process, or on a domain group of ``num_parts`` proces
 (:mod:`domainpar.inference.products`).
 
 How the work is shared. The job has W processes: ``workers × num_parts`` spawned here (``--workers``,
-``--ranks``), or the ranks of a torchrun/srun job (:func:`domainpar.launch.env.detect`). They form W / P
+``--ranks``, else :func:`replicas_for`: one replica per ``num_parts`` cores for raw events worth it), or the ranks
+of a torchrun/srun job (:func:`domainpar.launch.env.detect`). They form W / P
 *replicas* of P consecutive ranks (:func:`domainpar.comm.groups.make_layout`); replica k takes events k, k+R,
 k+2R, ... of the events still to do. A replica's part 0 hosts its events; the other parts only compute their
 share of each event's inference.
@@ -213,6 +214,46 @@ def _undo_refused(out: Path, had_manifest: bool) -> None:
             pass
 
 
+#: Memory a replica of the event chain may take: a full event's peak RSS is ~1.5 GB (docs/performance.md), and
+#: automatic replicas stay within the machine's (or container's) memory at this much each.
+REPLICA_BYTES = 2 * 1024**3
+#: A raw event's seconds of one core in the whole chain, per second of its graph build's estimate
+#: (:func:`~domainpar.data.dataset.build_seconds`): real event 21000, 6.2-6.7 s of stages against 3.8 s estimated.
+CHAIN_PER_BUILD_SECONDS = 1.7
+#: Work below which one replica (and its preparing process) is faster than several: each replica is a process that
+#: imports torch and numba and loads the pipeline first (~5 s of one core), so two are worth it from ~10 s of work.
+REPLICAS_MIN_SECONDS = 10.0
+
+
+def replicas_for(config: ReconstructConfig, sources: list[EventSource]) -> int:
+    """Replicas on this machine for ``sources``: ``--workers``, else one per ``num_parts`` cores where the events are
+    worth it (two replicas of the chain reconstructed 17-25 % more full events per hour than one host and its
+    preparing process on 2 cores, docs/performance.md), no more than the memory holds at :data:`REPLICA_BYTES`
+    each; one for graph files (no estimate of their work)."""
+    if config.workers is not None:
+        return config.workers
+    if any(source.kind != "raw" for source in sources):
+        return 1
+    from domainpar.data.dataset import build_seconds
+    from domainpar.workers import memory_bytes, pool_size
+
+    memory = memory_bytes()
+    fits = memory[0] // (REPLICA_BYTES * config.num_parts) if memory is not None else 1
+    wanted = max(1, min(available_cores() // config.num_parts, fits, len(sources)))
+    seconds = (CHAIN_PER_BUILD_SECONDS * build_seconds(source.path) for source in sources)
+    return pool_size(wanted, seconds, REPLICAS_MIN_SECONDS)
+
+
+def _resolved(config: ReconstructConfig, todo: list[EventSource], local_replicas: int | None = None) -> ReconstructConfig:
+    """``config`` with its replicas and prefetch decided for the events ``todo`` (``local_replicas``: under a launcher,
+    the replicas its ranks make on this machine)."""
+    workers = replicas_for(config, todo) if local_replicas is None else local_replicas
+    prefetch = config.prefetch if config.prefetch is not None else (1 if workers == 1 else 0)
+    if len(todo) <= workers:
+        prefetch = 0  # one event per replica at most: nothing to overlap, every core to the one process per replica
+    return replace(config, workers=workers, prefetch=prefetch)
+
+
 def _threads(config: ReconstructConfig, local_processes: int) -> tuple[int, int]:
     """(torch threads of a scoring process, of a preparing process) on this machine's cores."""
     cores = available_cores()
@@ -247,7 +288,7 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
     launcher = detect()
     if launcher.joins:
         return _reconstruct_as_rank(config)
-    if config.workers * config.num_parts > 4 * (os.cpu_count() or 1):
+    if config.workers is not None and config.workers * config.num_parts > 4 * (os.cpu_count() or 1):
         raise DomainparError(
             f"--workers {config.workers} x --parts {config.num_parts} starts that many local processes: at most "
             f"{4 * (os.cpu_count() or 1)} on this machine; use torchrun or srun to run on several nodes"
@@ -271,9 +312,7 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
 def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource], started: float) -> RunResult:
     """The run of :func:`reconstruct` once it holds ``--out``'s lock: plan, run the events, write the summary."""
     plan = plan_run(config, pipeline, sources)
-    if len(plan.todo) <= config.workers:
-        # One event per replica at most: nothing to overlap, every core to the one process per replica.
-        config = replace(config, prefetch=0)
+    config = _resolved(config, plan.todo)
     world = config.workers * config.num_parts
     scoring_threads, prepare_threads = _threads(config, world)
     if world == 1:
@@ -398,7 +437,8 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
     try:
         layout = make_layout(env.rank, env.world_size, config.num_parts, config.timeout_s)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or env.world_size
-        scoring, prepare_threads = _threads(replace(config, workers=max(1, local // config.num_parts)), local)
+        config = _resolved(config, plan.todo, max(1, local // config.num_parts))
+        scoring, prepare_threads = _threads(config, local)
         torch.set_num_threads(scoring)
         report, bar = _reporter(config, len(plan.todo[layout.replica :: layout.num_replicas]) if layout.part == 0 else 0,
                                 layout.num_replicas, f" (replica {layout.replica + 1} of {layout.num_replicas})")  # fmt: skip

@@ -114,10 +114,12 @@ class ReconstructConfig(PipelineSpec):
     """Raw TrackML events (hits, and cells when the features need them; truth is never read), or graph files."""
     out: Path
     """Output directory: submissions/, tracks/, events/, reconstruct.json, summary.json."""
-    workers: int = 1
-    """Replicas on this machine, each taking its share of the events (each of num_parts processes)."""
-    prefetch: int = 1
-    """Events a preparing process reads and builds ahead of the one being scored (0: all stages in one process)."""
+    workers: int | None = None
+    """Replicas on this machine, each taking its share of the events (each of num_parts processes); None: decided
+    from the cores, the memory and the events (:func:`~domainpar.inference.reconstruct.replicas_for`)."""
+    prefetch: int | None = None
+    """Events a preparing process reads and builds ahead of the one being scored (0: all stages in one process); None:
+    1 with one replica, 0 with several (each replica has its cores already)."""
     tracks_format: str = "csv"
     """The tracks file's format: csv, or parquet (needs pyarrow)."""
     redo: bool = False
@@ -129,8 +131,9 @@ class ReconstructConfig(PipelineSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive_int(self.workers, "--workers")
-        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0:
+        if self.workers is not None:
+            _positive_int(self.workers, "--workers")
+        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0):
             raise DomainparError(f"--prefetch: expected a non-negative integer, got {self.prefetch!r}")
         if self.threads is not None:
             _positive_int(self.threads, "--threads")
