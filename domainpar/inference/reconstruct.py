@@ -227,8 +227,8 @@ REPLICAS_MIN_SECONDS = 10.0
 
 def replicas_for(config: ReconstructConfig, sources: list[EventSource]) -> int:
     """Replicas on this machine for ``sources``: ``--workers``, else one per ``num_parts`` cores where the events are
-    worth it (two replicas of the chain reconstructed 17-25 % more full events per hour than one host and its
-    preparing process on 2 cores, docs/performance.md), no more than the memory holds at :data:`REPLICA_BYTES`
+    worth it (on 2 cores, four full events: 690-721 events per hour with two replicas against 522-530 with one host
+    and its preparing process, docs/performance.md), no more than the memory holds at :data:`REPLICA_BYTES`
     each; one for graph files (no estimate of their work)."""
     if config.workers is not None:
         return config.workers

@@ -14,7 +14,8 @@ statistics computed in registers, its outputs written once.
   ``grad_z`` (the gradient of the bias of the Linear that produced ``z``),
   so no separate reduction pass is needed.
 * :func:`layer_norm_rows`: ``LN(z + shift)`` in place, serial and ``nogil``,
-  for inference that shares its chunks over its own threads (the edge filter).
+  for inference that shares its chunks over its own threads (the edge
+  filter, the GNN's streamed tails).
 
 Column sums are reduced over fixed blocks of rows, each block sequentially
 (in float64), then the blocks in order: the result does not depend on the

@@ -42,7 +42,8 @@ input), so recomputation never repeats or skips a message.
 Inference has its own, simpler path here (:func:`streamed_edges`, :func:`streamed_rows`): with grad mode off on
 CPU nothing is kept for backward, and every MLP runs forward chunk by chunk of :data:`STREAM_ROWS` rows on the
 process's threads, so its activations stay in the cache; each row gets the ops of the whole-tensor forward, so
-the logits are the same bits.
+the logits are the same bits, except where :func:`kernel_tail` runs an MLP's tail in place (float32, LayerNorm and
+SiLU): there the forward's to float32 rounding, and still the same bits on any thread count and chunking.
 """
 
 from __future__ import annotations
@@ -373,7 +374,8 @@ def streamed_edges(plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None = Non
     activations stay in the cache, and only u, the node rows and the output are read or written once. The chunks
     are handed out to :func:`domainpar.kernels.chunks.build_threads` threads (each on torch's intra-op count, one
     in the event chain); every row is computed by one chunk with the ops of the unchunked model, so the output is
-    the same bits on any number of threads, and the same as the plain forward's. The fused CPU row kernels
+    the same bits on any number of threads, and the same as the plain forward's (to float32 rounding where
+    :func:`kernel_tail` runs the tail). The fused CPU row kernels
     (:func:`~domainpar.model.lean.fusable`) are numba-parallel and must not be entered from two threads at once:
     their chunks run on the calling thread.
 
@@ -428,7 +430,8 @@ def streamed_rows(mlp: nn.Module, tail: Callable[[nn.Module, torch.Tensor], torc
                   compiled: Callable[[torch.Tensor], bool] = lambda rows: False) -> torch.Tensor:
     """``residual + mlp(cat(inputs, dim=1))`` (or without the residual) on node rows, streamed like
     :func:`streamed_edges`: no autograd, chunks of rows in the cache, on the build's threads, the same bits as the
-    whole-tensor ops (the concatenation too is made per chunk, never for all rows at once).
+    whole-tensor ops, or their values to float32 rounding where :func:`kernel_tail` runs (the concatenation too is
+    made per chunk, never for all rows at once).
 
     Args:
         mlp: the MLP (``linears``, ``norms``, ``activation``); its first layer reads the concatenated inputs.

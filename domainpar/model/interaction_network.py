@@ -46,8 +46,10 @@ kept inputs live in host memory, and the compute device holds one chunk.
 
 Inference on CPU (grad mode off, no overlap, not compiled) streams every MLP, on edges and on nodes, through
 the cache in chunks of rows, the chunks shared over the process's threads
-(:func:`~domainpar.model.chunked.streamed_edges`): the same ops per row as the whole-tensor forward, so the
-same logits to the bit, without a pass through main memory per LayerNorm, activation and product.
+(:func:`~domainpar.model.chunked.streamed_edges`), without a pass through main memory per LayerNorm, activation
+and product: the same ops per row as the whole-tensor forward, so the same logits to the bit, except for float32
+MLPs with LayerNorm and SiLU, whose tails run in place in row kernels (:func:`~domainpar.model.chunked.kernel_tail`:
+the forward's logits to float32 rounding, the same bits on any thread count and chunking).
 
 ``compile`` (default ``auto``: on for CUDA tensors where Triton is present)
 runs the row-wise pieces — the MLP tails (LayerNorm + activation chains)
