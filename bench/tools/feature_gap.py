@@ -6,7 +6,12 @@
         --event ../shared/data/trackml/pixel/event000021000 --factor 1.18 \\
         --column node:cell_count --column node:cluster_u --column node:cluster_v --column node:cell_charge --out graphs/
 
-``spread`` prints, per pT bin, for the pixel hits and the true segments of particles produced within 1 mm of the
+    python -m bench.tools.feature_gap population --checkpoint runs/x/full_event/model.pt \
+        --filter runs/x/full_event/filter.pt --data ../shared/data/trackml/pixel --data runs/x/full_event/events/val_pixel
+
+``population`` runs ``evaluate``'s loss diagnosis (:mod:`domainpar.tracks.losses`) on each labelled ``--data`` and
+splits the first stage that loses each particle (on >= 3 layers, pT >= 0.1 GeV) by what the particle is: produced
+within 1 mm of the beam line or not, its type, its pseudorapidity, charge and layers. ``spread`` prints, per pT bin, for the pixel hits and the true segments of particles produced within 1 mm of the
 beam line: the mean cluster features of the hits (real / simulated and their ratio) and the median and 95th
 percentile of every edge feature's absolute value (real / simulated). ``scaled`` builds one labelled event's graph
 as the recipe's ``graph`` section does and multiplies the named columns (``node:NAME`` a node feature, ``NAME`` an
@@ -106,6 +111,63 @@ def scaled(recipe: Path, event: Path, factor: float, columns: list[str], out: Pa
     return save_graph(replace(graph, x=x, edge_attr=edge_attr), out / f"event{graph.event_id:09d}.npz")
 
 
+#: (label, selection) of the population table, on a frame of one row per particle.
+SPLITS = (
+    ("prompt", lambda f: f.vr < PROMPT_MM), ("displaced", lambda f: f.vr >= PROMPT_MM),
+    ("prompt pions", lambda f: (f.vr < PROMPT_MM) & (f.type == 211)),
+    ("prompt kaons and protons", lambda f: (f.vr < PROMPT_MM) & f.type.isin([321, 2212])),
+    ("prompt pions |eta| < 1", lambda f: (f.vr < PROMPT_MM) & (f.type == 211) & (f.eta.abs() < 1)),
+    ("prompt pions 1 <= |eta| < 2", lambda f: (f.vr < PROMPT_MM) & (f.type == 211) & (f.eta.abs() >= 1) & (f.eta.abs() < 2)),
+    ("prompt pions |eta| >= 2", lambda f: (f.vr < PROMPT_MM) & (f.type == 211) & (f.eta.abs() >= 2)),
+    ("prompt pions q > 0", lambda f: (f.vr < PROMPT_MM) & (f.type == 211) & (f.q > 0)),
+    ("prompt pions q < 0", lambda f: (f.vr < PROMPT_MM) & (f.type == 211) & (f.q < 0)),
+)
+
+
+def particle_stages(checkpoint: Path, edge_filter: Path | None, data: Path):
+    """One row per particle of every event of ``data``: pT, layers, the first stage that lost it (0: perfect),
+    matched, and from the particles file its production radius, |type|, pseudorapidity and charge."""
+    import pandas as pd
+
+    from domainpar.inference.evaluation import evaluate
+    from domainpar.inference.spec import EvaluateConfig
+
+    report = evaluate(EvaluateConfig(checkpoint=checkpoint, edge_filter=edge_filter, data=data, losses=True, progress=False))
+    frames = []
+    for evaluation in report.evaluations:
+        losses = evaluation.losses
+        prefix = next(p for p in event_prefixes(data) if p.name == f"event{evaluation.record['event_id']:09d}")
+        (particles,) = load_event(prefix, parts=("particles",))
+        table = particles.set_index("particle_id").reindex(losses.particle_id)
+        frames.append(pd.DataFrame({
+            "pt": losses.pt, "nlayers": losses.nlayers, "stage": losses.stage, "matched": losses.matched,
+            "vr": np.hypot(table["vx"].to_numpy(), table["vy"].to_numpy()),
+            "type": np.abs(table["particle_type"].to_numpy()) if "particle_type" in table else 0,
+            "eta": np.arcsinh(table["pz"].to_numpy() / np.hypot(table["px"].to_numpy(), table["py"].to_numpy())),
+            "q": table["q"].to_numpy(),
+        }))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def population(checkpoint: Path, edge_filter: Path | None, datasets: list[Path]) -> None:
+    """Print, per data set and pT bin below 0.5 GeV, the first-loss stages of each split of :data:`SPLITS`."""
+    from domainpar.tracks.losses import STAGES
+
+    names = ("perfect", *STAGES)
+    print("| data | pT (GeV) | particles | count | missed | " + " | ".join(names) + " |")
+    print("|---" * (5 + len(names)) + "|")
+    for data in datasets:
+        frame = particle_stages(checkpoint, edge_filter, data)
+        frame = frame[(frame.nlayers >= 3) & (frame.pt >= 0.1)]
+        for low, high in ((0.1, 0.2), (0.2, 0.3), (0.3, 0.5)):
+            in_bin = frame[(frame.pt >= low) & (frame.pt < high)]
+            for label, select in SPLITS:
+                rows = in_bin[select(in_bin)]
+                if len(rows):
+                    shares = " | ".join(f"{(rows.stage == code).mean():.3f}" for code in range(len(names)))
+                    print(f"| {data.name} | {low}-{high} | {label} | {len(rows)} | {1 - rows.matched.mean():.3f} | {shares} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,9 +181,15 @@ def main(argv: list[str] | None = None) -> None:
     second.add_argument("--factor", type=float, required=True)
     second.add_argument("--column", action="append", required=True, help="node:NAME or an edge feature NAME")
     second.add_argument("--out", type=Path, required=True)
+    third = commands.add_parser("population", help="the first stage that loses each low-pT particle, by what it is")
+    third.add_argument("--checkpoint", type=Path, required=True)
+    third.add_argument("--filter", type=Path)
+    third.add_argument("--data", type=Path, action="append", required=True, help="labelled raw events (repeat)")
     args = parser.parse_args(argv)
     if args.command == "spread":
         spread(args.recipe, args.real, args.sim)
+    elif args.command == "population":
+        population(args.checkpoint, args.filter, args.data)
     else:
         print(scaled(args.recipe, args.event, args.factor, args.column, args.out))
 
