@@ -359,25 +359,20 @@ def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | 
         (E,) bool, or None when no candidate jumps a layer.
     """
     from domainpar.kernels import chunks
-    from domainpar.kernels.segments import bridged
+    from domainpar.kernels.segments import bridge_candidates, bridged
 
     jumping = crossed == 1
     if not jumping.any():
         return None
-    # One array type per argument for the kernel (z arrives as a column view of the positions).
+    # One array type per argument for the kernels (z arrives as a column view of the positions).
     r, phi, z = (np.ascontiguousarray(values, dtype=np.float64) for values in (r, phi, z))
     is_barrel = np.ascontiguousarray(is_barrel, dtype=np.bool_)
+    src, dst = (np.ascontiguousarray(values, dtype=np.int64) for values in (src, dst))
     bridge = np.empty(src.size, dtype=bool)
 
     def tight(lo: int, hi: int) -> None:
-        # The adjacent-layer edges that pass the skip cuts, element by element as on the whole column.
-        a, c = src[lo:hi], dst[lo:hi]
-        dr = r[c] - r[a]
-        dz = z[c] - z[a]
-        dphi = np.abs(np.mod(phi[c] - phi[a] + np.pi, 2 * np.pi) - np.pi)
-        passed = dphi <= config.skip_phi_slope_max * dr + config.dphi_margin
-        passed &= np.abs(z[a] * dr - r[a] * dz) <= config.skip_z0_max * dr
-        bridge[lo:hi] = passed & ~jumping[lo:hi]
+        bridge_candidates(src, dst, jumping, r, phi, z, float(config.skip_phi_slope_max), float(config.skip_z0_max),
+                          float(config.dphi_margin), lo, hi, bridge)  # fmt: skip
 
     chunks.run(tight, chunks.bounds(src.size, 4 * chunks.build_threads()))
     # A subsequence of edges sorted by (src, dst): the out-edges of every node, their destinations sorted.
@@ -497,8 +492,8 @@ def build_graph(
         x=x.astype(np.float32),
         pos=pos.astype(np.float32),
         hit_id=hit_id,
-        layer=layer.astype(np.int64),
-        edge_index=edge_index.astype(np.int64),
+        layer=layer.astype(np.int64, copy=False),
+        edge_index=edge_index.astype(np.int64, copy=False),  # built here: no one else holds it
         edge_attr=edge_attr,
         y=y,
         particle_id=None if truth is None else particle_id.astype(np.int64),

@@ -366,6 +366,48 @@ def find_segments(
     return keys[:count].copy()
 
 
+@njit(cache=True, nogil=True)
+def bridge_candidates(
+    src: np.ndarray,
+    dst: np.ndarray,
+    jumping: np.ndarray,
+    r: np.ndarray,
+    phi: np.ndarray,
+    z: np.ndarray,
+    skip_phi_slope_max: float,
+    skip_z0_max: float,
+    dphi_margin: float,
+    first: int,
+    last: int,
+    out: np.ndarray,
+) -> None:
+    """Which of the edges [first, last) may be half of a bridge: adjacent-layer ones that pass the skip cuts.
+
+    numpy's arithmetic, operation for operation (``abs(mod(phi_c - phi_a + pi, 2 pi) - pi)``: numba's float ``%``
+    is Python's, the exact ``fmod`` with the divisor added to a negative remainder, as numpy's ``mod`` is), so the
+    same decisions as the expressions over whole columns it replaces.
+
+    Args:
+        src, dst: (E,) int64 inner and outer node of every edge.
+        jumping: (E,) bool, the edge's segment crosses a layer.
+        r, phi, z: (N,) float64 hit coordinates.
+        skip_phi_slope_max, skip_z0_max, dphi_margin: the skip cuts.
+        first, last: the edges to decide.
+        out: (E,) bool, written at [first, last).
+    """
+    for e in range(first, last):
+        a = src[e]
+        c = dst[e]
+        dr = r[c] - r[a]
+        dz = z[c] - z[a]
+        dphi = abs((phi[c] - phi[a] + math.pi) % TWO_PI - math.pi)
+        out[e] = (
+            (not jumping[e])
+            and dphi <= skip_phi_slope_max * dr + dphi_margin
+            and abs(z[a] * dr - r[a] * dz) <= skip_z0_max * dr
+        )
+
+
 @njit(cache=True)
 def _has_edge(out_start: np.ndarray, out_dst: np.ndarray, src: int, dst: int) -> bool:
     start = out_start[src]

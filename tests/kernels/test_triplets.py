@@ -35,10 +35,12 @@ def _reference(src, dst, alpha, beta, ell, kappa, scale, loose) -> np.ndarray:
     return result
 
 
+@pytest.mark.parametrize("num_nodes", [40, 4])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_kernel_matches_the_definition(seed):
+def test_kernel_matches_the_definition(seed, num_nodes):
+    # 40 nodes: ~7 edges a node, the kernel's scalar loops; 4 nodes: ~75, its vectorised ones.
     rng = np.random.default_rng(seed)
-    num_nodes, num_edges = 40, 300
+    num_edges = 300
     src = rng.integers(0, num_nodes, num_edges)
     dst = rng.integers(0, num_nodes, num_edges)
     # Angles over the whole circle, so the wrap around ±pi is exercised; a tie of m on purpose.
@@ -79,3 +81,20 @@ def test_ties_keep_the_first_continuation_in_edge_order():
     got = best_triplets(src, dst, alpha, beta, np.ones(3), np.zeros(3), 4, scale=0.01, loose=1e9)
     np.testing.assert_array_equal(got[0, :2], [2.0**-7, 2.0**-6])
     assert got[0, 3] == 2
+
+
+def test_ties_keep_the_first_continuation_among_many():
+    # Edge 0 = (0 -> 1) continues into 40 edges (the kernel's vectorised minimum); the smallest m is reached by
+    # edges 30 and 35 with mirrored residuals, and edge 30's are kept.
+    num_out = 40
+    src = np.concatenate([[0], np.ones(num_out, dtype=np.int64)])
+    dst = np.arange(1, num_out + 2)
+    alpha = np.concatenate([[0.5], 0.5 + np.linspace(0.01, 0.02, num_out)])
+    beta = np.concatenate([[0.0], np.linspace(0.01, 0.02, num_out)])
+    alpha[31], beta[31] = 0.5 + 2.0**-8, 2.0**-9
+    alpha[36], beta[36] = 0.5 + 2.0**-9, 2.0**-8
+    got = best_triplets(src, dst, alpha, beta, np.ones(num_out + 1), np.zeros(num_out + 1), num_out + 2,
+                        scale=0.01, loose=1e9)  # fmt: skip
+    np.testing.assert_array_equal(got[0, :2], [2.0**-8, 2.0**-9])
+    assert got[0, 2] == (2.0**-16 + 2.0**-18) / 0.01**2
+    assert got[0, 3] == num_out
