@@ -16,7 +16,16 @@ process by its peak). Blocks above 1 GiB are still mapped and unmapped one by on
 event chain call it (``domainpar.cli.main.KEEPS_FREED_MEMORY``); training does not, because its peak-memory
 figures are resident-set high-water marks, which memory kept for reuse would raise.
 
-Where the C library is not glibc (macOS, musl) nothing changes. A user's own ``MALLOC_*`` settings win.
+It also stops numpy advising the kernel to back its large arrays with transparent huge pages
+(``madvise(MADV_HUGEPAGE)``, numpy's default on Linux), in this process and, through ``NUMPY_MADVISE_HUGEPAGE=0``,
+in the processes it starts. Where the kernel compacts memory to serve such a fault (``defrag`` set to ``madvise``,
+as on the 2-core VM), a fresh process's first event stalls on it: the first graph build of event 21000 took
+3.3-3.6 s with the advice and 2.2-2.5 s without, a fresh ``reconstruct`` of it 10.1-11.3 s and 9.2-10.4 s
+(``docs/performance.md``). Later events reuse the kept memory and pay neither; a warm build without huge pages is
+~5 % slower (1.29-1.36 s against 1.21-1.29 s), as its arrays take more TLB misses.
+
+Where the C library is not glibc (macOS, musl) the thresholds do not change. A user's own ``MALLOC_*`` and
+``NUMPY_MADVISE_HUGEPAGE`` settings win.
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _SETTINGS = {"MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, TRIM_THRESHOLD)}
 
+#: numpy's switch of its huge-page advice (read when numpy is imported: what the processes started here see).
+NUMPY_HUGEPAGE = "NUMPY_MADVISE_HUGEPAGE"
+
 _done: bool | None = None
 
 
@@ -50,17 +62,32 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
+def _no_numpy_hugepage_advice() -> None:
+    """numpy stops advising huge pages in this process and the ones it starts, unless the environment says."""
+    if NUMPY_HUGEPAGE in os.environ:
+        return  # the user's choice (numpy read it at import), or a parent's that this process already follows
+    import numpy
+
+    core = getattr(numpy, "_core", None) or getattr(numpy, "core", None)  # numpy 2, numpy 1
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is not None:
+        switch(False)
+        os.environ[NUMPY_HUGEPAGE] = "0"
+
+
 def keep_freed_memory() -> bool:
-    """Keep freed blocks up to :data:`MMAP_THRESHOLD` in this process and in the processes it starts.
+    """Keep freed blocks up to :data:`MMAP_THRESHOLD` in this process and in the processes it starts, and fault
+    fresh ones in without huge-page advice (the module docstring).
 
     Idempotent. Each setting the environment already holds (the user's, or a parent's) is left as it is, in the
-    environment and in this process (glibc read it at start).
+    environment and in this process (glibc and numpy read it at start).
 
     Returns:
-        Whether both settings hold in this process (False where the C library is not glibc, or refused one).
+        Whether both glibc thresholds hold in this process (False where the C library is not glibc, or refused one).
     """
     global _done
     if _done is None:
+        _no_numpy_hugepage_advice()
         libc = _glibc()
         held = libc is not None
         for name, (parameter, value) in _SETTINGS.items():
@@ -73,4 +100,4 @@ def keep_freed_memory() -> bool:
     return _done
 
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
+__all__ = ["MMAP_THRESHOLD", "NUMPY_HUGEPAGE", "TRIM_THRESHOLD", "keep_freed_memory"]

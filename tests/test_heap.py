@@ -62,6 +62,7 @@ def test_processes_it_starts_inherit_the_setting():
 
 def test_a_users_own_setting_wins(monkeypatch):
     monkeypatch.setattr(heap, "_done", None)
+    monkeypatch.setattr(heap, "_no_numpy_hugepage_advice", lambda: None)  # this process's numpy left as it is
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     calls = []
@@ -72,8 +73,33 @@ def test_a_users_own_setting_wins(monkeypatch):
     assert calls == [heap._M_TRIM_THRESHOLD]  # the user's threshold is not overridden in this process either
 
 
+#: A child that reports numpy's huge-page advice after :func:`keep_freed_memory` (the switch returns its old state).
+_ADVICE = textwrap.dedent(
+    """
+    import json, os
+    import numpy as np
+    from domainpar.heap import keep_freed_memory
+    keep_freed_memory()
+    advised = bool(np._core.multiarray._set_madvise_hugepage(True))
+    print(json.dumps({"advised": advised, "env": os.environ.get("NUMPY_MADVISE_HUGEPAGE")}))
+    """
+)
+
+
+@pytest.mark.parametrize(("user", "advised"), [(None, False), ("1", True), ("0", False)])
+def test_numpy_stops_advising_huge_pages_unless_the_user_says(user, advised):
+    env = {k: v for k, v in os.environ.items() if k != heap.NUMPY_HUGEPAGE}
+    if user is not None:
+        env[heap.NUMPY_HUGEPAGE] = user
+    done = subprocess.run([sys.executable, "-c", _ADVICE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # Processes started from here read the same value when they import numpy.
+    assert json.loads(done.stdout) == {"advised": advised, "env": user or "0"}
+
+
 def test_nothing_changes_without_glibc(monkeypatch):
     monkeypatch.setattr(heap, "_done", None)
+    monkeypatch.setattr(heap, "_no_numpy_hugepage_advice", lambda: None)
     monkeypatch.setattr(heap, "_glibc", lambda: None)
     for name in heap._SETTINGS:
         monkeypatch.delenv(name, raising=False)
