@@ -5,9 +5,9 @@ A command unwinds on a stop signal (:func:`stops_unwind`): its handler raises ``
 run. But Python runs the handler between any two bytecodes of the main thread, and raised at some of them the
 interrupt does harm: half way through ``concurrent.futures.wait`` taking the locks of many futures (the pool's
 manager thread then blocks for ever), inside numba code that calls back into Python (a ``SystemError``), inside
-a weakref finalizer or a ``__del__`` that the garbage collector runs ("Exception ignored in", and the stop is
-lost). Code that waits in such places holds the stop signals (:func:`hold_stops`): a signal is only noted, and
-acted on at a safe point of the code's own (:meth:`HeldStops.answer`) or as the block ends, by raising it again
+a weakref finalizer or a ``__del__`` that the garbage collector runs, or inside a callback from C such as
+llvmlite's while numba compiles ("Exception ignored in", and the stop is lost). Code that waits in such places
+holds the stop signals (:func:`hold_stops`): a signal is only noted, and acted on at a safe point of the code's own (:meth:`HeldStops.answer`) or as the block ends, by raising it again
 to the handler the hold replaced, so the process does what it would have done without the hold.
 
 Holds nest: only the outermost replaces the handlers and acts on a signal. A hold inside it sees what arrived
@@ -19,6 +19,7 @@ region the outer one protects, and a signal is acted on once.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -61,13 +62,21 @@ def _in_main_thread() -> bool:
 FINALIZER_RETRY_S = 0.01
 
 
+#: Where Python code runs as a callback from C: llvmlite, through which numba's compiler (a worker's first call of a
+#: kernel on a cold cache) calls back into Python from LLVM (its object cache).
+_CALLBACK_DIRECTORIES = (f"{os.sep}llvmlite{os.sep}",)
+
+
 def in_finalizer(frame: Any) -> bool:
     """Whether ``frame`` (where a signal interrupted the main thread) runs inside a finalizer: an object's
-    ``__del__`` or a ``weakref.finalize`` callback, which the garbage collector may run at any allocation. An
-    exception raised there is printed as "Exception ignored in ..." and lost."""
+    ``__del__`` or a ``weakref.finalize`` callback, which the garbage collector may run at any allocation; or inside
+    llvmlite, whose callbacks from C (:data:`_CALLBACK_DIRECTORIES`) are the same trap. An exception raised there
+    is printed as "Exception ignored in ..." (or "... on calling ctypes callback function") and lost."""
     while frame is not None:
         code = frame.f_code
         if code.co_name == "__del__" or (code.co_name == "__call__" and code.co_filename.endswith("weakref.py")):
+            return True
+        if any(directory in code.co_filename for directory in _CALLBACK_DIRECTORIES):
             return True
         frame = frame.f_back
     return False

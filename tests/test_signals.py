@@ -147,7 +147,31 @@ def _wait_for_the_stop() -> None:
     pytest.fail("the stop that landed in a finalizer was lost")
 
 
-@pytest.mark.parametrize("finalizer", ["__del__", "weakref.finalize"])
+def _call_back_from_c_as_llvmlite_does() -> None:
+    """A SIGTERM inside a Python function that C calls through ctypes (libc's qsort and its comparison), the
+    function's code placed in an llvmlite directory as numba's compiler's callbacks from LLVM are: an exception
+    raised there is printed as "Exception ignored on calling ctypes callback function" and lost."""
+    import ctypes
+    import ctypes.util
+    import os
+
+    namespace: dict = {"signal": signal, "raised": []}
+    source = (
+        "def compare(a, b):\n"
+        "    if not raised:\n"
+        "        raised.append(True)\n"
+        "        signal.raise_signal(signal.SIGTERM)\n"
+        "    return a[0] - b[0]\n"
+    )
+    exec(compile(source, os.path.join(os.sep, "site-packages", "llvmlite", "binding", "callbacks.py"), "exec"), namespace)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    comparison = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+    values = (ctypes.c_int * 3)(3, 1, 2)
+    libc.qsort(values, 3, ctypes.sizeof(ctypes.c_int), comparison(namespace["compare"]))
+    assert namespace["raised"] and list(values) == [1, 2, 3]  # the sort finished: the stop came after it
+
+
+@pytest.mark.parametrize("finalizer", ["__del__", "weakref.finalize", "llvmlite callback"])
 def test_a_stop_inside_a_finalizer_is_raised_once_it_has_returned(finalizer, capfd):
     import weakref
 
@@ -162,7 +186,10 @@ def test_a_stop_inside_a_finalizer_is_raised_once_it_has_returned(finalizer, cap
     try:
         with stops_unwind():
             with pytest.raises(Terminated):
-                if finalizer == "__del__":
+                if finalizer == "llvmlite callback":
+                    _call_back_from_c_as_llvmlite_does()
+                    victim = None
+                elif finalizer == "__del__":
                     victim = _StopsInItsFinalizer()
                 else:
                     victim = type("Victim", (), {})()

@@ -247,3 +247,26 @@ def test_the_model_keeps_no_graph_alive(overlap):
     gc.collect()
     assert [ref() is None for ref in alive] == [True] * 12
     assert len(model._structures) == 0
+
+
+def test_a_whole_graph_groups_each_edge_end_once(monkeypatch):
+    """Without halo rows the owned rows are the local rows: their groupings are one sort each, not two."""
+    from domainpar.model import interaction_network as module
+
+    sorted_ends = []
+    real = module.build_segments
+    monkeypatch.setattr(module, "build_segments", lambda index, *a, **k: sorted_ends.append(index.numel()) or real(index, *a, **k))
+    model = InteractionNetwork(ModelConfig(hidden=8, num_iterations=2)).double()
+    whole = _whole(random_graph(40, 120, seed=3))
+    model(whole)
+    structure = model._structure(whole)
+    assert sorted_ends == [120, 120]
+    assert structure.src_owned is structure.src_local and structure.dst_owned is structure.dst_local
+    # A part with halo rows keeps separate owned groupings (the halo rows' edges belong to no owned segment).
+    graph = random_graph(40, 120, seed=3)
+    plan = build_plan(graph.edge_index, np.arange(40) % 2, 2, y=graph.y)
+    part = local_graph(graph, plan.parts[0]).to("cpu", torch.float64)
+    assert part.num_halo > 0
+    sorted_ends.clear()
+    structure = model._structure(part)
+    assert len(sorted_ends) == 4 and structure.src_owned is not structure.src_local
