@@ -32,10 +32,15 @@ class ClusterModel:
 
 #: Per volume cluster models, fitted to the real event 21000's clusters (per volume and bin of track angle:
 #: mean cells, channels along u and v, median summed charge; :func:`domainpar.sim.cluster_fit.fit_cluster_models`).
+#: The pixel barrel's drift, depths and spreads are fitted again to the real pixel event's signal hits, each with its
+#: direction at the hit (the helix through its vertex), by their channels along u and v against the crossing slope
+#: (``bench/tools/cluster_drift.py``): the charge drifts against +u (tan -0.10), where the fit without the direction
+#: at the hit had it drift along +u (0.504), and soft tracks crossing the barrel left clusters the real ones
+#: contradict (docs/sim_vs_real.md, "The pixel barrel's Lorentz drift").
 CLUSTER_MODELS = {
     # Pixel endcaps (7 fitted; 9 is its mirror image), pixel barrel.
     7: ClusterModel(tan_lorentz=0.0, depth_u=4.0, depth_v=3.27, spread_u=0.09, spread_v=0.0, threshold=0.0, charge=0.301),
-    8: ClusterModel(tan_lorentz=0.504, depth_u=0.977, depth_v=0.949, spread_u=0.0, spread_v=0.470, threshold=0.033, charge=0.150),
+    8: ClusterModel(tan_lorentz=-0.10, depth_u=1.05, depth_v=1.0, spread_u=0.0, spread_v=0.15, threshold=0.033, charge=0.150),
     9: ClusterModel(tan_lorentz=0.0, depth_u=4.0, depth_v=3.27, spread_u=0.09, spread_v=0.0, threshold=0.0, charge=0.301),
     # Short-strip endcaps (12 and 14 averaged) and barrel.
     12: ClusterModel(tan_lorentz=0.0, depth_u=2.97, depth_v=1.0, spread_u=0.0, spread_v=0.0, threshold=0.0, charge=1.0),
