@@ -66,8 +66,7 @@ def barrel_crossings(prefix: str, min_pt: float = 0.1) -> dict:
 def curves(crossings: dict, summary: np.ndarray) -> dict[str, np.ndarray]:
     """Mean channels along u and cells per u-slope bin, channels along v per v-slope bin (NaN: too few real hits)."""
     def mean(values: np.ndarray, bins: np.ndarray, count: int) -> np.ndarray:
-        real_bins = crossings["u_bin"] if bins is crossings["u_bin"] else crossings["v_bin"]
-        return np.array([values[bins == b].mean() if (real_bins == b).sum() >= MIN_HITS else np.nan for b in range(count)])
+        return np.array([values[bins == b].mean() if (bins == b).sum() >= MIN_HITS else np.nan for b in range(count)])
 
     return {
         "u": mean(summary[:, 2], crossings["u_bin"], len(U_EDGES) + 1),
