@@ -225,7 +225,7 @@ def _exchange_checks(rank: int) -> dict:
     features = torch.randn(NUM_NODES, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     upstream = torch.randn(NUM_NODES, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exchange = HaloExchange(part)
-    local_ids = torch.as_tensor(part.local_to_global)
+    local_ids = torch.as_tensor(np.concatenate([part.owned_ids, part.halo_ids]))
     owned_ids = torch.tensor(part.owned_ids)
     # Copies of every node over all parts (owned once + once per part holding it as halo).
     copies = np.ones(NUM_NODES)

@@ -45,7 +45,7 @@ def assert_plan_invariants(plan, edge_index: np.ndarray, y: np.ndarray | None = 
         assert p.num_nodes_global == num_nodes
         assert p.num_edges_global == int(kept.sum())
         assert p.num_positive_edges_global == positives
-        local_to_global = p.local_to_global
+        local_to_global = np.concatenate([p.owned_ids, p.halo_ids])
         assert local_to_global.size == np.unique(local_to_global).size
         # Local edges map back to their global edges; endpoints owned or halo here.
         assert p.edge_index.shape == (2, p.num_local_edges)
