@@ -15,16 +15,9 @@ imbalanced on real events.
 
 Default factorisation of P: φ wedges only (``num_eta = 1``) up to
 :data:`MAX_DEFAULT_WEDGES` wedges, beyond that the fewest η slices that keep
-at most that many wedges per slice (32 → 16×2, 64 → 16×4). Measured on the
-real event 21000 graph (1.8M edges), cutting in η is expensive: the z0 window
-of the segment cuts lets many edges cross a slice boundary near η = 0 where
-the occupancy peaks. Edge-cut fractions:
-
-    P = 4:  4×1 2.5 %,  2×2 12.2 %
-    P = 8:  8×1 4.9 %,  4×2 13.3 %
-    P = 16: 16×1 10.1 %, 8×2 15.6 %, 4×4 25.4 %
-
-(z slices instead of η give the same or worse.) Thin wedges cut curling
+at most that many wedges per slice (32 → 16×2, 64 → 16×4). Cutting in η (or z)
+is expensive: the z0 window of the segment cuts lets many edges cross a slice
+boundary near η = 0, where the occupancy peaks. Thin wedges cut curling
 low-pT tracks, hence the cap.
 """
 
@@ -56,27 +49,21 @@ def default_factorisation(num_parts: int) -> tuple[int, int]:
     return num_parts, 1
 
 
-def has_positions(pos: np.ndarray) -> bool:
-    """Whether ``pos`` holds real hit positions: not every row the same point.
+def require_positions(pos: np.ndarray, method: str, source: str = "the graph") -> None:
+    """Refuse sectors of a graph without hit positions (every hit at one point), naming ``source`` and what to use
+    instead.
 
     Graph files of the Exa.TrkX layout carry scaled features but no positions and are read with zeros
-    (:mod:`domainpar.data.pyg_files`); φ × η sectors of such a graph are arbitrary (measured: a 17.9 %
-    edge cut at 2 parts instead of 1.6 % with the positions).
+    (:mod:`domainpar.data.pyg_files`); φ × η sectors of such a graph are arbitrary.
 
     Args:
         pos: (N, 3) hit positions.
-    """
-    pos = np.asarray(pos)
-    return pos.shape[0] < 2 or bool(np.any(pos != pos[:1]))
-
-
-def require_positions(pos: np.ndarray, method: str, source: str = "the graph") -> None:
-    """Refuse sectors of a graph without hit positions, naming ``source`` and what to use instead.
 
     Raises:
         DomainparError: every hit at one point.
     """
-    if not has_positions(pos):
+    pos = np.asarray(pos)
+    if not (pos.shape[0] < 2 or np.any(pos != pos[:1])):
         raise DomainparError(
             f"--method {method}: {source} has no hit positions (every hit at {tuple(float(v) for v in np.asarray(pos)[0])}; "
             "graph files in the Exa.TrkX layout carry none), so its detector sectors would be arbitrary; "

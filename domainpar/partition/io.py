@@ -128,11 +128,6 @@ def part_arrays(data: PartData) -> dict[str, np.ndarray]:
     return arrays
 
 
-def save_part(data: PartData, path: str | os.PathLike, *, compress: bool = False) -> Path:
-    """Write one part file (not atomic by itself; :func:`save_plan` writes whole plans atomically)."""
-    return write_npz(path, part_arrays(data), compress=compress)
-
-
 def save_plan(
     plan: PartitionPlan, directory: str | os.PathLike, graph: EventGraph, *, compress: bool = False,
     graph_digest: str | None = None,
@@ -176,8 +171,8 @@ def save_plan(
         write_npz(staging / OWNER_NAME, {"owner": plan.owner})
         part_files = []
         for p in range(plan.num_parts):
-            path = save_part(cut_part(graph, plan, p, graph_hash=graph_hash), staging / part_file_name(p), compress=compress)
-            part_files.append(_entry(path))
+            data = cut_part(graph, plan, p, graph_hash=graph_hash)
+            part_files.append(_entry(write_npz(staging / part_file_name(p), part_arrays(data), compress=compress)))
         manifest = {
             "format_version": PLAN_FORMAT_VERSION,
             "event_id": int(graph.event_id),

@@ -116,21 +116,17 @@ class PartitionReport:
         return record
 
 
-def _dtype_itemsize(dtype: str) -> int:
-    try:
-        kind = np.dtype(dtype)
-    except TypeError:
-        raise DomainparError(f"dtype must be a floating dtype name such as float32 (got {dtype!r})") from None
-    if kind.kind != "f" and dtype != "bfloat16":
-        raise DomainparError(f"dtype must be a floating dtype name such as float32 (got {dtype!r})")
-    return kind.itemsize
-
-
 def itemsize_of(dtype: str) -> int:
     """Bytes per element of a floating dtype name (float16, bfloat16, float32, float64)."""
     if dtype == "bfloat16":
         return 2
-    return _dtype_itemsize(dtype)
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        raise DomainparError(f"dtype must be a floating dtype name such as float32 (got {dtype!r})") from None
+    if kind.kind != "f":
+        raise DomainparError(f"dtype must be a floating dtype name such as float32 (got {dtype!r})")
+    return kind.itemsize
 
 
 def partition_report(plan: PartitionPlan, *, hidden: int = 64, dtype: str = "float32") -> PartitionReport:
