@@ -7,6 +7,7 @@ partitioned runs share one code path.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,37 +74,37 @@ class LocalGraph:
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "LocalGraph":
         """Move to ``device``; ``dtype`` converts the floating-point features (not labels)."""
         float_kw = {"device": device} if dtype is None else {"device": device, "dtype": dtype}
-        return LocalGraph(
+        return dataclasses.replace(
+            self,
             x=self.x.to(**float_kw),
             edge_index=self.edge_index.to(device),
             edge_attr=self.edge_attr.to(**float_kw),
-            num_owned=self.num_owned,
-            num_halo=self.num_halo,
-            num_interior_edges=self.num_interior_edges,
             edge_owned=self.edge_owned.to(device),
             edge_ids=self.edge_ids.to(device),
             y=None if self.y is None else self.y.to(device),
-            num_edges_global=self.num_edges_global,
-            num_positive_edges_global=self.num_positive_edges_global,
         )
+
+
+def _local(part: PartPlan, x: np.ndarray, edge_attr: np.ndarray, y: np.ndarray | None) -> LocalGraph:
+    return LocalGraph(
+        x=tensor_of(x),
+        edge_index=tensor_of(part.edge_index),
+        edge_attr=tensor_of(edge_attr),
+        num_owned=part.num_owned,
+        num_halo=part.num_halo,
+        num_interior_edges=part.num_interior_edges,
+        edge_owned=tensor_of(part.edge_owned),
+        edge_ids=tensor_of(part.edge_ids),
+        y=None if y is None else tensor_of(y),
+        num_edges_global=part.num_edges_global,
+        num_positive_edges_global=part.num_positive_edges_global,
+    )
 
 
 def local_graph(graph: EventGraph, part: PartPlan) -> LocalGraph:
     """Cut ``part``'s tensors out of ``graph`` (CPU; call ``.to(device)`` after)."""
     edge_ids = part.edge_ids
-    return LocalGraph(
-        x=tensor_of(graph.x[part.owned_ids]),
-        edge_index=tensor_of(part.edge_index),
-        edge_attr=tensor_of(graph.edge_attr[edge_ids]),
-        num_owned=part.num_owned,
-        num_halo=part.num_halo,
-        num_interior_edges=part.num_interior_edges,
-        edge_owned=tensor_of(part.edge_owned),
-        edge_ids=tensor_of(edge_ids),
-        y=None if graph.y is None else tensor_of(graph.y[edge_ids]),
-        num_edges_global=part.num_edges_global,
-        num_positive_edges_global=part.num_positive_edges_global,
-    )
+    return _local(part, graph.x[part.owned_ids], graph.edge_attr[edge_ids], None if graph.y is None else graph.y[edge_ids])
 
 
 def local_graph_of(data: PartData) -> LocalGraph:
@@ -111,17 +112,4 @@ def local_graph_of(data: PartData) -> LocalGraph:
 
     Prefer :func:`domainpar.parallel.part.rank_part`, which also stages the copy to the device and builds the exchange.
     """
-    part = data.plan
-    return LocalGraph(
-        x=tensor_of(data.x),
-        edge_index=tensor_of(part.edge_index),
-        edge_attr=tensor_of(data.edge_attr),
-        num_owned=part.num_owned,
-        num_halo=part.num_halo,
-        num_interior_edges=part.num_interior_edges,
-        edge_owned=tensor_of(part.edge_owned),
-        edge_ids=tensor_of(part.edge_ids),
-        y=None if data.y is None else tensor_of(data.y),
-        num_edges_global=part.num_edges_global,
-        num_positive_edges_global=part.num_positive_edges_global,
-    )
+    return _local(data.plan, data.x, data.edge_attr, data.y)
