@@ -296,8 +296,9 @@ def _gcn_local_degrees(rank: int) -> dict:
     """GCN's own normalisation on a part (degrees counted on the local edges) is NOT exact: the error of the owned
     outputs against the whole graph's, and with the exchanged global degrees (``gcn_norm_local``) as the control."""
     from torch_geometric.nn import GCNConv
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-    from domainpar.model.pyg import DomainParallelConv, gcn_norm_local, gcn_norm_naive
+    from domainpar.model.pyg import DomainParallelConv, gcn_norm_local
     from domainpar.parallel.part import rank_part
 
     graph = dense_graph()
@@ -311,7 +312,8 @@ def _gcn_local_degrees(rank: int) -> dict:
     rp = rank_part(graph, rank, None, "cpu", torch.float64, plan=build_plan(graph.edge_index, owner, WORLD))
     owned = torch.as_tensor(rp.data.plan.owned_ids)
     errors = {}
-    for label, (edges, weight) in (("local", gcn_norm_naive(rp.graph)), ("global", gcn_norm_local(rp.graph, rp.exchange))):
+    naive = gcn_norm(rp.graph.edge_index, None, rp.graph.num_local_nodes, dtype=rp.graph.x.dtype)
+    for label, (edges, weight) in (("local", naive), ("global", gcn_norm_local(rp.graph, rp.exchange))):
         out = conv(rp.graph.x, rp.graph, rp.exchange, edges, edge_weight=weight).detach()
         errors[label] = float((out - reference[owned]).abs().max())
     return errors

@@ -6,21 +6,15 @@
 :class:`DomainParallelConv` runs an existing PyG ``MessagePassing`` layer on a
 part's local graph: the owned rows are completed with their halo rows by the
 exchange, the layer runs on the local edges, and only the owned rows of its
-output are kept. This is exact (same outputs and gradients as the whole graph
-on one device) for any layer whose output at a node depends only on the
-node's *incoming* edges and their endpoints, because every incoming edge of
-an owned node is local and both its endpoints are owned or halo rows:
-``GATConv``/``GATv2Conv``/``TransformerConv`` (softmax over a node's incoming
-edges; their self-loops on halo nodes only touch discarded halo outputs),
-``EdgeConv``, ``GINConv``/``GINEConv``, ``GraphConv``, ``SAGEConv``,
-``NNConv``, ``GatedGraphConv``, ``ResGatedGraphConv``, with sum, mean or max
-aggregation. Layers that need statistics over more than a node's incoming
-edges need them made global first: ``GCNConv``'s symmetric normalisation reads
-the source node's degree (use :func:`gcn_norm_local`, which completes halo
-degrees by exchange, and ``normalize=False``); ``BatchNorm`` needs its
-mean/variance reduced over the domain group; global pooling or a softmax over
-all edges must be reduced likewise. See docs/pyg.md; the ``pyg_gnn`` model
-(:mod:`domainpar.model.pyg_gnn`) stacks such layers into a trainable edge classifier.
+output are kept. This is exact for any layer whose output at a node depends
+only on the node's *incoming* edges and their endpoints, because every
+incoming edge of an owned node is local and both its endpoints are owned or
+halo rows (docs/pyg.md lists the layers). Layers that need statistics over
+more than a node's incoming edges need them made global first: ``GCNConv``'s
+symmetric normalisation reads the source node's degree (use
+:func:`gcn_norm_local`, which completes halo degrees by exchange, and
+``normalize=False``); ``BatchNorm``, global pooling or a softmax over all edges
+need their statistics reduced over the domain group.
 
 No torch.distributed here: the exchange is an argument.
 """
@@ -32,7 +26,6 @@ import torch
 from torch import nn
 from torch_geometric.data import Data
 from torch_geometric.nn.conv import MessagePassing
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from domainpar.data.event_graph import ARRAY_DTYPES, OPTIONAL_ARRAYS, REQUIRED_ARRAYS, EventGraph
 from domainpar.errors import DomainparError
@@ -161,12 +154,3 @@ def gcn_norm_local(
     inv_sqrt = degree.pow(-0.5).masked_fill(degree == 0, 0.0)
     return edge_index, inv_sqrt[edge_index[0]] * weight * inv_sqrt[edge_index[1]]
 
-
-def gcn_norm_naive(graph: LocalGraph, *, add_self_loops: bool = True, dtype: torch.dtype | None = None):
-    """What ``GCNConv(normalize=True)`` computes on the local graph alone: degrees of halo
-    nodes are counted from local edges only, so boundary edges get wrong weights.
-    Kept to demonstrate (and test) why :func:`gcn_norm_local` is needed."""
-    dtype = dtype or graph.x.dtype
-    return gcn_norm(
-        graph.edge_index, None, num_nodes=graph.num_local_nodes, add_self_loops=add_self_loops, dtype=dtype
-    )
