@@ -24,8 +24,7 @@ def partition_graph(
 
     Methods:
         metis: METIS k-way on the undirected graph, nodes weighted 1 + degree
-            (options: ``balance``, ``imbalance_tolerance``, ``recursive``; see
-            :func:`domainpar.partition.metis.metis_owners`). Deterministic for a seed.
+            (option: ``balance``; see :func:`domainpar.partition.metis.metis_owners`). Deterministic for a seed.
         geometric: φ × η sectors with halo exchange (options: ``num_phi``,
             ``num_eta``, ``coordinate``, ``boundaries``; see
             :func:`domainpar.partition.geometric.geometric_owners`).
