@@ -1,27 +1,21 @@
 """``torch.compile`` for row-wise tensor functions: when it is used, and one compiled callable per static variant.
 
-The model's row-wise pieces (LayerNorm + activation chains on (rows, H)
-tensors with H ≈ 64, the gathers that feed them) are memory-bound: eager
-PyTorch runs them as several kernels, each reading and writing whole
-tensors, and its LayerNorm kernel is poor for rows this short. Inductor
-fuses each chain into one kernel per direction. This module decides when
-that is used and keeps the compiled callables:
+The model's row-wise pieces (LayerNorm + activation chains, the gathers that
+feed them) are memory-bound: eager PyTorch runs them as several kernels, each
+reading and writing whole tensors. Inductor fuses each chain into one kernel
+per direction.
 
 * :func:`use_compile`: the setting (``"auto"``, ``"on"``, ``"off"``) for a
-  given tensor. ``auto`` compiles CUDA tensors when Triton is importable
-  (Inductor's GPU code generator); everything else runs eagerly, so a
-  machine without Triton or a CPU run needs nothing. ``on`` compiles on any
-  device (the CPU backend generates C++: how the tests check the compiled
-  math without a GPU). Fake, meta and traced/exported tensors never compile.
-* :func:`compiled`: ``fn(static, *tensors)`` compiled once per ``static``
-  (activation, depth, …): each variant gets its own code object, so
-  dynamo's per-code cache never evicts one variant for another. The row
-  dimension of the tensors is marked dynamic, so chunks and graphs of any
-  size share one compiled kernel.
+  given tensor. ``auto`` compiles CUDA tensors when Triton is importable;
+  everything else runs eagerly. ``on`` compiles on any device (the CPU
+  backend generates C++: how the tests check the compiled math without a
+  GPU). Fake, meta and traced/exported tensors never compile.
+* :func:`compiled`: ``fn(static, *tensors)`` compiled once per ``static``:
+  each variant gets its own code object, so dynamo's per-code cache never
+  evicts one variant for another.
 
 Compiled and eager results agree to rounding, not bitwise (fused
-reductions associate differently); both are deterministic run to run (no
-atomics: Inductor's reductions are ordered).
+reductions associate differently); both are deterministic run to run.
 """
 
 from __future__ import annotations

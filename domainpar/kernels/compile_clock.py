@@ -1,9 +1,8 @@
 """Seconds numba spends compiling inside a block: what a stage's timing leaves out to be a warm figure.
 
-A kernel is compiled once per machine and type signature, then read from numba's on-disk cache. The first event
-a fresh installation runs (or a benchmark in a fresh checkout) compiles inside its stages: the full-event
-recipe's report once gave 27.8 s of track building for its first held-out event against 0.85 s for the others.
-:func:`compile_clock` measures that compilation so the timing can leave it out and say so.
+A kernel is compiled once per machine and type signature, then read from numba's on-disk cache, so the first event
+a fresh installation runs compiles inside its stages. :func:`compile_clock` measures that compilation so the timing
+can leave it out and say so.
 """
 
 from __future__ import annotations

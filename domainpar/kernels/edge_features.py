@@ -5,12 +5,9 @@ below and owns what each column means. Every column is the float64 arithmetic th
 :data:`domainpar.data.features.EDGE_FEATURE_SPECS` describes, operation for operation as numpy evaluates the
 same formula on whole columns (the same operands in the same order, no fused multiply-add, numpy's floored
 modulo and ``hypot``, its ``where``/``nan_to_num``/``clip`` rules), rounded to float32 once as it is written:
-the bytes numpy's column-by-column version gave. What numpy computes with its own vectorised transcendental
-functions (per hit ``arcsinh`` of eta, per edge ``log1p`` of the triplet distances) stays with numpy: glibc's
-functions, which numba calls, differ from those in the last bit.
-
-One pass per edge instead of one numpy pass per column and per intermediate: 4.2M edges × 13 columns of a full
-event in 0.2 s on one thread, against ~0.8 CPU-s of numpy passes.
+the bytes numpy's column-by-column version gives. What numpy computes with its own vectorised transcendental
+functions (``arcsinh``, ``log1p``) stays with numpy: glibc's functions, which numba calls, differ from those in
+the last bit.
 """
 
 from __future__ import annotations

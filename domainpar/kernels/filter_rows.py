@@ -1,11 +1,10 @@
 """The edge filter's input rows and its last layer, row by row (numba).
 
 A row of the filter's input is ``([x[src], x[dst], edge_attr[e]] - mean) / scale``: the source and destination
-nodes' features, the edge's, standardised. numpy's gathers and concatenation and torch's subtraction and division
-made four passes over each chunk's rows; :func:`standardised_rows` makes one, with float32 subtraction and
-division per element as torch's (the same bits). The filter's last layer has one output column, and torch's
-product for it took as long as a 64-wide one; :func:`logit_rows` is a dot product per row, vectorised over the
-hidden width (reassociated: torch's value to float32 rounding).
+nodes' features, the edge's, standardised. :func:`standardised_rows` makes it in one pass, with float32
+subtraction and division per element as torch's (the same bits). The filter's last layer has one output column;
+:func:`logit_rows` is a dot product per row, vectorised over the hidden width (reassociated: torch's value to
+float32 rounding).
 
 Both are serial and release the GIL: the filter shares its chunks over its own threads
 (:mod:`domainpar.kernels.chunks`).

@@ -1,38 +1,29 @@
 """Row-wise LayerNorm + activation, forward and backward in one pass over the rows (numba, CPU).
 
 An MLP layer of the Interaction Network is ``a = act(LN(z))`` on (rows, H)
-tensors with H ≈ 64: a handful of flops per element, so on a CPU its cost is
-memory traffic. PyTorch runs it as separate kernels (norm, activation, and
-in backward the activation's mask, the norm's input gradient, and two column
-sums for the norm's weight and bias), each reading and writing whole
-(rows, H) tensors. Here each direction is one pass: a row is read once, its
-statistics computed in registers, its outputs written once.
+tensors with H ≈ 64: on a CPU its cost is memory traffic, and PyTorch runs it
+as several kernels, each reading and writing whole tensors. Here each
+direction is one pass: a row is read once, its outputs written once.
 
 * :func:`ln_act_forward`: ``a = act(LN(z))`` (LN optional).
-* :func:`ln_act_backward`: from ``z`` and ``grad_a``: ``grad_z`` and the
-  gradients of the norm's weight and bias, plus the column sums of
-  ``grad_z`` (the gradient of the bias of the Linear that produced ``z``),
-  so no separate reduction pass is needed.
+* :func:`ln_act_backward`: from ``z`` and ``grad_a``: ``grad_z``, the
+  gradients of the norm's weight and bias, and the column sums of ``grad_z``
+  (the gradient of the bias of the Linear that produced ``z``).
 * :func:`layer_norm_rows`: ``LN(z + shift)`` in place, serial and ``nogil``,
-  for inference that shares its chunks over its own threads (the edge
-  filter, the GNN's streamed tails).
+  for inference that shares its chunks over its own threads.
 
 Column sums are reduced over fixed blocks of rows, each block sequentially
 (in float64), then the blocks in order: the result does not depend on the
 thread count. Row statistics are computed in the data type (as PyTorch
-does), with vectorised (reassociated) sums.
-Activations: relu, silu, tanh, gelu (erf), elu, leaky_relu — by code, see
-:data:`ACTIVATION_CODES`. This module knows nothing about models: arrays in,
-arrays out.
+does), with vectorised (reassociated) sums. Activations by code:
+:data:`ACTIVATION_CODES`.
 
 Every (kernel, activation) pair is a kernel of its own, made from one
 template with the activation bound as a global (:func:`_kernel_for`), so that
-numba's on-disk cache serves it to every later process. Passing the
-activation as an argument instead puts its dispatcher's type into the cache
-key, and that type is keyed by the dispatcher object's identity in the
-process that compiled it: the key never matched in another process, every
-process recompiled every kernel it used (5–15 s each) and appended one more
-entry to the cache index (``tests/kernels/test_numba_cache.py``).
+numba's on-disk cache serves it to every later process: an activation passed
+as an argument puts its dispatcher's type, keyed by the object's identity,
+into the cache key, which then never matches in another process
+(``tests/kernels/test_numba_cache.py``).
 """
 
 from __future__ import annotations
@@ -229,7 +220,7 @@ def _sum_blocks(part, out):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def _layer_norm_rows(z, shift, gamma, beta, eps, zero, inv_width):  # pragma: no cover - compiled
     # Statistics in the data type throughout: an int (the width, a literal 1) would promote float32 to float64, and
-    # the loops would run at half the vector width (0.28 against 0.15 ms for 8192 rows of 64).
+    # the loops would run at half the vector width.
     rows, width = z.shape
     one = inv_width / inv_width
     for r in range(rows):
@@ -251,10 +242,9 @@ def _layer_norm_rows(z, shift, gamma, beta, eps, zero, inv_width):  # pragma: no
 def layer_norm_rows(z: np.ndarray, shift: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> None:
     """``z = LN(z + shift)`` row by row, in place, on the calling thread (the GIL released).
 
-    ``shift`` is the bias of the Linear before the norm: ``torch.mm`` and this cost ~0.2 ms less per 8192 rows of 64
-    than ``torch.addmm``, whose bias is a pass of its own. torch's LayerNorm takes 2-3x as long as this on rows of
-    64 (its per-row setup). The statistics are the data type's, with reassociated (vectorised) sums, so values
-    differ from torch's by float rounding only.
+    ``shift`` is the bias of the Linear before the norm (``torch.mm`` and this spare ``torch.addmm``'s pass for the
+    bias). The statistics are the data type's, with reassociated (vectorised) sums, so values differ from torch's by
+    float rounding only.
 
     Args:
         z: (rows, H) C-contiguous float array, overwritten.
@@ -264,10 +254,6 @@ def layer_norm_rows(z: np.ndarray, shift: np.ndarray, gamma: np.ndarray, beta: n
     _layer_norm_rows(z, shift, gamma, beta, z.dtype.type(eps), z.dtype.type(0), z.dtype.type(1.0 / z.shape[1]))
 
 
-def _threads() -> None:
-    follow_torch_threads()
-
-
 def ln_act_forward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, code: int, param: float,
                    out: np.ndarray) -> np.ndarray:
     """``out = act(LN(z))`` row by row into ``out`` (same shape, not ``z``); ``gamma`` None: no LayerNorm, ``out = act(z)``."""
@@ -275,7 +261,7 @@ def ln_act_forward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | N
     width = z.shape[1]
     gamma = gamma if norm else np.ones(width, z.dtype)
     beta = beta if norm else np.zeros(width, z.dtype)
-    _threads()
+    follow_torch_threads()
     zero = z.dtype.type(0)
     _FORWARD[code](z, gamma, beta, z.dtype.type(eps), norm, z.dtype.type(param), zero, out)
     return out
@@ -293,7 +279,7 @@ def ln_act_backward(z: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | 
     part_gamma = np.zeros((blocks, width), np.float64)
     part_beta = np.zeros((blocks, width), np.float64)
     part_bias = np.zeros((blocks, width), np.float64)
-    _threads()
+    follow_torch_threads()
     zero = z.dtype.type(0)
     _BACKWARD[code](z, gamma_, beta_, z.dtype.type(eps), norm, z.dtype.type(param), zero, grad_a, grad_z,
               part_gamma, part_beta, part_bias, BLOCK_ROWS)

@@ -9,19 +9,14 @@ an (N, H) node tensor:
 Each is the other's adjoint, so the backward of one is the forward of the
 other. ``index_add`` / ``index_put(accumulate=True)`` compute the sum with
 atomics on GPUs, so their result depends on thread scheduling. Here the
-edges are grouped once per graph by node (:class:`Segments`: a stable
-argsort and CSR offsets) and every node's sum runs over its edges in
-ascending edge order, one thread per node: the result is bitwise
-reproducible on every device and thread count, and on CPU bitwise equal to
-``index_add`` (which adds in edge order too).
+edges are grouped once per graph by node (:class:`Segments`) and every
+node's sum runs over its edges in ascending edge order: the result is
+bitwise reproducible on every device and thread count, and on CPU bitwise
+equal to ``index_add`` (which adds in edge order too).
 
-Kernels: numba on CPU (parallel over nodes, no (E, H) temporaries); on other
-devices ``torch.segment_reduce`` over the edges in segment order (one
-sequential reduction per node and column, deterministic). The gathers can
-run compiled (``compiled=True``, :mod:`domainpar.kernels.compile`): one fused
-kernel instead of two gathers and two adds over (E, H) tensors.
-
-This module knows nothing about graphs or models: index tensors in, tensors out.
+Kernels: numba on CPU; on other devices ``torch.segment_reduce`` over the
+edges in segment order. The gathers can run compiled (``compiled=True``,
+:mod:`domainpar.kernels.compile`).
 """
 
 from __future__ import annotations
@@ -126,11 +121,6 @@ def _gather_add2_into(base, rows_a, index_a, rows_b, index_b):  # pragma: no cov
         _gather_row(base, rows_a, index_a[e], rows_b, index_b[e], e, base)
 
 
-def _numba_threads() -> None:
-    # Follow torch's intra-op setting (one thread per spawned rank), within numba's pool; never change torch's.
-    follow_torch_threads()
-
-
 #: Use the numba kernels for CPU tensors (tests switch it off to check the torch path on CPU).
 USE_NUMBA = True
 
@@ -159,7 +149,7 @@ def segment_sum(values: torch.Tensor, segments: Segments, out: torch.Tensor | No
     if _numba_ok(values) and (out is None or (_numba_ok(out) and out.is_contiguous())):
         if out is None:
             out = torch.zeros(segments.num_segments, values.shape[1], dtype=values.dtype)
-        _numba_threads()
+        follow_torch_threads()
         _segment_sum_cpu(values.detach().contiguous().numpy(), segments.perm.numpy(), segments.offsets.numpy(), out.detach().numpy())
         return out
     ordered = values.index_select(0, segments.perm)
@@ -185,7 +175,7 @@ def gather_add2(
             return compiler.compiled(_gather_add2_math, None)(base, rows_a, index_a, rows_b, index_b)
     if _numba_ok(base, rows_a, rows_b) and base.dtype == rows_a.dtype == rows_b.dtype:
         out = torch.empty_like(base, memory_format=torch.contiguous_format)
-        _numba_threads()
+        follow_torch_threads()
         _gather_add2_cpu(
             base.detach().contiguous().numpy(), rows_a.detach().contiguous().numpy(), index_a.numpy(),
             rows_b.detach().contiguous().numpy(), index_b.numpy(), out.numpy(),

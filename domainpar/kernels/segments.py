@@ -267,8 +267,7 @@ def find_segments(
     Returns:
         (E,) int64 ``(node[a] N + node[b]) 2 + crossed`` of every pair (a, b) kept, a the inner hit, crossed the
         number of layers its segment crosses (0 or 1), in the order of the items, then the inner hits. One key
-        array rather than three: one store per segment (with three arrays that may grow, the kernel took 1.8 times
-        as long), and the caller sorts keys anyway.
+        array rather than three: one store per segment, and the caller sorts keys anyway.
     """
     num_nodes = node.shape[0]
     keys = np.empty(max(capacity, 1024), dtype=np.int64)

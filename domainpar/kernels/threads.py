@@ -1,14 +1,11 @@
 """numba's parallel kernels beside torch: numba follows torch's intra-op thread count and never changes it.
 
-numba starts its thread pool on the first parallel call (or ``numba.set_num_threads``).
-With its OpenMP threading layer, which it picks wherever the OpenMP runtime torch
-uses is loaded, the start calls ``omp_set_num_threads(NUMBA_NUM_THREADS)`` (every
-core) in the calling thread: the very setting torch's intra-op parallelism reads.
-A process that had run ``torch.set_num_threads(1)`` (``--threads 1``; one thread
-per spawned rank) then ran torch on every core from its first kernel call on.
-That oversubscribes the cores of a multi-rank node, and it changes how torch
-splits its reductions, so a result depended on whether the process had called
-a numba kernel before (a resumed run was not bitwise the run it continued).
+numba starts its thread pool on the first parallel call. With its OpenMP
+threading layer the start calls ``omp_set_num_threads(NUMBA_NUM_THREADS)``
+(every core) in the calling thread: the very setting torch's intra-op
+parallelism reads. A process set to one torch thread would then run torch on
+every core, oversubscribing a multi-rank node and changing how torch splits
+its reductions (a resumed run would not be bitwise the run it continued).
 :func:`follow_torch_threads` puts torch's count back wherever numba moved it.
 """
 

@@ -74,8 +74,7 @@ def _best_triplets(
 
     An in-edge's row lies anywhere in the edge arrays (edges are sorted by their inner node). Its values are read,
     and its results written, in short loops of their own, one for all of b's in-edges, whose cache misses overlap;
-    spread among the passes over b's out-edges they could not (with the float minimum this replaced: 0.93-0.97 s
-    on one thread for a full event's 201M triplets, now 0.61-0.63 s, the same bits).
+    spread among the passes over b's out-edges they could not.
 
     The inputs are finite (the hits are checked when read), so every m is a non-negative number, never NaN.
     """
