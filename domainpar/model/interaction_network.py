@@ -15,45 +15,29 @@ exchanged, so halo rows always hold their owners' current values; halo nodes
 are never updated locally. With :class:`IdentityExchange` and a one-part graph
 it is an ordinary single-graph model: same weights, same code path.
 
-Efficiency: the first linear layer of every [x_src, x_dst, e] MLP is split
-into W_src x_src + W_dst x_dst + W_e e, and the node terms are computed on node
-rows before gathering to edges (project-then-gather: n_local × H work instead
-of E × 2H). Gathers and sums over incident edges are the deterministic
-segment kernels of :mod:`domainpar.kernels.segment_reduce` (edges grouped by
-node once per graph, each node summed in edge order: no atomics, bitwise
-reproducible on every device; the gather's backward is such a sum too).
-There is no dense adjacency and no Python loop over edges.
+The first linear layer of every [x_src, x_dst, e] MLP is split into
+W_src x_src + W_dst x_dst + W_e e, and the node terms are computed on node
+rows before gathering to edges (project-then-gather). Gathers and sums over
+incident edges are the deterministic segment kernels of
+:mod:`domainpar.kernels.segment_reduce`.
 
-Without ``overlap`` an iteration is one pass over all local edges (owned and
-halo rows projected together). With ``overlap`` it is computed in two
-segments: (A) projections of owned rows and the interior edges (both ends
-owned), which need no halo, while the halo exchange is in flight; (B) halo
-projections, boundary edges and the node update.
+Without ``overlap`` an iteration is one pass over all local edges. With
+``overlap`` it is computed in two segments: (A) projections of owned rows and
+the interior edges (both ends owned), which need no halo, while the halo
+exchange is in flight; (B) halo projections, boundary edges and the node update.
 
-With ``checkpointing`` every edge MLP (the edge encoder, each iteration's
-edge update, the head) is one autograd node that keeps only its inputs —
-e (one E×H tensor per iteration) and the node rows — and recomputes its
-edges in backward chunk by chunk of ``chunk_rows`` rows
-(:mod:`domainpar.model.chunked`), so the transient of backward is one chunk
-of the MLP's activations; the node updates and the node encoder are regions
-on node rows that keep their inputs (x and the two sums) and are recomputed
-whole (:mod:`domainpar.model.recompute`). With ``overlap`` each segment is
-such a region instead, its MLPs keeping only their pre-normalisation rows
-(:mod:`domainpar.model.lean`). The exchange itself is always outside the
-nodes and regions, so recomputation never repeats or skips a message and
-stays exact. Under ``torch.autograd.graph.save_on_cpu`` (``--offload``) the
-kept inputs live in host memory, and the compute device holds one chunk.
+With ``checkpointing`` every edge MLP is one autograd node that keeps only its
+inputs and recomputes its edges in backward chunk by chunk
+(:mod:`domainpar.model.chunked`); the node updates and the node encoder are
+regions recomputed whole (:mod:`domainpar.model.recompute`). With ``overlap``
+each segment is such a region instead, its MLPs keeping only their
+pre-normalisation rows (:mod:`domainpar.model.lean`). The exchange itself is
+always outside the nodes and regions, so recomputation never repeats or skips
+a message and stays exact.
 
-Inference on CPU (grad mode off, no overlap, not compiled) streams every MLP, on edges and on nodes, through
-the cache in chunks of rows, the chunks shared over the process's threads
-(:func:`~domainpar.model.chunked.streamed_edges`), without a pass through main memory per LayerNorm, activation
-and product: the same ops per row as the whole-tensor forward, so the same logits to the bit, except for float32
-MLPs with LayerNorm and SiLU, whose tails run in place in row kernels (:func:`~domainpar.model.chunked.kernel_tail`:
-the forward's logits to float32 rounding, the same bits on any thread count and chunking).
-
-``compile`` (default ``auto``: on for CUDA tensors where Triton is present)
-runs the row-wise pieces — the MLP tails (LayerNorm + activation chains)
-and the first layers' gathers — as Inductor-compiled fused kernels
+Inference on CPU (grad mode off, no overlap, not compiled) streams every MLP
+through the cache in chunks of rows (:func:`~domainpar.model.chunked.streamed_edges`).
+``compile`` runs the row-wise pieces as Inductor-compiled fused kernels
 (:mod:`domainpar.kernels.compile`); the halo exchange is never inside a
 compiled function.
 """
@@ -215,7 +199,7 @@ class InteractionNetwork(nn.Module):
         if found is not None and found[0]() is key:
             return found[1]
         # Copies, not views of edge_index: a view keeps its base alive, so a grouping holding one would keep its own
-        # cache key alive and every graph ever seen would stay cached (a leak of ~2 E int64 per training step).
+        # cache key alive and every graph ever seen would stay cached.
         src, dst = graph.edge_index[0].clone(), graph.edge_index[1].clone()
         n_owned, n_local, n_int = graph.num_owned, graph.num_local_nodes, graph.num_interior_edges
         overlap = self.config.overlap
@@ -224,8 +208,7 @@ class InteractionNetwork(nn.Module):
         whole = graph.num_halo == 0
         src_local = None if overlap else build_segments(src, n_local, complete=True)
         dst_local = None if overlap else build_segments(dst, n_local, complete=True)
-        # Without halo rows the owned rows are the local ones (n_owned == n_local): the same groupings, sorted once
-        # (a whole event's two sorts of 624k edges, ~60 ms).
+        # Without halo rows the owned rows are the local ones (n_owned == n_local): the same groupings, sorted once.
         same = whole and not overlap
         structure = _Structure(
             src_local=src_local,
@@ -302,29 +285,18 @@ class InteractionNetwork(nn.Module):
             s.chunks[key] = edge_chunks(src, dst, num_edges, s.src_local.num_segments, rows)
         return s.chunks[key]
 
-    def _edge_plan(self, kind: str, s: _Structure, num_edges: int, mlp: "MLP", out: nn.Linear | None = None) -> EdgePlan:
+    def _edge_plan(
+        self, kind: str, s: _Structure, num_edges: int | None, mlp: "MLP", out: nn.Linear | None = None
+    ) -> EdgePlan:
+        """An edge MLP for :func:`~domainpar.model.chunked.chunked_edges`, or with ``num_edges`` None for
+        :func:`~domainpar.model.chunked.streamed_edges` (inference: no per-chunk groupings)."""
         nodes = kind != "encoder"
+        chunks = [] if num_edges is None else self._chunks(s, num_edges, nodes, mlp.linears[0].weight.device.type)
         return EdgePlan(
-            kind=kind, mlp=mlp, chunks=self._chunks(s, num_edges, nodes, mlp.linears[0].weight.device.type), tail=self._chunk_tail, gather=self._gather,
-            compiled=self._compiled,
+            kind=kind, mlp=mlp, chunks=chunks, tail=self._chunk_tail, gather=self._gather, compiled=self._compiled,
             src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
             sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
         )
-
-    def _stream_plan(self, kind: str, s: _Structure, mlp: "MLP", out: nn.Linear | None = None) -> EdgePlan:
-        """An edge MLP for :func:`~domainpar.model.chunked.streamed_edges` (inference: no per-chunk groupings)."""
-        nodes = kind != "encoder"
-        return EdgePlan(
-            kind=kind, mlp=mlp, chunks=[], tail=self._chunk_tail, gather=self._gather, compiled=self._compiled,
-            src=s.src_local if nodes else None, dst=s.dst_local if nodes else None,
-            sum_in=s.dst_owned if kind == "update" else None, sum_out=s.src_owned if kind == "update" else None, out=out,
-        )
-
-    def _encode_nodes(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mlp(self.node_encoder, x)
-
-    def _encode_edges(self, edge_attr: torch.Tensor) -> torch.Tensor:
-        return self._mlp(self.edge_encoder, edge_attr)
 
     # -- without overlap: one pass over all local edges
 
@@ -351,10 +323,6 @@ class InteractionNetwork(nn.Module):
         proj_src = torch.cat([proj_src_owned, halo_src])
         proj_dst = torch.cat([proj_dst_owned, halo_dst])
         return self._edges(network, proj_src, s.src_boundary, proj_dst, s.dst_boundary, e[num_interior:])
-
-    def _iteration_a(self, iteration: int, s: _Structure, num_interior: int, x, e):
-        network, _ = self._networks(iteration)
-        return self._interior(network, s, num_interior, x, e)
 
     def _iteration_b(self, iteration: int, s: _Structure, num_interior: int, x, x_halo, proj_src, proj_dst, e, update_interior):
         network, _ = self._networks(iteration)
@@ -411,14 +379,14 @@ class InteractionNetwork(nn.Module):
         if streamed:
             x = streamed_rows(self.node_encoder, self._chunk_tail, [graph.x], compiled=self._compiled)
         else:
-            x = self._run(self._encode_nodes, graph.x)
+            x = self._run(functools.partial(self._mlp, self.node_encoder), graph.x)
         if self.config.edge_inputs:
             if streamed:
-                e = streamed_edges(self._stream_plan("encoder", s, self.edge_encoder), graph.edge_attr)
+                e = streamed_edges(self._edge_plan("encoder", s, None, self.edge_encoder), graph.edge_attr)
             elif chunked:
                 e = chunked_edges(self._edge_plan("encoder", s, graph.num_edges, self.edge_encoder), graph.edge_attr)
             else:
-                e = self._run(self._encode_edges, graph.edge_attr)  # the encoder's E×H activations are large too
+                e = self._run(functools.partial(self._mlp, self.edge_encoder), graph.edge_attr)  # E×H activations too
         else:
             # A new tensor (the fused kernels read rows by stride, and streamed updates write e in place): contiguous()
             # would return the parameter itself for one edge (a (1, H) expansion counts as contiguous).
@@ -430,10 +398,12 @@ class InteractionNetwork(nn.Module):
             if streamed:
                 x_halo = pending.wait()[num_owned:]
                 if is_head:
-                    return streamed_edges(self._stream_plan("head", s, self.head.mlp, self.head_output), e, x, x_halo)
+                    plan = self._edge_plan("head", s, None, self.head.mlp, self.head_output)
+                    return streamed_edges(plan, e, x, x_halo)
                 network, _ = self._networks(step)
                 # e is this forward's own tensor (the encoder's output or the last update's): updated in place.
-                e, sum_in, sum_out = streamed_edges(self._stream_plan("update", s, network.mlp), e, x, x_halo, in_place=True)
+                plan = self._edge_plan("update", s, None, network.mlp)
+                e, sum_in, sum_out = streamed_edges(plan, e, x, x_halo, in_place=True)
                 x = streamed_rows(self._networks(step)[1], self._chunk_tail, [x, sum_in, sum_out], residual=x,
                                   compiled=self._compiled)
                 continue
@@ -461,7 +431,8 @@ class InteractionNetwork(nn.Module):
                 return self._run(
                     functools.partial(self._head_b, s, num_interior), x_halo, proj_src, proj_dst, e, logits_interior
                 )
-            proj_src, proj_dst, update_interior = self._run(functools.partial(self._iteration_a, step, s, num_interior), x, e)
+            network, _ = self._networks(step)
+            proj_src, proj_dst, update_interior = self._run(functools.partial(self._interior, network, s, num_interior), x, e)
             x_halo = pending.wait()[num_owned:]
             x, e = self._run(
                 functools.partial(self._iteration_b, step, s, num_interior),
