@@ -11,39 +11,29 @@ h, no node terms) or u = e (the head: out = w·h + c, one logit).
 
 :func:`chunked_edges` runs it as one autograd node that keeps only its
 inputs (u and the node rows x, x_halo; under ``save_on_cpu`` in host
-memory). The forward runs without autograd, chunk by chunk of edge rows.
-The backward recomputes and back-propagates chunk by chunk: for each chunk
-the gathered z_1 rows, the MLP with autograd (chunk-sized activations),
-its gradients; u's gradient is written into its rows, the node projections'
-gradients are summed per chunk over the chunk's edges grouped by node
-(:class:`EdgeChunk`, deterministic segment sums), and the parameters'
-gradients are summed over chunks in chunk order. So the E×H activations of
-the MLP (several tensors per layer) never exist at once — one chunk of
-them does — and every value is computed by the same kernels as the
-unchunked model: gradients are those of the plain formulation up to the
-association of the sums over chunks (bitwise equal with one chunk).
+memory). The forward runs without autograd, chunk by chunk of edge rows;
+the backward recomputes and back-propagates chunk by chunk, the node
+projections' gradients summed per chunk over the chunk's edges grouped by
+node (:class:`EdgeChunk`, deterministic segment sums), the parameters'
+gradients summed over chunks in chunk order. So only one chunk of the
+MLP's activations exists at once, and gradients are those of the plain
+formulation up to the association of the sums over chunks (bitwise equal
+with one chunk).
 
-Where the MLP's tail runs as the fused CPU row kernels (:func:`~domainpar.model.lean.fusable`:
-CPU, float32/64, ReLU or LeakyReLU) the chunks call them directly, without autograd: the forward
-writes each chunk's h into its rows of the output (the residual added in place), and backward's
-recomputation stops at z_L — the kernels' backward reads z_L, and the gradient of a_L is given — so a
-recomputed chunk costs the first layer, L-1 LayerNorm+activation passes and L-1 products, not a whole
-forward (the head still computes a_L: its output layer's weight gradient reads it). On CPU the node
-projections' gradients accumulate chunk after chunk into one (rows, H) tensor, each row continuing its
-running sum edge by edge (:func:`~domainpar.kernels.segment_reduce.segment_sum` with ``out``): bitwise
-the unchunked sum, and no (rows, H) temporary per chunk.
+Where the MLP's tail runs as the fused CPU row kernels (:func:`~domainpar.model.lean.fusable`) the chunks call
+them directly, without autograd, and backward's recomputation stops at z_L (the kernels' backward reads z_L). On
+CPU the node projections' gradients accumulate chunk after chunk into one (rows, H) tensor, each row continuing its
+running sum edge by edge: bitwise the unchunked sum.
 
 An iteration's sums over incident edges are outputs of the node, so their
 gradients arrive as (n_owned, H) rows and are gathered per chunk, fused
-with the residual's gradient: the E×H gradient gathers of a separate sum
-never exist either. The exchange stays outside (the node rows x_halo are an
-input), so recomputation never repeats or skips a message.
+with the residual's gradient. The exchange stays outside (the node rows
+x_halo are an input), so recomputation never repeats or skips a message.
 
-Inference has its own, simpler path here (:func:`streamed_edges`, :func:`streamed_rows`): with grad mode off on
-CPU nothing is kept for backward, and every MLP runs forward chunk by chunk of :data:`STREAM_ROWS` rows on the
-process's threads, so its activations stay in the cache; each row gets the ops of the whole-tensor forward, so
-the logits are the same bits, except where :func:`kernel_tail` runs an MLP's tail in place (float32, LayerNorm and
-SiLU): there the forward's to float32 rounding, and still the same bits on any thread count and chunking.
+Inference has its own path (:func:`streamed_edges`, :func:`streamed_rows`): grad mode off on CPU, every MLP runs
+forward chunk by chunk of :data:`STREAM_ROWS` rows on the process's threads, so its activations stay in the cache;
+each row gets the ops of the whole-tensor forward, so the logits are the same bits, except where
+:func:`kernel_tail` runs an MLP's tail in place: there the forward's to float32 rounding.
 """
 
 from __future__ import annotations
@@ -60,11 +50,8 @@ from domainpar.kernels import chunks as threads
 from domainpar.kernels.segment_reduce import Segments, build_segments, gather_add2_, segment_sum, segment_sum_shared
 from domainpar.model.lean import _layer_params, fusable, fused_tail_backward, fused_tail_forward
 
-#: The automatic chunk count per device type; backward's transient is about E×H / chunks.
-#: CPU: 16 (E = 200k, H = 64, 3-layer MLPs: 24 MiB less peak RSS than 8 and no slower; chunks of 12.5k rows
-#: stay in cache, and the node gradients accumulate in place, O(rows) per chunk). Other devices: 8 — on an
-#: H100 (real full event) 16 chunks took 396 ms a step against 270 ms for 8: each chunk calls the compiled tail
-#: and its backward, and the host-side cost of those calls, not the arithmetic, sets the step time there.
+#: The automatic chunk count per device type; backward's transient is about E×H / chunks. Fewer on GPUs, where
+#: the host-side cost of each chunk's calls to the compiled tail, not the arithmetic, sets the step time.
 AUTO_CHUNKS = {"cpu": 16}
 AUTO_CHUNKS_OTHER = 8
 MIN_AUTO_ROWS = 4096
@@ -360,30 +347,21 @@ def _first_layer(plan: EdgePlan, chunk: EdgeChunk, u_c, w_in, bias, nodes) -> to
 
 #: Rows per chunk of :func:`streamed_edges`: a chunk's few (rows, H) activations stay in the cache through the whole
 #: MLP. A multiple of 64, so every chunk but the last covers whole row blocks of the BLAS's kernels and the last ends
-#: where the whole tensor ends: a chunk's products are the bits of the unchunked ones (the head's H → 1 product
-#: rounds by row block: chunks of 38,063 rows moved its logits by 2e-6).
+#: where the whole tensor ends: a chunk's products are the bits of the unchunked ones.
 STREAM_ROWS = 4096
 
 
 def streamed_edges(plan: EdgePlan, u: torch.Tensor, x: torch.Tensor | None = None, x_halo: torch.Tensor | None = None,
                    rows: int | None = None, in_place: bool = False):
-    """:func:`chunked_edges`' forward for inference: no autograd, the chunks shared over threads.
+    """:func:`chunked_edges`' forward for inference: no autograd, the chunks shared over threads (:func:`_share`).
 
-    Inference (grad mode off, CPU tensors) needs no recomputation, but an edge MLP over whole (E, H) tensors is a
-    pass through main memory per LayerNorm, activation and product (E = 609k, H = 32: 78 MB each); chunk by chunk its
-    activations stay in the cache, and only u, the node rows and the output are read or written once. The chunks
-    are handed out to :func:`domainpar.kernels.chunks.build_threads` threads (each on torch's intra-op count, one
-    in the event chain); every row is computed by one chunk with the ops of the unchunked model, so the output is
-    the same bits on any number of threads, and the same as the plain forward's (to float32 rounding where
-    :func:`kernel_tail` runs the tail). The fused CPU row kernels
-    (:func:`~domainpar.model.lean.fusable`) are numba-parallel and must not be entered from two threads at once:
-    their chunks run on the calling thread.
+    Every row is computed by one chunk with the ops of the unchunked model, so the output is the same bits on any
+    number of threads, and the same as the plain forward's (to float32 rounding where :func:`kernel_tail` runs the
+    tail).
 
     Args and returns: as :func:`chunked_edges`; ``rows``: edge rows per chunk (a positive multiple of 64; None:
-    :data:`STREAM_ROWS`);
-    ``in_place``: an update writes e' = u + h into u's rows (u is then the returned e'). Each chunk reads its rows
-    of u before it writes them, and no other chunk reads them: the same values without a new (E, H) tensor, whose
-    first touch of every page costs as much as the addition (a 78 MB tensor: ~65 ms on this machine).
+    :data:`STREAM_ROWS`); ``in_place``: an update writes e' = u + h into u's rows (u is then the returned e'; each
+    chunk reads its rows of u before it writes them, and no other chunk reads them), sparing a new (E, H) tensor.
     """
     rows = STREAM_ROWS if rows is None else rows
     if torch.is_grad_enabled() or u.device.type != "cpu":
@@ -470,13 +448,11 @@ def streamed_rows(mlp: nn.Module, tail: Callable[[nn.Module, torch.Tensor], torc
 def kernel_tail(mlp: nn.Module, z1: torch.Tensor) -> torch.Tensor | None:
     """``mlp.tail(z1)`` for streamed inference, in ``z1``'s memory and one more chunk, where it pays; None elsewhere.
 
-    It applies to float32 CPU rows of an MLP with a LayerNorm on every layer and SiLU (the recipes' models; ReLU and
-    LeakyReLU have the fused row kernels, :func:`~domainpar.model.lean.fusable`). Each product is written without its
-    bias (``torch.mm``; ``addmm``'s bias is a pass of its own), each norm adds it and normalises in place
-    (:func:`~domainpar.kernels.rownorm.layer_norm_rows`, about twice torch's speed on rows of 32) and SiLU runs in
-    place: on a chunk of 4096 rows of 32 the tail's two layers take half the time of torch's modules. The values
-    equal ``mlp.tail(z1)``'s to float32 rounding (the norms' sums are vectorised), not to the bit; each row's are the
-    same bits on any thread count and in any chunk. ``z1`` is overwritten.
+    It applies to float32 CPU rows of an MLP with a LayerNorm on every layer and SiLU (ReLU and LeakyReLU have the
+    fused row kernels, :func:`~domainpar.model.lean.fusable`). Each product is written without its bias
+    (``torch.mm``), each norm adds it and normalises in place (:func:`~domainpar.kernels.rownorm.layer_norm_rows`)
+    and SiLU runs in place. The values equal ``mlp.tail(z1)``'s to float32 rounding (the norms' sums are
+    vectorised); each row's are the same bits on any thread count and in any chunk. ``z1`` is overwritten.
     """
     norms = getattr(mlp, "norms", None)
     if (z1.dtype != torch.float32 or z1.device.type != "cpu" or not z1.is_contiguous() or z1.ndim != 2

@@ -5,27 +5,19 @@ The rest of an MLP after its first Linear,
     a_1 = act(LN_1(z_1)),  z_i = W_i a_{i-1} + b_i,  a_i = act(LN_i(z_i)),  i = 2..L,
 
 saved the usual way keeps, per layer, the LayerNorm input z_i and the
-activation output a_i (which is also the next Linear's input): 2 rows of H
-per edge per layer. :func:`lean_tail` keeps z_1 … z_L only and recomputes
-LN_i and the activation from z_i in backward (a row-wise pass, no matrix
-product), halving the activation memory of every edge MLP. The forward runs
-without autograd, in place where it can.
+activation output a_i (also the next Linear's input). :func:`lean_tail` keeps
+z_1 … z_L only and recomputes LN_i and the activation from z_i in backward (a
+row-wise pass, no matrix product), halving the activation memory of every edge MLP.
 
-On CPU (float32/float64 tensors) :func:`mlp_tail` runs every ``act(LN(z))``
-and its backward as single-pass row kernels (:mod:`domainpar.kernels.rownorm`),
-the Linear bias gradients falling out of the norm's backward pass; ``lean``
-chooses whether a_i is kept (faster backward) or recomputed from z_i
-(half the memory). Where the caller asks for it (the model's ``compile``
-setting: on CUDA by default) the tail is :func:`tail_math` compiled by
-Inductor (:mod:`domainpar.kernels.compile`): one fused kernel per layer and
-direction, its saved tensors chosen by the compiler's recomputation
-partitioner. Elsewhere (CUDA without compile, bf16 autocast) the lean mode
-is :func:`lean_tail` on PyTorch's own kernels and the plain mode is
-ordinary autograd.
+On CPU :func:`mlp_tail` runs every ``act(LN(z))`` and its backward as
+single-pass row kernels (:mod:`domainpar.kernels.rownorm`), ``lean`` choosing
+whether a_i is kept or recomputed from z_i. Where the caller asks for it the
+tail is :func:`tail_math` compiled by Inductor (:mod:`domainpar.kernels.compile`).
+Elsewhere the lean mode is :func:`lean_tail` on PyTorch's own kernels and the
+plain mode is ordinary autograd.
 
-Gradients are those of the plain formulation (``tests`` compare both in
-float64, parameters and inputs); the recomputed a_i are bitwise the ones of
-the forward, because the same kernels run on the same z_i.
+Gradients are those of the plain formulation; the recomputed a_i are bitwise
+the ones of the forward, because the same kernels run on the same z_i.
 """
 
 from __future__ import annotations

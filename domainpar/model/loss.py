@@ -6,17 +6,11 @@ event-wide normaliser gives per-rank losses whose sum over the domain group is
 the full-graph loss; backward of each rank's loss then gives per-rank
 gradients whose sum is the full-graph gradient.
 
-Two weightings (:class:`LossConfig`):
-
-* ``pos_weight`` (the default, unchanged): true edges weigh ``optim.pos_weight``,
-  fake edges 1, and the sum is divided by the event's edge count;
-* ``targets`` (acorn's weighting): the true edges of *target* particles —
-  selected by pT, number of hits and production vertex — weigh
-  ``target_weight``, the true edges of other particles ``non_target_weight``
-  (0: left out, as acorn's configs do), fake edges ``fake_weight``; the sum is
-  divided by the event's sum of weights, reduced over the domain group by the
-  caller (this module never communicates), which is acorn's
-  ``proportional`` normalisation.
+Two weightings (:class:`LossConfig`): ``pos_weight`` (true edges weigh
+``optim.pos_weight``, the sum divided by the event's edge count) and
+``targets`` (acorn's: per-edge weights, the sum divided by the event's sum of
+weights, which the caller reduces over the domain group: this module never
+communicates).
 
 A true edge belongs to the particle of its two hits, so its target test reads
 the particle of its dst node — an owned node for every owned edge.

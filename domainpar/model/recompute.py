@@ -1,19 +1,16 @@
 """Activation checkpointing of one region of the model: keep its inputs, recompute it in backward.
 
-:func:`recompute` runs ``fn(*inputs)`` once without autograd (no graph, so
-the region may work in place), keeps only ``inputs`` for backward
-(``ctx.save_for_backward``, so ``torch.autograd.graph.save_on_cpu`` moves them
-to host memory when offloading), and in backward runs ``fn`` again with
-autograd and backpropagates through it. The region's parameters are inputs
-of the autograd node, so their gradients come out of it like any other
-(``loss.backward()`` and ``torch.autograd.grad`` both see them).
+:func:`recompute` runs ``fn(*inputs)`` once without autograd, keeps only
+``inputs`` for backward (``ctx.save_for_backward``, so
+``torch.autograd.graph.save_on_cpu`` moves them to host memory when
+offloading), and in backward runs ``fn`` again with autograd and
+backpropagates through it. The region's parameters are inputs of the
+autograd node, so their gradients come out of it like any other.
 
-Exactness: the recomputation runs the same kernels on the same inputs, so it
-reproduces the forward values bitwise; the model has no randomness (no
-dropout), so no RNG state is replayed. The autocast state of the forward is
-restored for the recomputation. A region must not communicate: the halo
-exchange stays outside every region, so recomputation never repeats or skips
-a message.
+The recomputation runs the same kernels on the same inputs, so it reproduces
+the forward values bitwise (the model has no randomness; the forward's autocast
+state is restored). A region must not communicate: the halo exchange stays
+outside every region.
 """
 
 from __future__ import annotations

@@ -4,29 +4,13 @@
 inference, export, the exactness check and the benchmarks all call it with a
 :class:`~domainpar.model.config.ModelConfig`. ``config.name`` is a built-in
 (:data:`BUILTINS`) or a user's class by import path, ``package.module:Class``
-or ``path/to/file.py:Class``. A class implements the protocol of
-docs/models.md:
+or ``path/to/file.py:Class``, implementing the protocol of docs/models.md
+(``__init__(config)``, ``forward(graph, exchange)`` giving one logit per local
+edge, optional ``options_class``, ``settings``, ``description`` and ``deploy()``)
+and keeping to what it must not do there.
 
-* ``__init__(self, config: ModelConfig)``: ``config.options`` holds its own
-  settings, validated and completed with their defaults;
-* ``forward(self, graph: LocalGraph, exchange: Exchange) -> Tensor``: one
-  logit per *local* edge, shape (E_local,), in ``graph.edge_index`` order;
-* class attributes (all optional): ``options_class`` (a frozen dataclass of
-  its own settings), ``settings`` (the optional :class:`ModelConfig` settings
-  it honours, e.g. ``{"checkpointing", "recurrent"}``), ``description``;
-  a ``deploy()`` method returning a single-graph module
-  ``forward(x, edge_index[, edge_attr]) -> logits`` makes it exportable.
-
-What a model must not do (the exactness argument, docs/design.md): import
-torch.distributed (the exchange is its only link to other ranks); compute a
-statistic over rows of several nodes or edges (BatchNorm, global pooling, a
-softmax over all edges) unless reduced over the domain group; update halo
-rows or read a halo node's aggregate over its edges (incomplete on this
-rank); change its inputs in place.
-
-Built-ins are named by import path too and imported on first use: PyG alone
-takes ~2.6 s to import (measured on the development machine), which a run of
-the Interaction Network should not pay.
+Built-ins are named by import path too and imported on first use: a run of the
+Interaction Network should not pay for importing PyG.
 """
 
 from __future__ import annotations

@@ -42,15 +42,10 @@ plan gives the same bytes) into a temporary directory beside the destination
 that is renamed into place, so a reader never sees half a plan.
 
 Loading: :func:`load_part` reads one part file and refuses, with one line
-naming the file, anything that is not what the rank expects — bytes that are
-not the ones its plan's manifest recorded (the file's SHA-256 is compared with
-the manifest's on every read, so a part edited into another valid archive, or
-copied from another plan, never trains), another format version, a damaged
-file, a field of the wrong dtype, shape or range
-(:meth:`~domainpar.partition.part_data.PartData.validate`), or a part of
-another event, of another plan or of a plan with another number of parts.
-:func:`load_plan` reads a whole plan for tools (checksums from the manifest,
-every part, :meth:`~domainpar.partition.plan.PartitionPlan.validate`).
+naming the file, anything that is not what the rank expects, the file's
+SHA-256 compared with the manifest's on every read (so a part edited into
+another valid archive, or copied from another plan, never trains).
+:func:`load_plan` reads a whole plan for tools.
 """
 
 from __future__ import annotations
@@ -332,7 +327,6 @@ def load_part(
     _expect(path, "of plan", plan_hash, strs["plan_hash"], "the parts of one event must come from one plan")
     _expect(path, "of a graph with num_nodes", num_nodes, ints["num_nodes_global"], "the plan was made from another graph")
     _expect(path, "of a graph with num_edges", num_edges, ints["num_edges_graph"], "the plan was made from another graph")
-    optional = {name: arrays.get(name) for name in _OPTIONAL}
     plan = PartPlan(
         part=ints["part"],
         num_parts=ints["num_parts"],
@@ -347,15 +341,9 @@ def load_part(
         method=strs["method"],
         drops_cut_edges=drops,
         num_edges_graph=ints["num_edges_graph"],
-        x=arrays["x"],
-        edge_attr=arrays["edge_attr"],
-        y=optional["y"],
-        hit_id=arrays["hit_id"],
-        dropped_y=optional["dropped_y"],
         source=str(path),
-        particle_pt=optional["particle_pt"],
-        particle_nhits=optional["particle_nhits"],
-        particle_vertex=optional["particle_vertex"],
+        **{name: arrays[name] for name in _FEATURES},
+        **{name: arrays.get(name) for name in _OPTIONAL},
     )
     return data.validate()
 

@@ -153,17 +153,8 @@ class PartPlan:
         return int(sum(getattr(self, name).nbytes for name in PART_ARRAY_DTYPES))
 
     def validate(self, source: str = "part plan") -> "PartPlan":
-        """Check every invariant one part can check on its own, in O(local edges + local nodes).
-
-        Dtypes and shapes of every array; owned ids ascending and unique; halo
-        ids outside the owned set, grouped by ``recv_parts`` (ascending,
-        without this part) and ascending within a group; offsets that start at
-        0, grow strictly and end at the array they slice; send ids within the
-        owned rows; local edges within the local nodes, interior edges (both
-        ends owned) first and only those; global edge ids ascending within
-        the interior and the boundary run; ``edge_owned`` exactly where the
-        dst is owned; every halo node an endpoint of a local edge; counts
-        consistent with the global ones.
+        """Check every invariant of the module docstring one part can check on its own, in O(local edges + local
+        nodes), and the dtypes and shapes of every array.
 
         Args:
             source: named in the error (a file, "part 3").
@@ -298,13 +289,9 @@ class PartitionPlan:
         return int(self.owner.shape[0])
 
     def validate(self, source: str = "plan") -> "PartitionPlan":
-        """Check every part (:meth:`PartPlan.validate`) and how the parts fit together, in O(E + P·N).
-
-        Owners within [0, num_parts) and every part non-empty; part p's owned
-        ids are exactly the nodes owned by p; every halo block comes from the
-        part named in ``recv_parts`` and is exactly what that part sends (same
-        rows, same order); every part agrees on the global counts; the plan
-        hash matches the owners.
+        """Check every part (:meth:`PartPlan.validate`) and how the parts fit together, in O(E + P·N): owned ids
+        exactly the nodes each part owns, every halo block exactly what its owner sends, one set of global counts,
+        the plan hash of the owners.
 
         Returns:
             ``self``.

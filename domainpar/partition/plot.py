@@ -32,7 +32,7 @@ def halo_mask(plan: PartitionPlan) -> np.ndarray:
 
 
 def _part_colours(num_parts: int) -> np.ndarray:
-    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; partitioning without --plot skips it.
+    # Imported on use: partitioning without --plot does not pay for importing matplotlib.
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20" if num_parts > 10 else "tab10"]
@@ -56,7 +56,6 @@ def plot_partition(
         path: output ``.png``.
         max_points: hits drawn at most (uniform subsample above that, seed 0).
     """
-    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; partitioning without --plot skips it.
     import matplotlib
 
     matplotlib.use("Agg")
