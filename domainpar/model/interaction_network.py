@@ -99,8 +99,7 @@ class PairMLP(nn.Module):
 
     The first layer W [x_src, x_dst, e] + b is split into
     (W_src x)[src] + (W_dst x)[dst] + W_e e + b; the node projections are
-    computed once per node row (:meth:`project`) and gathered per edge
-    (:meth:`edges`).
+    computed once per node row (:meth:`project`) and gathered per edge.
     """
 
     def __init__(self, hidden: int, depth: int, activation: str, layer_norm: bool) -> None:
@@ -112,14 +111,6 @@ class PairMLP(nn.Module):
         """(n, H) node rows → ((n, H) W_src x, (n, H) W_dst x)."""
         weight, h = self.mlp.first.weight, self.hidden
         return F.linear(x, weight[:, :h]), F.linear(x, weight[:, h : 2 * h])
-
-    def edges(
-        self, proj_src: torch.Tensor, proj_dst: torch.Tensor, e: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
-    ) -> torch.Tensor:
-        """MLP output (E', H) for edges (src, dst) with features e (E', H)."""
-        first = self.mlp.first
-        pre = proj_src[src] + proj_dst[dst] + F.linear(e, first.weight[:, 2 * self.hidden :], first.bias)
-        return self.mlp.tail(pre)
 
 
 #: Graphs whose grouping the model keeps at once (a graph is grouped once; a step uses a few).
@@ -355,10 +346,6 @@ class InteractionNetwork(nn.Module):
             and not torch.is_autocast_enabled("cpu") and not self._compiled(x)
         )
 
-    def _chunked(self) -> bool:
-        """Checkpointing by chunked edge MLPs (no overlap, autograd recording)."""
-        return self.config.checkpointing and not self.config.overlap and torch.is_grad_enabled()
-
     # ---- forward ----
 
     def forward(self, graph: LocalGraph, exchange: Exchange = IdentityExchange()) -> torch.Tensor:
@@ -374,7 +361,7 @@ class InteractionNetwork(nn.Module):
         self._check_inputs(graph, exchange)
         s = self._structure(graph)
         num_owned, num_interior = graph.num_owned, graph.num_interior_edges
-        chunked = self._chunked()
+        chunked = self.config.checkpointing and not self.config.overlap and torch.is_grad_enabled()
         streamed = self._streamed(graph)
         if streamed:
             x = streamed_rows(self.node_encoder, self._chunk_tail, [graph.x], compiled=self._compiled)
