@@ -150,7 +150,11 @@ def _norm_arrays(norm: nn.Module) -> tuple:
     return None, None, 0.0
 
 
-def _fusable(mlp: nn.Module, z: torch.Tensor) -> bool:
+def fusable(mlp: nn.Module, z: torch.Tensor, compiled: bool = False) -> bool:
+    """Whether :func:`mlp_tail` runs ``mlp``'s tail on ``z`` as the fused CPU row kernels (then
+    :func:`fused_tail_forward` and :func:`fused_tail_backward` compute it without autograd)."""
+    if compiled and tail_static(mlp) is not None and z.ndim == 2 and z.shape[0] >= 2:
+        return False  # mlp_tail runs the compiled tail
     if type(z) is not torch.Tensor or z.device.type != "cpu" or z.dtype not in (torch.float32, torch.float64) or z.ndim != 2:
         return False
     if _code(mlp) is None or torch.is_autocast_enabled("cpu"):
@@ -170,14 +174,6 @@ def _row_forward(mlp: nn.Module, i: int, z: torch.Tensor, out: torch.Tensor | No
     out = torch.empty_like(z) if out is None else out
     rownorm.ln_act_forward(z.detach().numpy(), gamma, beta, eps, code, param, out.numpy())
     return out
-
-
-def fusable(mlp: nn.Module, z1: torch.Tensor, compiled: bool = False) -> bool:
-    """Whether :func:`mlp_tail` runs ``mlp``'s tail on ``z1`` as the fused CPU row kernels (then
-    :func:`fused_tail_forward` and :func:`fused_tail_backward` compute it without autograd)."""
-    if compiled and tail_static(mlp) is not None and z1.ndim == 2 and z1.shape[0] >= 2:
-        return False  # mlp_tail runs the compiled tail
-    return _fusable(mlp, z1)
 
 
 def fused_tail_forward(
