@@ -89,10 +89,6 @@ class ModelSpec:
     description: str
     """One line on what it is."""
 
-    @property
-    def option_names(self) -> list[str]:
-        return [] if self.options_class is None else [f.name for f in dataclasses.fields(self.options_class)]
-
 
 def _import_path(name: str) -> type:
     """The class named by ``package.module:Class`` or ``path/to/file.py:Class``."""
@@ -202,7 +198,7 @@ def model_options(spec: ModelSpec, given: dict[str, Any]) -> Any:
             raise FieldError(f"options.{sorted(given)[0]}", f"is not an option of model {spec.name} (it has none)")
         return None
     hints = typing.get_type_hints(spec.options_class)
-    known = spec.option_names
+    known = [f.name for f in dataclasses.fields(spec.options_class)]
     values = {}
     for key, value in given.items():
         if key not in known:
@@ -267,12 +263,7 @@ def build_model(config: ModelConfig) -> nn.Module:
     return model
 
 
-def describe_models() -> list[tuple[str, str]]:
-    """``(name, description)`` of every built-in (for ``--help`` and docs)."""
-    return [(name, resolve(name).description) for name in BUILTINS]
-
-
 __all__ = [
-    "BUILTINS", "ModelSource", "ModelSpec", "build_model", "check_config", "describe_models", "is_builtin", "model_options",
+    "BUILTINS", "ModelSource", "ModelSpec", "build_model", "check_config", "is_builtin", "model_options",
     "model_source", "resolve",
 ]

@@ -12,7 +12,7 @@ from domainpar.errors import DomainparError, FieldError
 from domainpar.model.config import ModelConfig
 from domainpar.model.interaction_gnn import InteractionGNN
 from domainpar.model.interaction_network import InteractionNetwork
-from domainpar.model.registry import BUILTINS, build_model, check_config, describe_models, is_builtin, model_source, resolve
+from domainpar.model.registry import BUILTINS, build_model, check_config, is_builtin, model_source, resolve
 from domainpar.parallel.part import rank_part
 from domainpar.train.config import load_config
 from fixtures import REPO, random_graph
@@ -32,7 +32,7 @@ def test_every_builtin_builds_and_gives_one_logit_per_edge(name):
     assert logits.shape == (graph.num_edges,) and torch.isfinite(logits).all()
     logits.sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
-    assert dict(describe_models())[name]
+    assert resolve(name).description
 
 
 def test_default_and_unnamed_configs_build_todays_interaction_network():
