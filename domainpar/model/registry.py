@@ -153,6 +153,15 @@ def resolve(name: str) -> ModelSpec:
     return ModelSpec(name, cls, options_class, settings, getattr(cls, "description", doc[0] if doc else cls.__name__))
 
 
+#: Scalar option types: whether a value fits, and what the message says is expected.
+_SCALARS = {
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
+    str: (lambda v: isinstance(v, str), "a string"),
+}
+
+
 def _option_value(value: Any, annotation: Any, key: str) -> Any:
     """``value`` as the option's declared type (bool, int, float, str, tuple of those, or ``X | None``)."""
     origin = typing.get_origin(annotation)
@@ -168,23 +177,12 @@ def _option_value(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(items, (list, tuple)):
             raise FieldError(f"options.{key}", f"must be a list (got {shorten(value)})")
         return tuple(_option_value(v, item, key) for v in items)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise FieldError(f"options.{key}", f"must be true or false (got {shorten(value)})")
-    if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise FieldError(f"options.{key}", f"must be an integer (got {shorten(value)})")
-    if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        raise FieldError(f"options.{key}", f"must be a finite number (got {shorten(value)})")
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise FieldError(f"options.{key}", f"must be a string (got {shorten(value)})")
-    return value
+    if annotation not in _SCALARS:
+        return value
+    fits, expected = _SCALARS[annotation]
+    if not fits(value):
+        raise FieldError(f"options.{key}", f"must be {expected} (got {shorten(value)})")
+    return float(value) if annotation is float else value
 
 
 def model_options(spec: ModelSpec, given: dict[str, Any]) -> Any:
