@@ -6,16 +6,10 @@ The model of a PyG user, trained by ``domainpar train`` like every other:
     repeat T times:  h = h + act(norm(conv(h, edges, e)))     (``residual``; conv = one PyG layer)
     logit = head([h_src, h_dst(, e)])
 
-Each ``conv`` runs through :class:`~domainpar.model.pyg.DomainParallelConv`:
-the owned rows are completed with their halo rows by the exchange, the
-unmodified PyG layer runs on the part's local edges, and only the owned rows
-of its output are kept. That is exact for layers whose output at a node
-depends only on its incoming edges and their endpoints (every layer offered
-here; docs/pyg.md); GCN's symmetric normalisation reads global degrees
-(:func:`~domainpar.model.pyg.gcn_norm_local`). ``undirected`` (the default)
-gives every edge its reverse, so a hit hears from both its inner and its
-outer neighbours. PyG is imported by this module only, and the registry
-imports it only when this model is chosen.
+Each ``conv`` runs through :class:`~domainpar.model.pyg.DomainParallelConv`, exact for every layer offered
+here; GCN's symmetric normalisation reads global degrees (:func:`~domainpar.model.pyg.gcn_norm_local`).
+``undirected`` (the default) gives every edge its reverse, so a hit hears from both its inner and its outer
+neighbours. PyG is imported by this module only, and the registry imports it only when this model is chosen.
 """
 
 from __future__ import annotations

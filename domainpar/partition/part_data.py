@@ -1,13 +1,9 @@
 """One rank's part of one event: its plan and its slice of the event's arrays (host memory, numpy).
 
 A :class:`PartData` is everything a rank of a domain group needs to run its
-part: the :class:`~domainpar.partition.plan.PartPlan` (owned, halo, send lists,
-local edges, ownership, global counts) plus the owned nodes' features and hit
-ids, the local edges' features and labels, and the identity of the event and
-the plan (content hashes). It is what a part file holds
-(:func:`domainpar.partition.io.load_part`), so a rank reads O(E/P) bytes and
-never the whole event; :func:`cut_part` makes one from a whole graph and a
-plan; :func:`whole_graph_part` is the one-part case (the whole event).
+part. It is what a part file holds (:func:`domainpar.partition.io.load_part`),
+so a rank reads O(E/P) bytes and never the whole event; :func:`cut_part` makes
+one from a whole graph and a plan; :func:`whole_graph_part` is the one-part case.
 
 Shapes: n_o owned nodes, E_l local edges, F node features, F_e edge features.
 """
