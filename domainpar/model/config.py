@@ -78,15 +78,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise FieldError("name", f"must be a model name or package.module:Class (got {self.name!r})")
-        for name in ("node_features", "edge_features", "hidden", "mlp_layers"):
+        for name in ("node_features", "edge_features", "hidden", "mlp_layers", "num_iterations", "chunk_rows"):
             value = getattr(self, name)
-            least = 0 if name == "edge_features" else 1
+            least = 0 if name in ("edge_features", "num_iterations", "chunk_rows") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise FieldError(name, f"must be a {'non-negative' if least == 0 else 'positive'} integer (got {value!r})")
-        if not isinstance(self.num_iterations, int) or isinstance(self.num_iterations, bool) or self.num_iterations < 0:
-            raise FieldError("num_iterations", f"must be a non-negative integer (got {self.num_iterations!r})")
-        if not isinstance(self.chunk_rows, int) or isinstance(self.chunk_rows, bool) or self.chunk_rows < 0:
-            raise FieldError("chunk_rows", f"must be a non-negative integer (got {self.chunk_rows!r})")
         if self.compile not in compiler.SETTINGS:
             raise FieldError("compile", f"must be one of {', '.join(compiler.SETTINGS)} (got {self.compile!r})")
         if self.activation not in ACTIVATIONS:
