@@ -419,7 +419,8 @@ class InteractionNetwork(nn.Module):
                     functools.partial(self._head_b, s, num_interior), x_halo, proj_src, proj_dst, e, logits_interior
                 )
             network, _ = self._networks(step)
-            proj_src, proj_dst, update_interior = self._run(functools.partial(self._interior, network, s, num_interior), x, e)
+            interior = functools.partial(self._interior, network, s, num_interior)
+            proj_src, proj_dst, update_interior = self._run(interior, x, e)
             x_halo = pending.wait()[num_owned:]
             x, e = self._run(
                 functools.partial(self._iteration_b, step, s, num_interior),

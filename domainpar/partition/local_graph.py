@@ -104,7 +104,8 @@ def _local(part: PartPlan, x: np.ndarray, edge_attr: np.ndarray, y: np.ndarray |
 def local_graph(graph: EventGraph, part: PartPlan) -> LocalGraph:
     """Cut ``part``'s tensors out of ``graph`` (CPU; call ``.to(device)`` after)."""
     edge_ids = part.edge_ids
-    return _local(part, graph.x[part.owned_ids], graph.edge_attr[edge_ids], None if graph.y is None else graph.y[edge_ids])
+    y = None if graph.y is None else graph.y[edge_ids]
+    return _local(part, graph.x[part.owned_ids], graph.edge_attr[edge_ids], y)
 
 
 def local_graph_of(data: PartData) -> LocalGraph:
