@@ -12,14 +12,9 @@ and an :class:`~domainpar.model.exchange.Exchange` like every domainpar model:
         e = phi_e([h_src, h_dst, e]) (+ e with ``residual``)   every local edge, with the *new* h
     logit = phi_out([h_src, h_dst, e])
 
-``agg`` is any of sum, mean, max, min, concatenated (acorn's
-``aggregation`` list); every MLP is acorn's: (Linear → LayerNorm without
-affine weights → activation) × (mlp_layers − 1), then a Linear without
-activation; the output MLP has ``output_layers`` such hidden layers, then a
-Linear to one logit. ``undirected`` runs every edge in both directions and
-averages the two logits (acorn's ``undirected``). ``recurrent: false``
-gives every iteration its own node and edge networks; ``checkpointing``
-recomputes each encoder, node update, edge update and the output in backward
+``agg`` is any of sum, mean, max, min, concatenated (:class:`InteractionGNNOptions`); every MLP is acorn's
+(:func:`acorn_mlp`). ``recurrent: false`` gives every iteration its own node and edge networks;
+``checkpointing`` recomputes each encoder, node update, edge update and the output in backward
 (``torch.utils.checkpoint``, as the field's code does).
 
 Exactness: a node's aggregate reads only its own incident edges, which are
