@@ -27,8 +27,7 @@ class SimulationConfig:
 
     num_particles: int = 10_000
     """Charged particles from the collisions: the pile-up vertices' primaries and the charged daughters of their
-    K0S and Lambda decays (event 21000: 9,862). Secondaries of interactions in the material come on top (event
-    21000: 2,808), and decay daughters below ``pt_min`` are not listed, as in the challenge's files."""
+    K0S and Lambda decays. Secondaries of interactions come on top; decay daughters below ``pt_min`` are not listed."""
     multiplicity_spread: float = 0.0
     """Occupancy mix: every event's ``num_particles`` (and ``num_vertices``) is scaled by a factor drawn
     uniformly in [1 - s, 1 + s] from the event's own random stream (0: every event the same size)."""
@@ -40,50 +39,41 @@ class SimulationConfig:
     """Tsallis n of the primary spectrum (fitted to event 21000)."""
     hit_pt_min: float = 0.15
     """A particle below this pT ends at the first material surface it reaches, with at most one hit (there, if that
-    surface is a layer), as in the challenge's files: a primary ends in the beam pipe without a hit (event 21000:
-    1 % of its primaries under 0.15 GeV have a hit, 97 % above), a displaced one (a decay daughter, a secondary) on
-    the next layer or support (event 21000: 30 % of its secondaries under 0.15 GeV have one hit, none more)."""
+    surface is a layer), as in the challenge's files: a primary ends in the beam pipe without a hit."""
     eta_max: float = 4.0
     """Particles are generated flat in pseudorapidity for |eta| < eta_max."""
     num_vertices: int = 165
-    """Collision vertices that produce listed charged particles (event 21000: 163 of the 218 it numbers);
-    particles are shared among them by :attr:`vertex_multiplicity_shape`."""
+    """Collision vertices that produce listed charged particles, sharing them by :attr:`vertex_multiplicity_shape`."""
     vertex_multiplicity_shape: float = 1.4
     """Shape k of the Gamma distribution of the vertices' shares of the particles: per-vertex counts vary by
-    about 1/sqrt(k) of their mean (event 21000: by 0.84 of the mean); large k shares them evenly."""
+    about 1/sqrt(k) of their mean; large k shares them evenly."""
     vertex_sigma_z: float = 55.0
-    """Gaussian spread of the collision vertices along the beam, mm (event 21000: 54 mm)."""
+    """Gaussian spread of the collision vertices along the beam, mm."""
     vertex_sigma_xy: float = 0.015
-    """Gaussian transverse spread of the collision vertices, mm (event 21000: 0.015 mm)."""
+    """Gaussian transverse spread of the collision vertices, mm."""
     k0s_fraction: float = 0.037
-    """K0S → π+π− decays per collision particle. With ``lambda_fraction``, fitted to event 21000's decay daughters
-    (particles of generation 0 produced off the beam line): 703 pions and 150 protons, half of them at up to
-    20 mm from the beam line and a tenth beyond 114 mm (its pairs at the K0S and Λ masses: 217 and 74)."""
+    """K0S → π+π− decays per collision particle (with ``lambda_fraction``, fitted to event 21000's decay daughters)."""
     lambda_fraction: float = 0.016
     """Λ → pπ− decays (half of them the charge conjugate) per collision particle (see ``k0s_fraction``)."""
     interaction_scale: float = 1.0
-    """Scale of the material's nuclear interaction thicknesses (:mod:`domainpar.sim.material`, fitted to event
-    21000's interaction vertices): a crossing of a surface ends its particle in a hadronic interaction with
-    probability 1 − exp(−scale · thickness / |cos incidence|). 0: no interactions, every particle crosses the
-    whole tracker."""
+    """Scale of the material's nuclear interaction thicknesses (:mod:`domainpar.sim.material`): a crossing of a
+    surface ends its particle in a hadronic interaction with probability 1 − exp(−scale · thickness / |cos
+    incidence|). 0: no interactions, every particle crosses the whole tracker."""
     secondary_multiplicity: float = 1.90
-    """Mean listed secondaries (pT above ``pt_min``) per interaction, at least one: 1 + Poisson(m − 1) (event
-    21000: 1.90, with 38/40/17/4/1 % of its interactions giving 1/2/3/4/5)."""
+    """Mean listed secondaries (pT above ``pt_min``) per interaction, at least one: 1 + Poisson(m − 1)."""
     secondary_p_median: float = 0.23
-    """Median momentum of the secondaries as produced (log-normal), GeV; the listed ones (pT above ``pt_min``)
-    then have event 21000's momenta (quantiles 0.14/0.19/0.27/0.38/0.47 GeV at 10/25/50/75/90 %)."""
+    """Median momentum of the secondaries as produced (log-normal), GeV."""
     secondary_p_sigma: float = 0.55
     """Log-normal width of the secondaries' momenta."""
     secondary_forward: float = 0.20
     """Forward bias b of the secondaries' directions: dN/dcos ∝ 1 + b cos, cos to the interacting particle's
-    direction (event 21000: median cos 0.07, nearly isotropic)."""
+    direction."""
     secondary_proton_fraction: float = 0.46
-    """Share of protons among the secondaries, the rest pions of either charge (event 21000: 46 %)."""
+    """Share of protons among the secondaries, the rest pions of either charge."""
     max_generations: int = 3
-    """Generations of secondaries followed (secondaries of secondaries, ...; event 21000 lists up to 3)."""
+    """Generations of secondaries followed (secondaries of secondaries, ...)."""
     positive_fraction: float = 0.50
-    """Fraction of positively charged primaries (0.50 of event 21000's beam-line primaries; its secondaries, 46 %
-    protons, are 72 % positive)."""
+    """Fraction of positively charged primaries."""
     field_tesla: float = 2.0
     """Solenoid field along +z, tesla."""
     multiple_scattering: bool = True
@@ -101,10 +91,9 @@ class SimulationConfig:
     misaligned layer (the resolution scale multiplies that layer's measurement errors)."""
     hit_efficiency: float = 0.983
     """Probability that a layer crossing produces a hit (effective: includes gaps between modules). Fitted to
-    real event 1 (:func:`domainpar.sim.calibration.layer_response`: 15 missed of 1,277 crossings between hits,
-    1.2 ± 0.3 %; the same estimator reads 0.70 × the crossing inefficiency on simulated events)."""
+    real event 1 (:func:`domainpar.sim.calibration.layer_response`)."""
     noise_fraction: float = 0.142
-    """Noise hits as a fraction of all hits (0.142 in event 21000: hits minus the particles' nhits)."""
+    """Noise hits as a fraction of all hits."""
     module_overlaps: bool = True
     """Add the second hit of crossings through overlapping modules (probability: the ring's geometric overlap fraction)."""
     cluster_variation: float = 0.0
@@ -116,9 +105,7 @@ class SimulationConfig:
     ideal cylinder or disc of its layer, so hit radii on barrels and z on discs spread as in the real events."""
     max_turns: float = 0.5
     """Helix turns followed (fractional allowed). 0.5 stops a looper at its apex, which matches the
-    real files (event 21000: primaries of 0.15-0.3 GeV at |eta| < 1 have 9.3 hits on average; 0.5
-    gives 9.5, following them back in gives 14). 1 or more lets loopers re-cross barrel layers
-    on their way in (and cross them again on later turns)."""
+    real files; 1 or more lets loopers re-cross barrel layers on their way in (and on later turns)."""
     tracker_radius: float = 1100.0
     """Particles stop when they leave this radius, mm (calorimeter/solenoid)."""
     tracker_half_length: float = 3100.0
