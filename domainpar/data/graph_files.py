@@ -1,12 +1,7 @@
 """Graph files of either format: domainpar's own ``.npz`` or PyG files of the field's tools, told apart by name.
 
-Every reader of graph files goes through here: :func:`load_graph`,
-:func:`inspect_graph`, :func:`read_graph_description`, :func:`read_graph_metadata`
-read one file of either format; :func:`graph_files`, :func:`has_graph_files` and
-:func:`is_pyg_dataset` list a directory; :func:`save_event_graph` writes one in
-the format asked. The formats themselves live in :mod:`domainpar.data.event_graph`
-(``.npz``, the container every later layer reads) and
-:mod:`domainpar.data.pyg_files` (PyG ``Data`` files of Exa.TrkX and acorn).
+Every reader of graph files goes through here. The formats themselves live in
+:mod:`domainpar.data.event_graph` and :mod:`domainpar.data.pyg_files`.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ import re
 from pathlib import Path
 
 from domainpar.data.event_graph import EventGraph, GraphHeader, inspect_npz_graph, load_npz_graph, read_npz_description, read_npz_metadata, save_graph
-from domainpar.data.pyg_files import is_pyg_file, load_pyg_file, load_pyg_graph, pyg_files_in, save_event_pyg
+from domainpar.data.pyg_files import is_pyg_file, load_pyg_file, pyg_files_in, save_event_pyg
 from domainpar.errors import DomainparError
 
 #: Graph file formats of ``domainpar build``: domainpar's own, or PyG ``Data`` files for the Exa.TrkX/acorn tools.
@@ -45,7 +40,7 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
     """
     path = Path(path)
     if _is_pyg(path):
-        return load_pyg_graph(path)
+        return load_pyg_file(path).graph
     return load_npz_graph(path)
 
 
@@ -61,7 +56,7 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
     path = Path(path)
     if _is_pyg(path):
         # A PyG file has no array headers to read apart: it is read whole (training converts such files once).
-        graph = load_pyg_graph(path)
+        graph = load_pyg_file(path).graph
         return GraphHeader(
             path=path, event_id=graph.event_id, num_nodes=graph.num_nodes, num_edges=graph.num_edges,
             node_features=int(graph.x.shape[1]), edge_features=int(graph.edge_attr.shape[1]), has_labels=graph.y is not None,

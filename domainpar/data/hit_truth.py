@@ -23,6 +23,20 @@ def require_columns(frame: pd.DataFrame, name: str, columns: tuple[str, ...]) ->
         raise DomainparError(f"{name} must have columns {missing} (got {list(frame.columns)})")
 
 
+def particle_columns(particles: pd.DataFrame, particle_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whether each of ``particle_id`` is listed in ``particles``, its pT (GeV) and production vertex (mm): (P,),
+    (P,), (P, 3); zeros where not listed."""
+    table = particles.drop_duplicates("particle_id").set_index("particle_id")
+    known = table.index.get_indexer(particle_id)
+    found = known >= 0
+    pt = np.zeros(particle_id.size)
+    pt[found] = np.hypot(table["px"].to_numpy(np.float64), table["py"].to_numpy(np.float64))[known[found]]
+    vertex = np.zeros((particle_id.size, 3))
+    for axis, column in enumerate(("vx", "vy", "vz")):
+        vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+    return found, pt, vertex
+
+
 def truth_per_hit(
     hits: pd.DataFrame, truth: pd.DataFrame, particles: pd.DataFrame | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -39,19 +53,10 @@ def truth_per_hit(
         )
     rows = order[position]
     particle_id = truth["particle_id"].to_numpy(np.int64)[rows]
-    num_hits = hit_ids.size
-    vertex = np.zeros((num_hits, 3))
+    vertex = np.zeros((hit_ids.size, 3))
     if particles is not None:
         require_columns(particles, "particles", ("particle_id", "vx", "vy", "vz", "px", "py"))
-        table = particles.drop_duplicates("particle_id").set_index("particle_id")
-        known = table.index.get_indexer(particle_id)
-        found = known >= 0
-        px = table["px"].to_numpy(np.float64)
-        py = table["py"].to_numpy(np.float64)
-        pt = np.zeros(num_hits)
-        pt[found] = np.hypot(px[known[found]], py[known[found]])
-        for axis, column in enumerate(("vx", "vy", "vz")):
-            vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+        found, pt, vertex = particle_columns(particles, particle_id)
         # Particles missing from the table (not the case in TrackML files) fall back to the truth momentum.
         missing = ~found & (particle_id != 0)
         if missing.any() and {"tpx", "tpy"} <= set(truth.columns):

@@ -16,6 +16,9 @@ dynamically created ``DataBatch`` class of PyG batches (loaded as a plain
 ``Data``). Anything else in the pickle — any other class, any function — is
 refused with one line before it runs. Nothing from a file is executed.
 
+torch, torch_geometric and pandas are imported on use: reading ``.npz`` graphs
+through :mod:`domainpar.data.graph_files` stays free of them (seconds to import).
+
 Field mapping (first match wins; names are the unprefixed ones of the files,
 acorn's ``hit_``/``edge_``/``track_`` prefixed names are accepted too):
 
@@ -100,7 +103,6 @@ class _AttributeDict:
 
 def _batch_as_data(cls: Any, base_cls: Any):
     """Stand-in for PyG's ``DynamicInheritanceGetter()(Batch, Data)``: a plain ``Data`` to receive the batch's state."""
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
 
     return Data()
@@ -118,7 +120,6 @@ class _BatchMarker:
 
 
 def _safe_globals() -> list:
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
@@ -145,7 +146,6 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
         DomainparError: missing file, not a torch file, or a pickle holding anything but
             tensors, plain containers and PyG data (refused before it is built).
     """
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     path = Path(path)
@@ -176,7 +176,6 @@ def read_pyg_object(path: str | os.PathLike) -> Any:
 
 def _fields(obj: Any, path: Path) -> dict[str, Any]:
     """The attributes of a Data (or of a plain dict of tensors) as a dict."""
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     from torch_geometric.data import Data
 
     if isinstance(obj, Data):
@@ -187,7 +186,6 @@ def _fields(obj: Any, path: Path) -> dict[str, Any]:
 
 
 def _array(fields: dict[str, Any], name: str, path: Path) -> np.ndarray | None:
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     value = fields.get(name)
@@ -254,7 +252,6 @@ def _integers(path: Path, name: str, array: np.ndarray) -> np.ndarray:
 
 
 def _event_id(fields: dict, path: Path) -> int:
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
 
     value = fields.get("event_id")
@@ -287,7 +284,6 @@ def _layers(fields: dict, path: Path, num_nodes: int) -> tuple[np.ndarray, str]:
     _, volume = _first(fields, _names("volume_id"), path, ndim=1, length=num_nodes)
     _, layer_id = _first(fields, _names("layer_id"), path, ndim=1, length=num_nodes)
     if volume is not None and layer_id is not None:
-        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
         from domainpar.data.detector import layer_index_of
 
         index = layer_index_of(volume, layer_id)
@@ -326,7 +322,6 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     Raises:
         DomainparError: a required field missing, or fields of inconsistent shapes (one line naming ``path``).
     """
-    # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
     from domainpar.data.features import graph_description
 
     path = Path(path)
@@ -385,7 +380,6 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     attr_name, edge_attr = _first(fields, ("edge_attr",), path, ndim=2, length=num_edges)
     edge_names = None
     if edge_attr is None and cylindrical is not None:
-        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
         from domainpar.data.features import edge_feature_matrix
 
         r, phi, z = cylindrical
@@ -462,17 +456,13 @@ def graph_from_fields(fields: dict[str, Any], path: str | os.PathLike) -> PygGra
     return PygGraph(graph=graph, description=description)
 
 
-def _json_safe(value: Any) -> Any:
-    """A JSON-able copy (tensors and other objects become strings)."""
-    return json.loads(json.dumps(value, default=str))
-
-
 def _source_config(fields: dict) -> dict | None:
     """What the producing pipeline recorded about itself (acorn: its stages' hyper-parameters in ``config``)."""
     config = fields.get("config")
     if config is None:
         return None
-    return {"config": _json_safe(config)}
+    # A JSON-able copy: tensors and other objects become strings.
+    return {"config": json.loads(json.dumps(config, default=str))}
 
 
 def _stored_description(fields: dict) -> dict | None:
@@ -489,11 +479,6 @@ def load_pyg_file(path: str | os.PathLike) -> PygGraph:
     """Read a PyG graph file (safely, see the module docstring) into an :class:`EventGraph` and its description."""
     path = Path(path)
     return graph_from_fields(_fields(read_pyg_object(path), path), path)
-
-
-def load_pyg_graph(path: str | os.PathLike) -> EventGraph:
-    """The :class:`EventGraph` of a PyG graph file."""
-    return load_pyg_file(path).graph
 
 
 # ----------------------------------------------------------------------------- EventGraph → Data
@@ -514,7 +499,6 @@ def save_pyg_graph(
         vertex: (N, 3) production vertex of every hit's particle (mm), for the true
             segments ``track_edges``; None measures along tracks from the origin.
     """
-    # Imported on use: the data layer stays torch-free (torch ~6 s to import, torch_geometric ~11 s more).
     import torch
     from torch_geometric.data import Data
 
@@ -541,13 +525,11 @@ def save_pyg_graph(
         "edge_feature_names": [f["name"] for f in description["edge_features"]] if description else None,
         "config": [{"domainpar_description": description}] if description else [],
     }
-    table_index = graph.layer
-    # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
     from domainpar.data.detector import layer_table
 
     table = layer_table()
     if graph.layer.size and 0 <= graph.layer.min() and graph.layer.max() < len(table):
-        order = table.set_index("layer_index").loc[table_index]
+        order = table.set_index("layer_index").loc[graph.layer]
         values["volume_id"] = t(order["volume_id"].to_numpy(np.int64), torch.int64)
         values["layer_id"] = t(order["layer_id"].to_numpy(np.int64), torch.int64)
     if graph.y is not None:
@@ -630,14 +612,9 @@ def save_event_pyg(graph: EventGraph, prefix: str | os.PathLike, path: str | os.
     """
     vertex = None
     if graph.particle_id is not None:
-        # Imported on use: reading .npz graphs through graph_files stays pandas-free (~1 s to import).
+        from domainpar.data.hit_truth import particle_columns
         from domainpar.data.trackml import load_event
 
         (particles,) = load_event(prefix, parts=("particles",))
-        table = particles.drop_duplicates("particle_id").set_index("particle_id")
-        known = table.index.get_indexer(graph.particle_id)
-        found = known >= 0
-        vertex = np.zeros((graph.num_nodes, 3))
-        for axis, column in enumerate(("vx", "vy", "vz")):
-            vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+        vertex = particle_columns(particles, graph.particle_id)[2]
     return save_pyg_graph(graph, path, description, vertex)

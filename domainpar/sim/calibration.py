@@ -44,6 +44,7 @@ from scipy.stats import binom, ks_2samp, poisson
 from domainpar.arrays import unique
 from domainpar.data.detector import layer_index_of, layer_table, load_detector
 from domainpar.data.features import cluster_summary
+from domainpar.data.hit_truth import particle_columns
 from domainpar.errors import DomainparError
 
 #: Columns of :func:`layer_response`.
@@ -95,14 +96,7 @@ def event_truth(
     if (rows < 0).any():
         raise DomainparError(f"truth must have a row for every hit (got {int((rows < 0).sum())} hits without one)")
     particle_id = indexed["particle_id"].to_numpy(np.int64)[rows]
-    table = particles.drop_duplicates("particle_id").set_index("particle_id")
-    known = table.index.get_indexer(particle_id)
-    found = known >= 0
-    pt = np.zeros(particle_id.size)
-    vertex = np.zeros((particle_id.size, 3))
-    pt[found] = np.hypot(table["px"].to_numpy(np.float64), table["py"].to_numpy(np.float64))[known[found]]
-    for axis, column in enumerate(("vx", "vy", "vz")):
-        vertex[found, axis] = table[column].to_numpy(np.float64)[known[found]]
+    _, pt, vertex = particle_columns(particles, particle_id)
     pt[particle_id == 0] = 0.0
     layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
     if (layer < 0).any():
@@ -164,6 +158,13 @@ def _rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(values**2))) if values.size else float("nan")
 
 
+def _cluster_content(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per hit_id: cells, distinct channels along u and v, summed charge."""
+    return cells.groupby("hit_id").agg(
+        cells=("value", "size"), channels_u=("ch0", "nunique"), channels_v=("ch1", "nunique"), charge=("value", "sum")
+    )
+
+
 def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float = 20.0) -> pd.DataFrame:
     """Per layer: hits, noise fraction, hit efficiency, resolution and cluster content (see the module docstring).
 
@@ -179,9 +180,6 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
     layers = layer_table()
     num_layers = len(layers)
     modules = load_detector()
-    module_key = (modules["volume_id"].to_numpy(np.int64) * 1000 + modules["layer_id"].to_numpy(np.int64)) * 100_000
-    module_key = module_key + modules["module_id"].to_numpy(np.int64)
-    module_order = np.argsort(module_key)
     axes_u = modules[["rot_xu", "rot_yu", "rot_zu"]].to_numpy()
     axes_v = modules[["rot_xv", "rot_yv", "rot_zv"]].to_numpy()
 
@@ -215,15 +213,9 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
             own[np.arange(first.size), event.layer[first]] = True
             own[np.arange(first.size), event.layer[second]] = True
             misses_on += (crossed & ~own).sum(axis=0)
-        signal = np.flatnonzero(event.particle_id != 0)
         hits = event.hits
-        key = (hits["volume_id"].to_numpy(np.int64) * 1000 + hits["layer_id"].to_numpy(np.int64)) * 100_000
-        key = key + hits["module_id"].to_numpy(np.int64)
-        where = np.searchsorted(module_key, key, sorter=module_order)
-        where = np.minimum(where, module_key.size - 1)
-        row = module_order[where]
-        valid = module_key[row] == key
-        signal = signal[valid[signal]]
+        row = module_rows(hits)
+        signal = np.flatnonzero((event.particle_id != 0) & (row >= 0))
         delta = hits[["x", "y", "z"]].to_numpy(np.float64)[signal] - event.true_position[signal]
         du = np.einsum("ij,ij->i", delta, axes_u[row[signal]])
         dv = np.einsum("ij,ij->i", delta, axes_v[row[signal]])
@@ -233,9 +225,7 @@ def layer_response(events: list[EventTruth], min_pt: float = 0.5, margin: float 
             residual_v[layer_index].append(dv[mask])
         if event.cells is not None and len(event.cells):
             cells = event.cells
-            per_hit = cells.groupby("hit_id").agg(
-                cells=("value", "size"), channels_u=("ch0", "nunique"), channels_v=("ch1", "nunique"), charge=("value", "sum")
-            )
+            per_hit = _cluster_content(cells)
             layer_of = pd.Series(event.layer, index=hits["hit_id"].to_numpy())
             per_hit = per_hit.assign(layer=layer_of.reindex(per_hit.index).to_numpy())
             cluster_rows.append(per_hit.dropna(subset=["layer"]))
@@ -388,9 +378,7 @@ def cluster_shapes(hits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
         One row per (volume_id, bin): ``count``, mean ``cells``,
         ``channels_u``, ``channels_v`` and median ``charge`` per hit.
     """
-    per_hit = cells.groupby("hit_id").agg(
-        cells=("value", "size"), channels_u=("ch0", "nunique"), channels_v=("ch1", "nunique"), charge=("value", "sum")
-    )
+    per_hit = _cluster_content(cells)
     frame = hits.set_index("hit_id")[["x", "y", "z", "volume_id"]].join(per_hit, how="inner")
     r = np.hypot(frame["x"].to_numpy(), frame["y"].to_numpy())
     z = np.abs(frame["z"].to_numpy())
@@ -423,8 +411,7 @@ class Margins:
     """A layer's hit efficiency may differ by this much (absolute) before its real miss count is tested."""
     resolution: float = 0.40
     """A layer's robust resolution (u and v) may differ by this fraction (the measurement model is per volume
-    and cluster size, so layers of one volume share it: the largest real deviation left is the pixel-endcap
-    layer 7:14 along v, simulated 1.55 × its real 5.6 µm)."""
+    and cluster size, so layers of one volume share it)."""
     double_fraction: float = 0.05
     """A layer's fraction of crossings with two hits (overlapping modules) may differ by this much (absolute)."""
     min_crossings: int = 60
