@@ -273,24 +273,15 @@ def node_feature_matrix(
     for name in names:
         if name in CELL_NODE_FEATURES and clusters is None:
             raise DomainparError(f"node feature {name!r} needs the event's cells (got none)")
-        if name == "r":
-            columns.append(r / 1000.0)
-        elif name == "phi":
-            columns.append(phi / np.pi)
-        elif name == "z":
-            columns.append(z / 1000.0)
-        elif name == "eta":
-            columns.append(np.arcsinh(z / np.maximum(r, 1e-9)) / 3.0)
-        elif name == "cell_count":
-            columns.append(clusters[:, 0] / 10.0)
-        elif name == "cell_charge":
-            columns.append(clusters[:, 1])
-        elif name == "cluster_u":
-            columns.append(clusters[:, 2] / 4.0)
-        elif name == "cluster_v":
-            columns.append(clusters[:, 3] / 8.0)
-        else:
+        if name not in NODE_FEATURE_SPECS:
             raise DomainparError(f"unknown node feature {name!r} (expected one of {sorted(NODE_FEATURES)})")
+        if name in CELL_NODE_FEATURES:
+            raw = clusters[:, CELL_NODE_FEATURES.index(name)]  # the columns of cluster_summary, in this order
+        elif name == "eta":
+            raw = np.arcsinh(z / np.maximum(r, 1e-9))
+        else:
+            raw = {"r": r, "phi": phi, "z": z}[name]
+        columns.append(raw / NODE_FEATURE_SPECS[name].scale)
     return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((r.size, 0), np.float32)
 
 

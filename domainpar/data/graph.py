@@ -33,20 +33,16 @@ Cuts (all edges; the skip cuts replace the first two for layer-jumping ones):
 Labels and efficiency both use the true-segment definition of
 :mod:`domainpar.data.true_segments`.
 
-Node and edge features are named (:mod:`domainpar.data.features`): by
-default ``x`` is r/1000, phi/pi, z/1000 (mm → m) — with ``cell_features`` also
-the cells of the hit / 10 and their summed charge — and ``edge_attr`` is
-dr/1000, dphi/pi, dz/1000 and ``dR = sqrt(deta^2 + dphi^2)`` (dphi in rad);
-``GraphConfig.node_features`` / ``edge_features`` choose others (cluster
-shape, phi slope, z0, curvature...). The graph file records the names and
-the whole configuration, so a later stage can rebuild the same graph.
+Node and edge features are named and described in :mod:`domainpar.data.features`.
+The graph file records the names and the whole configuration, so a later
+stage can rebuild the same graph.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -160,8 +156,6 @@ class GraphConfig:
 
     def to_dict(self) -> dict:
         """Plain dict (JSON- and YAML-safe; tuples become lists)."""
-        from dataclasses import asdict
-
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         if self.construction == "cuts":
             # Graphs built with the cuts record what they recorded before the module map existed (same JSON, same hashes).
@@ -178,8 +172,6 @@ class GraphConfig:
     @classmethod
     def from_dict(cls, values: dict, source: str = "graph config") -> "GraphConfig":
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        from dataclasses import fields
-
         known = {f.name for f in fields(cls)}
         if not isinstance(values, dict):
             raise DomainparError(f"{source}: expected a mapping of graph settings (got {type(values).__name__})")
@@ -224,17 +216,7 @@ class GraphStats:
 
     def as_record(self) -> dict:
         """The JSON record of ``domainpar build --json``."""
-        return {
-            "event_id": self.event_id,
-            "num_nodes": self.num_nodes,
-            "num_edges": self.num_edges,
-            "num_true_segments": self.num_true_segments,
-            "num_true_kept": self.num_true_kept,
-            "efficiency": self.efficiency,
-            "efficiency_pt1": self.efficiency_pt1,
-            "purity": self.purity,
-            "seconds": self.seconds,
-        }
+        return asdict(self)
 
 
 def _search_edges(

@@ -85,14 +85,12 @@ def module_overlaps(modules: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return probability.astype(np.float64), offsets
 
 
-
 def layer_position(layers: pd.DataFrame, volume_id: int, layer_id: int) -> int:
     """Row of (volume_id, layer_id) in the layer table; a layer the detector lacks is an error."""
     match = np.flatnonzero((layers["volume_id"].to_numpy() == volume_id) & (layers["layer_id"].to_numpy() == layer_id))
     if match.size == 0:
         raise DomainparError(f"SimulationConfig.layer_conditions: no layer {volume_id}:{layer_id} in the TrackML detector")
     return int(match[0])
-
 
 
 __all__ = ["OVERLAP_OFFSET_MM", "DetectorGeometry", "detector_geometry", "layer_position", "module_overlaps"]
