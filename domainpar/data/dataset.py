@@ -1,11 +1,7 @@
 """Hit graphs of a whole dataset: one ``event<id>.npz`` per raw event, in parallel, any shard.
 
-:func:`build_graph_files` is what ``domainpar build`` and the preparation of a
-training run call: every event is built in its own worker process
-(:func:`domainpar.workers.run_items`), written atomically with reproducible
-bytes, and an event that fails is reported by name while the others finish.
-:func:`build_dataset` is the same for a program: every event of a directory,
-or one line naming the events that failed.
+Every event is built in its own worker process (:func:`domainpar.workers.run_items`), written atomically with
+reproducible bytes, and an event that fails is reported by name while the others finish.
 """
 
 from __future__ import annotations
@@ -40,16 +36,11 @@ def event_inputs(input_path: str | os.PathLike) -> list[Path]:
     raise DomainparError(f"{input_path}: expected a directory of TrackML events or an event prefix (found neither)")
 
 
-def graph_file_name(event_id: int, fmt: str = "npz") -> str:
-    """File name of an event's graph inside a ``domainpar build`` output directory."""
-    return f"event{event_id:09d}.{fmt}"
-
-
 def graph_target(prefix: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "npz") -> Path:
     """Where the graph of raw event ``prefix`` goes: ``<out_dir>/event<id:09d>.<fmt>``."""
     from domainpar.data.trackml import event_id_of
 
-    return Path(out_dir) / graph_file_name(event_id_of(prefix), fmt)
+    return Path(out_dir) / f"event{event_id_of(prefix):09d}.{fmt}"
 
 
 #: Seconds one core takes to build an event's graph, per MB of its hits file as plain CSV (real event 21000: 4.8 MB,
@@ -103,8 +94,6 @@ def build_graph_files(
     progress: bool = True,
     skip_existing: bool = False,
     fmt: str = "npz",
-    should_stop=None,
-    on_result=None,
 ) -> list[ItemResult]:
     """Build the graph of every event of ``prefixes`` into ``out_dir``, ``workers`` events at a time.
 
@@ -116,7 +105,6 @@ def build_graph_files(
         progress: progress bar with events/s.
         skip_existing: keep graphs already in ``out_dir`` (resumed preparation).
         fmt: "npz" or "pyg".
-        should_stop, on_result: see :func:`domainpar.workers.run_items`.
 
     Returns:
         One :class:`ItemResult` per event, in order; ``value`` is its :class:`GraphStats`
@@ -130,8 +118,6 @@ def build_graph_files(
         workers=workers,
         desc="build",
         progress=progress,
-        should_stop=should_stop,
-        on_result=on_result,
         temporaries_in=[out_dir],
     )
 
@@ -144,15 +130,8 @@ def build_dataset(
     fmt: str = "npz",
     workers: int = 1,
 ) -> list[GraphStats]:
-    """Build and save the graph of every event under ``input_path``.
-
-    Args:
-        input_path: a directory of TrackML events, or one event prefix.
-        out_dir: where ``event{id:09d}.npz`` (or ``.pyg``) graph files are written.
-        config: the cuts.
-        fmt: ``npz`` (domainpar's format) or ``pyg`` (PyG Data files, :mod:`domainpar.data.pyg_files`).
-        progress: show progress on stderr (a bar on a terminal, a line every 30 s in a log).
-        workers: events built in parallel processes (see :func:`build_graph_files`).
+    """Build and save the graph of every event under ``input_path`` (a directory of TrackML events, or one event
+    prefix); the other arguments as for :func:`build_graph_files`.
 
     Returns:
         One :class:`GraphStats` per event, in event order.

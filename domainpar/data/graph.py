@@ -304,8 +304,7 @@ def _search_edges(
 
     ranges = chunks.weighted_bounds(hits_done, pieces) if items.shape[0] else []
     keys = np.concatenate(chunks.run(search, ranges)) if ranges else np.zeros(0, np.int64)
-    # Sorted by key is sorted by (src, dst): the order of the stable argsort by src N + dst it replaces (a pair
-    # of nodes is one key, whatever the order the search found it in).
+    # Sorted by key is sorted by (src, dst) (a pair of nodes is one key, whatever the order the search found it in).
     keys.sort()
     crossed = keys & 1
     pair_key = keys >> 1

@@ -65,16 +65,8 @@ class LayerPairConfig:
 
 
 def _crossings(table: pd.DataFrame, z0: np.ndarray, cot_theta: np.ndarray, radius: float) -> np.ndarray:
-    """Path length (transverse arc length) at which each trajectory crosses each layer.
-
-    Args:
-        table: the layer table, L rows.
-        z0: (T,) origin of every trajectory on the beam line, mm.
-        cot_theta: (T,) cot(theta) of every trajectory.
-        radius: helix radius in mm (``inf`` for straight lines).
-
-    Returns:
-        (T, L) transverse arc length s, ``nan`` where the layer is not crossed.
+    """(T, L) transverse arc length at which each trajectory (origin ``z0`` (T,) mm on the beam line, ``cot_theta``
+    (T,), helix ``radius`` mm, ``inf`` for straight lines) crosses each layer of ``table``; ``nan`` where it does not.
     """
     barrel = table["barrel"].to_numpy()
     r_layer = table["r"].to_numpy()
@@ -126,8 +118,7 @@ def _layer_pairs_cached(config: LayerPairConfig) -> tuple[np.ndarray, np.ndarray
         order = np.argsort(np.where(np.isnan(s), np.inf, s), axis=1)
         num_crossed = np.count_nonzero(~np.isnan(s), axis=1)
         # Tens of thousands of trajectories cross the layers in a few hundred distinct sequences: each sequence is
-        # walked once, its votes weighted by how many trajectories share it (~0.4 s of every process that builds
-        # a graph, before).
+        # walked once, its votes weighted by how many trajectories share it.
         crossed = np.where(np.arange(num_layers)[None, :] < num_crossed[:, None], order, -1).astype(np.int16)
         rows = np.ascontiguousarray(crossed).view(np.dtype((np.void, 2 * num_layers))).ravel()
         _, first, weight = np.unique(rows, return_index=True, return_counts=True)

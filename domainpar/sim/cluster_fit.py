@@ -70,12 +70,10 @@ def fit_cluster_models(
     """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` to real clusters.
 
     The crossings of a simulated event (truth positions and momenta; noise
-    along the sensor normal) are re-digitised with candidate parameters and
-    their :func:`cluster_shapes` compared with the real event's, bin by bin
-    of track angle (bins with at least ``min_count`` real hits): the squared
-    relative differences of mean cells, channels along u and v and (pixels)
-    median charge are minimised by Nelder–Mead from the current models, with
-    common random numbers so the objective is smooth.
+    along the sensor normal) are re-digitised and their :func:`cluster_shapes`
+    compared with the real event's, bin by bin of track angle (bins with at
+    least ``min_count`` real hits): the squared relative differences of mean
+    cells, channels along u and v and (pixels) median charge are minimised.
 
     Returns:
         ``{volume_id: ClusterModel}`` for the fitted volumes.
@@ -120,11 +118,10 @@ def fit_cluster_models_to_truth(
     """Fit every volume's :class:`~domainpar.sim.clusters.ClusterModel` hit by hit to a real event with truth.
 
     Every real signal hit is re-digitised from its true crossing point and
-    true direction (truth ``tx..tz``, ``tpx..tpz``) with candidate parameters,
-    and compared with the cluster it really left: the mean squared difference
-    of its channels along u and along v and of its cell count (and, for
-    pixels, of the log of its summed charge) is minimised by Nelder–Mead with
-    common random numbers. Conditioning on each hit's true geometry makes
+    true direction (truth ``tx..tz``, ``tpx..tpz``) and compared with the
+    cluster it really left: the mean squared difference of its channels along
+    u and along v and of its cell count (and, for pixels, of the log of its
+    summed charge) is minimised. Conditioning on each hit's true geometry makes
     the fit sharp with a few hundred hits per volume.
 
     Returns:

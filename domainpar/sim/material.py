@@ -14,11 +14,7 @@ The thicknesses are fitted to the real event 21000 (``python -m
 bench.tools.fit_interactions``): its particles file names every interaction
 secondary (TrackML's particle_id carries the generation) and its production
 vertex, so the interactions per surface, counted without truth, are held
-against the simulation's (``tests/sim/test_interactions.py``). Where the
-real interaction vertices lie (event 21000, 1,483 of them): on the detector
-layers, on the beam pipe at r = 19 mm, on the pixel support tube at r = 200 mm
-(out to |z| = 2.8 m) and on the pixel barrel's end plates at |z| = 571 mm
-(r 30-170 mm); 0.7 % elsewhere.
+against the simulation's (``tests/sim/test_interactions.py``).
 """
 
 from __future__ import annotations

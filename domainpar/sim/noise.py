@@ -42,8 +42,7 @@ def noise_hits(rng: np.random.Generator, num_noise: int, modules: pd.DataFrame) 
 
 def noise_directions(position: np.ndarray) -> np.ndarray:
     """(K, 3) unit directions of the crossings whose clusters the noise hits at ``position`` (K, 3) leave: a straight
-    track from the beam spot, as the real noise clusters are (event 21000's pixel truth: 8.4 cells in the barrel,
-    long along z at large |z| as a particle's are; not single pixels)."""
+    track from the beam spot, as the real noise clusters are (long along z at large |z|, not single pixels)."""
     return position / np.maximum(np.linalg.norm(position, axis=1, keepdims=True), 1e-9)
 
 

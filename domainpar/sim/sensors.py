@@ -153,11 +153,8 @@ def _modules_crossed(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Which candidate modules a straight track through ``position`` crosses, and where.
 
-    Args:
-        position: (K, 3) crossings of a layer's ideal surface, mm.
-        direction: (K, 3) unit directions there.
-        candidates: (K, C) module rows to try, nearest centre first.
-        modules: the detector table.
+    ``position`` (K, 3) are crossings of a layer's ideal surface, ``direction`` (K, 3) the unit directions there,
+    ``candidates`` (K, C) the module rows to try, nearest centre first.
 
     Returns:
         ``(first, second, landing, passes_second)``: per crossing the column of
@@ -199,20 +196,8 @@ def _modules_crossed(
 
 
 def _step_to_staggered_surface(position: np.ndarray, direction: np.ndarray, barrel: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """Straight-line distance from a crossing to the surface ``offset`` mm further on along the track.
-
-    Barrels: the cylinder of radius r ± offset (outward or inward as the track
-    moves); endcaps: the plane |z| + offset.
-
-    Args:
-        position: (K, 3) crossing points on the layer surface.
-        direction: (K, 3) unit directions.
-        barrel: (K,) whether the layer is a barrel cylinder.
-        offset: (K,) stagger in mm.
-
-    Returns:
-        (K,) step lengths in mm.
-    """
+    """(K,) straight-line distance (mm) from the (K, 3) crossings to the surface ``offset`` (K,) mm further on
+    along the track: on barrels the cylinder of radius r ± offset (as the track moves), on endcaps |z| + offset."""
     radius = np.hypot(position[:, 0], position[:, 1])
     d_xy_sq = np.maximum(direction[:, 0] ** 2 + direction[:, 1] ** 2, 1e-12)
     radial = position[:, 0] * direction[:, 0] + position[:, 1] * direction[:, 1]
