@@ -107,38 +107,25 @@ class EventGraph:
         return digest.hexdigest()[:16]
 
 
-#: Arrays every graph has, arrays a graph without truth lacks, and the dtype of each.
+#: Arrays every graph has, and arrays a graph without truth lacks.
 REQUIRED_ARRAYS = ("x", "pos", "hit_id", "layer", "edge_index", "edge_attr")
 OPTIONAL_ARRAYS = ("y", "particle_id", "particle_pt", "particle_nhits", "particle_vertex")
-ARRAY_DTYPES = {
-    "x": np.float32,
-    "pos": np.float32,
-    "hit_id": np.int64,
-    "layer": np.int64,
-    "edge_index": np.int64,
-    "edge_attr": np.float32,
-    "y": np.float32,
-    "particle_id": np.int64,
-    "particle_pt": np.float32,
-    "particle_nhits": np.int64,
-    "particle_vertex": np.float32,
+#: dtype and shape of every array, the shape in N (nodes), E (edges) and F (feature columns, at least one).
+_ARRAYS = {
+    "x": (np.float32, ("N", "F")),
+    "pos": (np.float32, ("N", 3)),
+    "hit_id": (np.int64, ("N",)),
+    "layer": (np.int64, ("N",)),
+    "edge_index": (np.int64, (2, "E")),
+    "edge_attr": (np.float32, ("E", "F")),
+    "y": (np.float32, ("E",)),
+    "particle_id": (np.int64, ("N",)),
+    "particle_pt": (np.float32, ("N",)),
+    "particle_nhits": (np.int64, ("N",)),
+    "particle_vertex": (np.float32, ("N", 3)),
 }
-
-
-#: Shape of every array in N (nodes), E (edges) and F (feature columns, at least one); None = any.
-ARRAY_SHAPES = {
-    "x": ("N", "F"),
-    "pos": ("N", 3),
-    "hit_id": ("N",),
-    "layer": ("N",),
-    "edge_index": (2, "E"),
-    "edge_attr": ("E", "F"),
-    "y": ("E",),
-    "particle_id": ("N",),
-    "particle_pt": ("N",),
-    "particle_nhits": ("N",),
-    "particle_vertex": ("N", 3),
-}
+ARRAY_DTYPES = {name: dtype for name, (dtype, _) in _ARRAYS.items()}
+ARRAY_SHAPES = {name: shape for name, (_, shape) in _ARRAYS.items()}
 #: Scalar entries of a graph file (0-d integer arrays).
 SCALARS = ("format_version", "event_id")
 

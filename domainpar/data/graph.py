@@ -123,12 +123,10 @@ class GraphConfig:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise DomainparError(f"GraphConfig.{name} must be a positive finite number (got {value})")
-        if not (np.isfinite(self.crossing_margin) and self.crossing_margin >= 0):
-            raise DomainparError(f"GraphConfig.crossing_margin must be a non-negative number (got {self.crossing_margin})")
-        if not (np.isfinite(self.dphi_margin) and self.dphi_margin >= 0):
-            raise DomainparError(f"GraphConfig.dphi_margin must be a non-negative number (got {self.dphi_margin})")
-        if not (np.isfinite(self.min_pt) and self.min_pt >= 0):
-            raise DomainparError(f"GraphConfig.min_pt must be a non-negative number (got {self.min_pt})")
+        for name in ("crossing_margin", "dphi_margin", "min_pt"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value})")
         if self.construction not in CONSTRUCTIONS:
             raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
         if self.construction == "module_map":

@@ -34,9 +34,7 @@ def load_graph(path: str | os.PathLike) -> EventGraph:
     with ``torch.load(weights_only=True)`` and mapped onto an EventGraph.
 
     Raises:
-        DomainparError: the file is missing, not a graph file, of another
-            format version, or its arrays are of the wrong type, shape or dtype, or hold
-            non-finite values, out-of-range indices or labels other than 0/1.
+        DomainparError: as :func:`~domainpar.data.event_graph.load_npz_graph`.
     """
     path = Path(path)
     if _is_pyg(path):
@@ -51,7 +49,7 @@ def inspect_graph(path: str | os.PathLike) -> GraphHeader:
     Content (finite features, index ranges, labels) is checked by :func:`load_graph`.
 
     Raises:
-        DomainparError: not a graph file, another format version, or an entry of the wrong type, dtype or shape.
+        DomainparError: as :func:`~domainpar.data.event_graph.inspect_npz_graph`.
     """
     path = Path(path)
     if _is_pyg(path):
@@ -79,15 +77,7 @@ def read_graph_description(path: str | os.PathLike) -> dict | None:
 
 
 def read_graph_metadata(path: str | os.PathLike) -> dict:
-    """The feature names and build configuration of a graph file, without reading its arrays.
-
-    Returns:
-        ``{"node_features": [...] | None, "edge_features": [...] | None, "build_config": str | None}``
-        (None for format-1 files, which do not record them, and for PyG files).
-
-    Raises:
-        DomainparError: the file cannot be read as a graph file.
-    """
+    """:func:`~domainpar.data.event_graph.read_npz_metadata` of a graph file (all None for PyG files)."""
     path = Path(path)
     if _is_pyg(path):
         # PyG files of other tools name their columns in their description, not in these entries.

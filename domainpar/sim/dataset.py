@@ -94,12 +94,8 @@ def simulate_dataset(
     compress: bool = True,
     workers: int = 1,
 ) -> list[Path]:
-    """:func:`simulate_events`, returning the prefixes of the events written, in event order (none for 0 events).
-
-    Raises:
-        DomainparError: a bad argument, or an event that could not be simulated (after every other was written).
-        MachineFault: a worker ran out of memory or disk space, or was killed.
-    """
+    """:func:`simulate_events` (raising what it raises), returning the prefixes of the events written, in event order
+    (none for 0 events)."""
     if num_events < 0:
         raise DomainparError(f"num_events must be non-negative (got {num_events})")
     if num_events == 0:
