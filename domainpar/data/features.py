@@ -16,12 +16,9 @@ form a user outside Python needs to rebuild them (e.g. the C++ side of ACTS's
 ExaTrkX plugin): for every column its name, the raw quantity with its unit,
 and the scale it is divided by (``feature = raw / scale``, the convention of
 the field's pipelines' ``node_scales``; clipped features say so in ``raw``).
-``domainpar build`` stores the description of every graph it writes
-(:func:`graph_description`), training copies it into checkpoints, and
-``domainpar export`` into the model's sidecar JSON.
-``tests/data/test_features.py`` recomputes the columns of a real event from
-this description, so a change of the graph builder that is not described here
-fails a test.
+Graph files, checkpoints and exported models' sidecars carry it
+(:func:`graph_description`); ``tests/data/test_features.py`` recomputes the
+columns of a real event from it.
 """
 
 from __future__ import annotations

@@ -97,17 +97,13 @@ def generate_particles(rng: np.random.Generator, config: SimulationConfig) -> pd
     }
     daughters = _decays(rng, config, num_k0s, num_lambda, num_vertices, share, vertex_xy, vertex_z)
 
-    vertex = np.concatenate([primaries["vertex"], daughters["vertex"]])
-    position = np.concatenate([primaries["position"], daughters["position"]])
-    momentum = np.concatenate([primaries["momentum"], daughters["momentum"]])
-    listed = np.hypot(momentum[:, 0], momentum[:, 1]) >= config.pt_min
+    both = {key: np.concatenate([primaries[key], daughters[key]]) for key in primaries}
+    listed = np.hypot(both["momentum"][:, 0], both["momentum"][:, 1]) >= config.pt_min
     listed[:num_primary] = True
-    displaced = np.arange(len(vertex)) >= num_primary
     keep = np.flatnonzero(listed)
-    vertex, position, momentum, displaced = vertex[keep], position[keep], momentum[keep], displaced[keep]
-    code = np.concatenate([primaries["code"], daughters["code"]])[keep]
-    q = np.concatenate([primaries["q"], daughters["q"]])[keep]
-    mass = np.concatenate([primaries["mass"], daughters["mass"]])[keep]
+    displaced = keep >= num_primary
+    columns = ("vertex", "position", "momentum", "code", "q", "mass")
+    vertex, position, momentum, code, q, mass = (both[key][keep] for key in columns)
     # TrackML ids: the vertex (1-based) and the particle's number at it (1-based, in generation order).
     order = np.argsort(vertex, kind="stable")
     number = np.empty(len(vertex), dtype=np.int64)
