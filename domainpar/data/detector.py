@@ -34,11 +34,6 @@ MODULE_COLUMNS = (
 BARREL_VOLUMES = (8, 13, 17)
 
 
-def default_detector_path() -> Path:
-    """Path of the detector description shipped with the package."""
-    return Path(str(resources.files("domainpar.data") / "resources" / "detectors.csv.gz"))
-
-
 def load_detector(path: str | os.PathLike | None = None) -> pd.DataFrame:
     """Read a TrackML detector description (with or without a leading index column).
 
@@ -50,7 +45,8 @@ def load_detector(path: str | os.PathLike | None = None) -> pd.DataFrame:
     """
     import pandas as pd
 
-    path = default_detector_path() if path is None else Path(path)
+    packaged = resources.files("domainpar.data") / "resources" / "detectors.csv.gz"
+    path = Path(str(packaged)) if path is None else Path(path)
     if not path.is_file():
         raise DomainparError(f"{path}: detector description not found")
     try:

@@ -188,7 +188,8 @@ def _read_part(path: Path, part: str, content: bytes | None = None) -> pd.DataFr
         raise DomainparError(f"{path}: column {missing[0]!r} missing (expected columns {list(wanted)}, found {found})")
     wanted.update({k: v for k, v in OPTIONAL_COLUMNS.get(part, {}).items() if k in frame.columns})
     for column, dtype in wanted.items():
-        frame[column] = _checked_column(frame[column], path, column, dtype)
+        convert = _integer_column if dtype.startswith("int") else _float_column
+        frame[column] = pd.Series(convert(frame[column], path, column, dtype), index=frame.index, name=column)
     return frame
 
 
@@ -319,12 +320,6 @@ def _float_column(values: pd.Series, path: Path, column: str, dtype: str) -> np.
             f"{path}: column {column!r} must be finite numbers (found {_field(_raw_column(path, column).iloc[row])} in row {row + 1})"
         )
     return stored
-
-
-def _checked_column(values: pd.Series, path: Path, column: str, dtype: str) -> pd.Series:
-    if dtype.startswith("int"):
-        return pd.Series(_integer_column(values, path, column, dtype), index=values.index, name=column)
-    return pd.Series(_float_column(values, path, column, dtype), index=values.index, name=column)
 
 
 #: How far (mm) a hit may lie outside the extent of its layer in the detector description. Real hits lie

@@ -15,7 +15,7 @@ list only those.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pandas as pd
@@ -61,7 +61,7 @@ def transport(
         crossings = propagate(rng, current, config, geometry.layers)
         crossings = crossings.take(crossings.s > VERTEX_CLEARANCE_MM)
         crossings, vertices = _ends(rng, current, crossings, config, passive, layer_lambda)
-        pieces.append(_shifted(crossings, offset))
+        pieces.append(replace(crossings, part=crossings.part + offset))
         if generation == config.max_generations or not len(vertices[0]):
             break
         secondaries = _secondaries(rng, current, *vertices, config, generation + 1, next_number)
@@ -70,12 +70,6 @@ def transport(
         tables.append(secondaries)
         current = secondaries
     return pd.concat(tables, ignore_index=True), _concatenated(pieces)
-
-
-def _shifted(crossings: Crossings, offset: int) -> Crossings:
-    values = {f.name: getattr(crossings, f.name) for f in fields(crossings)}
-    values["part"] = values["part"] + offset
-    return Crossings(**values)
 
 
 def _concatenated(pieces: list[Crossings]) -> Crossings:

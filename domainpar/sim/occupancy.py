@@ -66,10 +66,6 @@ SECONDARY_P_BINS = np.geomspace(0.1, 10.0, 25)
 VOLUMES = (7, 8, 9, 12, 13, 14, 16, 17, 18)
 
 
-def _layer_key(volume_id: int, layer_id: int) -> str:
-    return f"{int(volume_id)}:{int(layer_id)}"
-
-
 def _histogram(values: np.ndarray, bins: np.ndarray) -> list[int]:
     return np.histogram(np.clip(values, bins[0], bins[-1] - 1e-9 * abs(bins[-1])), bins=bins)[0].astype(int).tolist()
 
@@ -111,7 +107,7 @@ def event_counts(
     if (layer < 0).any():
         raise DomainparError("hits: every (volume_id, layer_id) must be a layer of the TrackML detector")
     table = layer_table()
-    layer_keys = [_layer_key(v, l) for v, l in zip(table["volume_id"], table["layer_id"])]
+    layer_keys = [f"{int(v)}:{int(l)}" for v, l in zip(table["volume_id"], table["layer_id"])]
     counts: dict = {"events": 1, "hits": int(len(hits)), "truth": truth is not None}
     counts["hits_per_volume"] = {str(v): int(n) for v, n in zip(*np.unique(volume, return_counts=True))}
     per_layer = np.bincount(layer, minlength=len(table))
