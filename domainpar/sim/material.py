@@ -66,21 +66,11 @@ def material_surfaces() -> pd.DataFrame:
         f"{volume}:{layer}" if barrel else str(volume)
         for volume, layer, barrel in zip(layers["volume_id"], layers["layer_id"], layers["barrel"])
     ]
-    detector = pd.DataFrame(
-        {
-            "barrel": layers["barrel"].to_numpy(bool),
-            "r": layers["r"].to_numpy(np.float64),
-            "z": layers["z"].to_numpy(np.float64),
-            "z_min": layers["z_min"].to_numpy(np.float64),
-            "z_max": layers["z_max"].to_numpy(np.float64),
-            "r_min": layers["r_min"].to_numpy(np.float64),
-            "r_max": layers["r_max"].to_numpy(np.float64),
-            "layer_index": layers["layer_index"].to_numpy(np.int64),
-            "name": group,
-            "passive": False,
-            "interaction_lengths": layers["thickness"].to_numpy(np.float64) / SILICON_LAMBDA_MM
-            + np.array([SUPPORT_LAMBDA[name] for name in group]),
-        }
+    detector = layers[["barrel", "r", "z", "z_min", "z_max", "r_min", "r_max", "layer_index"]].assign(
+        name=group,
+        passive=False,
+        interaction_lengths=layers["thickness"].to_numpy(np.float64) / SILICON_LAMBDA_MM
+        + np.array([SUPPORT_LAMBDA[name] for name in group]),
     )
     rows = []
     for name, (barrel, where, low, high, thickness) in PASSIVE_SURFACES.items():

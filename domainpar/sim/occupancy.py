@@ -209,13 +209,9 @@ def _cluster_counts(hits: pd.DataFrame, cells: pd.DataFrame, volume: np.ndarray)
     result = {}
     for v in unique(volume):
         chosen = volume == v
-        cells_v, charge, channels_u, channels_v = summary[chosen].sum(axis=0)
-        result[str(int(v))] = {
-            "hits": int(chosen.sum()),
-            "cells": float(cells_v),
-            "charge": float(charge),
-            "channels_u": float(channels_u),
-            "channels_v": float(channels_v),
+        sums = summary[chosen].sum(axis=0)
+        result[str(int(v))] = {"hits": int(chosen.sum())} | {
+            name: float(value) for name, value in zip(("cells", "charge", "channels_u", "channels_v"), sums)
         }
     return result
 
