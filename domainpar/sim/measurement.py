@@ -16,6 +16,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from domainpar.data.features import cluster_summary
 from domainpar.sim.config import SimulationConfig
 
 
@@ -24,23 +25,6 @@ def measurement_model() -> dict:
     """The per-volume residual quantiles (pitch units) of ``resources/measurement_model.json``."""
     text = (resources.files("domainpar.sim") / "resources" / "measurement_model.json").read_text()
     return json.loads(text)
-
-
-def channels_per_hit(cells: pd.DataFrame, num_hits: int) -> np.ndarray:
-    """(num_hits, 2) distinct channels along u and v of hits 1..num_hits (hit_id - 1 indexes the rows)."""
-    result = np.zeros((num_hits, 2), dtype=np.int64)
-    hit = cells["hit_id"].to_numpy(np.int64) - 1
-    for column, channel in enumerate(("ch0", "ch1")):
-        values = cells[channel].to_numpy(np.int64)
-        if not values.size:
-            continue
-        # One int64 key per (hit, channel), sorted, its repeats dropped: ~50x faster than np.unique over pairs
-        # of columns (and than numpy 2.4's np.unique of the keys).
-        low, span = values.min(), values.max() - values.min() + 1
-        keys = np.sort(hit * span + (values - low))
-        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]
-        result[:, column] = np.bincount(keys // span, minlength=num_hits)
-    return result
 
 
 def measured_residuals(
@@ -105,8 +89,9 @@ def measured_positions(
         offset_u = rng.normal(size=len(rows)) * pitch_u[rows] / np.sqrt(12.0)
         offset_v = rng.normal(size=len(rows)) * pitch_v[rows] / np.sqrt(12.0)
     else:
-        channels = channels_per_hit(cells, len(rows))
-        offset_u, offset_v = measured_residuals(rng, modules["volume_id"].to_numpy()[rows], channels[:, 0], channels[:, 1])
+        # Hit k has hit_id k + 1; columns 2 and 3 are the distinct channels along u and v.
+        clusters = cluster_summary(np.arange(1, len(rows) + 1), cells)
+        offset_u, offset_v = measured_residuals(rng, modules["volume_id"].to_numpy()[rows], *clusters[:, 2:].T)
         offset_u *= pitch_u[rows]
         offset_v *= pitch_v[rows]
     axis_u = modules[["rot_xu", "rot_yu", "rot_zu"]].to_numpy()
@@ -121,4 +106,4 @@ def measured_positions(
     return measured
 
 
-__all__ = ["channels_per_hit", "measured_positions", "measured_residuals", "measurement_model"]
+__all__ = ["measured_positions", "measured_residuals", "measurement_model"]
