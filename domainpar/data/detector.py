@@ -99,7 +99,6 @@ def _layer_table_cached(path: str | None) -> pd.DataFrame:
         .reset_index()
     )
     table["barrel"] = table["volume_id"].isin(BARREL_VOLUMES)
-    # Barrel layers: the cylinder radius is the module-centre radius; endcap layers: the disc z.
     table["layer_index"] = np.arange(len(table), dtype=np.int64)
     return table
 
