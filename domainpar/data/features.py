@@ -52,10 +52,6 @@ class FeatureSpec:
     scale: float
     """The column holds ``raw / scale``."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return asdict(self)
-
 
 #: Node feature columns, by name.
 NODE_FEATURE_SPECS: dict[str, FeatureSpec] = {
@@ -144,7 +140,7 @@ def feature_list(names: tuple[str, ...] | list[str], specs: dict[str, FeatureSpe
     unknown here and recorded as None.
     """
     return [
-        specs[name].to_dict() if name in specs else {"name": name, "raw": None, "unit": None, "scale": None}
+        asdict(specs[name]) if name in specs else {"name": name, "raw": None, "unit": None, "scale": None}
         for name in names
     ]
 

@@ -568,9 +568,8 @@ def save_pyg_graph(
 def convert_pyg_files(files: list[Path], target_dir: str | os.PathLike, progress: bool = True) -> list[Path]:
     """Convert PyG graph files once into domainpar graph files ``<target_dir>/<stem>.npz`` (kept: reused later).
 
-    Training reads ``.npz`` graphs (sizes from their headers, plans and part
-    files from their arrays); this is the one pass that turns a directory of
-    the field's files into them. A converted file already present is reused.
+    Training reads ``.npz`` graphs (sizes from their headers, plans and part files from their arrays); this is
+    the one pass that turns a directory of the field's files into them.
 
     Args:
         files: PyG graph files.

@@ -14,26 +14,10 @@ The physics and its approximations are described in ``docs/data.md``; how the
 result compares with the real event 21000 (held by ``tests/sim/test_simulate.py``,
 ``test_interactions.py`` and ``test_occupancy.py``) in ``docs/sim_vs_real.md``.
 
-Modules, in the order an event is made (:func:`domainpar.sim.event.simulate_event`):
-
-* :mod:`~domainpar.sim.config`: :class:`~domainpar.sim.config.SimulationConfig`, every parameter;
-* :mod:`~domainpar.sim.particles`: the collisions' particles and their vertices (pile-up, decays);
-* :mod:`~domainpar.sim.geometry`: the detector as the simulator sees it (layer surfaces, module lookup, overlaps);
-* :mod:`~domainpar.sim.material`: the material's nuclear interaction thicknesses (layers, passive surfaces);
-* :mod:`~domainpar.sim.propagation`: helices through the layers, with multiple scattering;
-* :mod:`~domainpar.sim.interactions`: where particles end (interactions, soft cut), their secondaries;
-* :mod:`~domainpar.sim.sensors`: the modules a crossing passes through, acceptance and hit efficiency;
-* :mod:`~domainpar.sim.noise`: noise hits;
-* :mod:`~domainpar.sim.truth`: the challenge's truth weights;
-* :mod:`~domainpar.sim.clusters`: the cells of every hit (cluster models);
-* :mod:`~domainpar.sim.measurement`: measured positions (residual models);
-* :mod:`~domainpar.sim.event`: one event, step by step, as the challenge's four tables;
-* :mod:`~domainpar.sim.dataset`: many events written as TrackML files;
-* :mod:`~domainpar.sim.calibration`: the same per-layer and per-layer-pair figures measured on real and
-  simulated events, and how far apart they may be;
-* :mod:`~domainpar.sim.cluster_fit`: the fits of the cluster models to real events;
-* :mod:`~domainpar.sim.occupancy`: what makes an event busy (hits, particles, decays, interactions, curlers,
-  clusters, noise, graph edges), counted the same way on real and simulated events.
+Modules, in the order an event is made (:func:`domainpar.sim.event.simulate_event`): ``config``, ``particles``,
+``geometry``, ``material``, ``propagation``, ``interactions``, ``sensors``, ``noise``, ``truth``, ``clusters``,
+``measurement``, ``event``, then ``dataset`` (many events as TrackML files); ``calibration``, ``cluster_fit`` and
+``occupancy`` hold the simulation to real events. Each module's docstring says what it does.
 
 Nothing in :mod:`domainpar.data` depends on this package.
 """
