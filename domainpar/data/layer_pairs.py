@@ -154,11 +154,8 @@ def layer_pairs(config: LayerPairConfig = LayerPairConfig()) -> np.ndarray:
 
 
 def layers_between(config: LayerPairConfig = LayerPairConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """For every pair of :func:`layer_pairs`, the layers a segment joining it may pass through.
-
-    These are the layers some traced trajectory crosses between the pair's two
-    layers; the graph builder checks each candidate segment against their
-    surfaces to tell adjacent-layer segments from ones that jump a layer.
+    """For every pair of :func:`layer_pairs`, the layers a segment joining it may pass through (see the module
+    docstring).
 
     Returns:
         ``(between_start, between_layers)``: CSR offsets (P + 1,) and layer indices.
