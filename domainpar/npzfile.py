@@ -1,12 +1,8 @@
 """Reproducible ``.npz`` archives: the same arrays give the same bytes.
 
-``np.savez`` stamps every member with the current time, so two runs that
-compute identical arrays write different files (and ``--workers 2`` could not
-be compared byte for byte with ``--workers 1``). :func:`write_npz` writes the
-same standard zip archive ``np.load`` reads, with a fixed timestamp and the
-members in the order given. Each member carries the zip CRC-32 of its bytes,
-which ``np.load`` verifies when it reads the member, so a corrupted file is
-refused without hashing the whole file.
+``np.savez`` stamps every member with the current time, so two runs that compute identical arrays write different
+files. :func:`write_npz` writes the same standard zip archive ``np.load`` reads, with a fixed timestamp and the
+members in the order given; each member's zip CRC-32 is verified as it is read.
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 #: Bytes of a member's data that :func:`write_npz` deflates to decide whether deflating the member pays.
 SAMPLE_BYTES = 1 << 20
-#: A member whose sample deflates to more than this share of its size is stored as is: float features (a full
-#: event's edge_attr: 190 MB → 167 MB, 0.88) cost 7 s of zlib for 12 % of their bytes; indices and labels shrink
-#: to 2-7 % for a fraction of a second.
+#: A member whose sample deflates to more than this share of its size is stored as is: float features barely
+#: shrink for seconds of zlib; indices and labels shrink to a few percent.
 STORE_ABOVE = 0.8
 
 
@@ -55,18 +50,15 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
         path: destination file.
         arrays: member name (without ``.npy``) → array; no object arrays (nothing is pickled).
         compress: deflate the members that deflating shrinks (:data:`STORE_ABOVE`, judged on a sample of their
-            bytes: the same arrays make the same choice); the others are stored as they are. For a graph file about
-            half the size of an uncompressed one, and its incompressible float features stay fast to write and read.
-        level: zlib level when compressing (1: about 40 % less CPU than 6 for 3 % more bytes on graph files).
+            bytes: the same arrays make the same choice); the others are stored as they are.
+        level: zlib level when compressing.
 
     Returns:
         ``path``.
     """
     path = Path(path)
-    # A stop signal waits for the end of the member being written. Raised inside zipfile's own bookkeeping (a
-    # member opened for writing, its handle not yet made) it left the archive unable to close: its finalizer then
-    # printed "Exception ignored in ZipFile.__del__" under the command's one-line stop (seen as a worker of a
-    # hung-up `partition` was stopped). Between members the archive is consistent and the stop is acted on.
+    # A stop signal waits for the end of the member being written: raised inside zipfile's own bookkeeping it
+    # leaves the archive unable to close ("Exception ignored in ZipFile.__del__"). Between members it is consistent.
     with hold_stops() as held, zipfile.ZipFile(
         path, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED, allowZip64=True
     ) as archive:
@@ -86,8 +78,13 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], *, comp
     return path
 
 
-def _read_stored_member(fh: BinaryIO, info: zipfile.ZipInfo, file_size: int, verify: bool) -> np.ndarray | None:
-    """An uncompressed member read straight into its array (one read, no chunk copies); None if it needs the slow path."""
+def stored_member(fh: BinaryIO, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int, tuple, bool, np.dtype] | None:
+    """Where an uncompressed member's array starts and what it holds: ``(start, header bytes, shape, fortran order,
+    dtype)``; None for a ``.npy`` version other than 1.0 and 2.0.
+
+    Raises:
+        zipfile.BadZipFile, ValueError: a damaged member, or one that holds Python objects.
+    """
     fh.seek(info.header_offset)
     local = fh.read(30)
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
@@ -110,6 +107,15 @@ def _read_stored_member(fh: BinaryIO, info: zipfile.ZipInfo, file_size: int, ver
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if header_len + count * dtype.itemsize != info.file_size:
         raise zipfile.BadZipFile(f"member {info.filename}: header says {shape} {dtype}, which is not its {info.file_size} bytes")
+    return start, header_len, shape, fortran_order, dtype
+
+
+def _read_stored_member(fh: BinaryIO, info: zipfile.ZipInfo, file_size: int, verify: bool) -> np.ndarray | None:
+    """An uncompressed member read straight into its array (one read, no chunk copies); None: read it by zipfile."""
+    layout = stored_member(fh, info, file_size)
+    if layout is None:
+        return None
+    start, header_len, shape, fortran_order, dtype = layout
     array = np.empty(shape[::-1] if fortran_order else shape, dtype=dtype)
     flat = array.reshape(-1).view(np.uint8)
     if fh.readinto(flat) != flat.size:
@@ -127,10 +133,8 @@ def read_npz(
 ) -> dict[str, np.ndarray]:
     """Read members of an ``.npz`` archive (never unpickling), faster than ``np.load`` for uncompressed ones.
 
-    Uncompressed members are read with one ``readinto`` each into their final
-    array (``np.load`` copies them through 256 kB chunks); their zip CRC-32 is
-    checked unless ``verify`` is False. Compressed members go through
-    ``zipfile``, which checks the CRC itself.
+    Uncompressed members are read with one ``readinto`` each into their final array; their zip CRC-32 is checked
+    unless ``verify`` is False. Compressed members go through ``zipfile``, which checks the CRC itself.
 
     Args:
         path: the archive, or a seekable binary file object holding it (e.g. the bytes of a file whose
@@ -178,10 +182,8 @@ def file_sha256(path: str | os.PathLike) -> str:
 def archive_digest(path: str | os.PathLike) -> str:
     """A digest of a zip archive's content from its central directory alone: every member's name, size and CRC-32.
 
-    Cheap (no member is decompressed), and it changes with any member's bytes (features, labels, edges,
-    names), so it identifies a graph file's content: a plan records the digest of the graph it was made
-    from and a run compares it with the graph it is given. Files that are not zip archives get the
-    SHA-256 of their bytes.
+    Cheap (no member is decompressed), and it changes with any member's bytes, so it identifies a graph file's
+    content. Files that are not zip archives get the SHA-256 of their bytes.
 
     Returns:
         ``"zip:<sha256 hex>"`` or ``"sha256:<hex>"``.

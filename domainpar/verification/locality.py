@@ -1,28 +1,22 @@
 """A model's locality, proved on a slice of the run's own graph before a partitioned run trusts it.
 
-Domain-parallel training and partitioned inference equal one process only for a *local* model
-(docs/models.md, "What it must not do"): a node's update may read its own row, its incident edges and their
-endpoints after an exchange, and nothing else. The built-in models are proven exact by
-``tests/verification/test_exactness.py``; a user's model is not, and a non-local one (a BatchNorm over the
-nodes, a global mean, halo rows it never asks the exchange for) trains and scores without an error, to other
-numbers than one process gives. :func:`check_locality` is the proof a run asks for before its first step:
+Domain-parallel training and partitioned inference equal one process only for a *local* model (docs/models.md,
+"What it must not do"). A user's model is not proven exact as the built-in ones are, and a non-local one (a
+BatchNorm over the nodes, a global mean) trains and scores without an error, to other numbers than one process
+gives. :func:`check_locality` is the proof a run asks for before its first step:
 
 1. :func:`graph_slice` cuts a few hundred nodes out of the graph (a breadth-first ball around its most
    connected node, every edge between them);
-2. the slice runs once as one process (identity exchange) and once split into parts with owners drawn at
-   random, so nearly every edge is cut and every part exchanges with every other;
-3. the parts run in threads of this process, each with its own copy of the model (same weights), and meet
-   in a :class:`SliceExchange`: the halo rows a part receives are the owners' own rows, so one autograd graph
-   joins the parts and a single backward returns every halo gradient to its owner, as the halo exchange does
-   between ranks — no process group, no port, no spawn;
-4. the edge logits of every local copy of every edge are compared with one process's and, for training,
-   the summed parameter gradients too, in float64 at the exactness tolerance of ``domainpar verify``.
+2. the slice runs once as one process and once split into parts with owners drawn at random, so nearly every
+   edge is cut;
+3. the parts run in threads of this process, each with its own copy of the model, and meet in a
+   :class:`SliceExchange`: the halo rows a part receives are the owners' own rows, so one autograd graph joins
+   the parts and a single backward returns every halo gradient to its owner, as the halo exchange does;
+4. the edge logits and, for training, the summed parameter gradients are compared with one process's in float64
+   at the exactness tolerance of ``domainpar verify``.
 
-It costs a fraction of a training step (the slice is tiny next to an event) and runs once per run.
-What it cannot see: behaviour that depends on more than this slice shows (a branch taken only on some
-events, a statistic that happens to agree on the slice), randomness such as dropout (refused: it differs
-between the copies, as between ranks), and what a model does outside ``forward``. ``domainpar verify`` runs
-the same comparison on a whole graph, on real ranks.
+It cannot see behaviour that depends on more than this slice shows, randomness such as dropout (refused), or what
+a model does outside ``forward``; ``domainpar verify`` runs the same comparison on a whole graph, on real ranks.
 """
 
 from __future__ import annotations
@@ -48,6 +42,7 @@ from domainpar.model.config import ModelConfig
 from domainpar.model.exchange import CompletedExchange
 from domainpar.model.loss import edge_loss
 from domainpar.model.registry import build_model
+from domainpar.npzfile import stored_member
 from domainpar.parallel.part import load_host_part, rank_part, stage
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartPlan, build_plan
@@ -122,10 +117,7 @@ def _cut(event_id: int, arrays: Mapping[str, np.ndarray | None], size: int) -> E
 
 def graph_slice(graph: EventGraph, size: int = SLICE_NODES) -> EventGraph:
     """A slice of ``graph``: ``size`` nodes around its most connected node (a breadth-first ball) and every edge
-    between them, with their features and labels (zeros for a graph without labels).
-
-    O(E) per breadth-first step on the whole graph, a few steps on a hit graph; the slice itself is tiny.
-    """
+    between them, with their features and labels (zeros for a graph without labels)."""
     return _cut(graph.event_id, {name: getattr(graph, name) for name in _SLICE_ARRAYS}, size)
 
 
@@ -133,6 +125,7 @@ def _stored_members(path: Path, names: tuple[str, ...]) -> tuple[int, dict[str, 
     """(event id, read-only memory maps of ``names``) of an ``.npz`` graph whose members are stored uncompressed
     (``domainpar build`` writes them so); None for any other file, which is then read whole."""
     with open(path, "rb") as fh, zipfile.ZipFile(fh) as archive:
+        file_size = os.fstat(fh.fileno()).st_size
         infos = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
         maps: dict[str, np.ndarray | None] = {}
         for name in (*names, "event_id"):
@@ -142,29 +135,20 @@ def _stored_members(path: Path, names: tuple[str, ...]) -> tuple[int, dict[str, 
                 continue
             if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
                 return None
-            fh.seek(info.header_offset)
-            local = fh.read(30)
-            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            layout = stored_member(fh, info, file_size)
+            if layout is None:
                 return None
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name_len + extra_len
-            fh.seek(start)
-            version = np.lib.format.read_magic(fh)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(fh)
-            offset = fh.tell()
-            if dtype.hasobject or offset - start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != info.file_size:
-                return None
-            maps[name] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+            start, header_len, shape, fortran, dtype = layout
+            order = "F" if fortran else "C"
+            maps[name] = np.memmap(path, dtype=dtype, mode="r", offset=start + header_len, shape=shape, order=order)
     if maps["event_id"] is None or any(maps[name] is None for name in names if name != "y"):
         return None
     return int(maps.pop("event_id")), maps
 
 
-def file_slice(path: str | os.PathLike, size: int = SLICE_NODES) -> EventGraph:
+def file_slice(path: str | os.PathLike) -> EventGraph:
     """:func:`graph_slice` of the graph file at ``path``, reading little more than its edge list: the rows of the
-    slice are read from memory maps of the file (a full event's 45 MB are not read whole, nor checked: the slice
-    is). Other files (PyG, compressed) are loaded whole.
+    slice are read from memory maps of the file. Other files (PyG, compressed) are loaded whole.
 
     Raises:
         DomainparError: a file that is not a readable graph (as :func:`~domainpar.data.graph_files.load_graph`).
@@ -173,10 +157,10 @@ def file_slice(path: str | os.PathLike, size: int = SLICE_NODES) -> EventGraph:
     try:
         stored = _stored_members(path, _SLICE_ARRAYS) if path.suffix == ".npz" else None
         if stored is not None:
-            return _cut(stored[0], stored[1], size)
+            return _cut(stored[0], stored[1], SLICE_NODES)
     except (OSError, ValueError, IndexError, zipfile.BadZipFile, struct.error, DomainparError):
         pass  # damaged: the whole read below names what is wrong
-    return graph_slice(load_graph(path), size)
+    return graph_slice(load_graph(path))
 
 
 def random_owner(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
@@ -362,8 +346,6 @@ def check_locality(
     seed: int = 0,
     state: dict[str, torch.Tensor] | None = None,
     gradients: bool = True,
-    size: int = SLICE_NODES,
-    timeout_s: float = MEET_TIMEOUT_S,
 ) -> LocalityResult:
     """Compare the model of ``config`` on a slice of ``graph``: split into ``num_parts`` parts against one process.
 
@@ -376,8 +358,6 @@ def check_locality(
         state: the weights to check (a trained model's), or None.
         gradients: compare the parameter gradients of the loss too (training: model in train mode), or the
             outputs only (inference: eval mode, no autograd).
-        size: nodes of the slice.
-        timeout_s: longest wait of a part for another at an exchange.
 
     Returns:
         The :class:`LocalityResult` (``proven`` False when the slice had no edge to cut).
@@ -391,16 +371,17 @@ def check_locality(
     torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
-            return _check(config, graph, num_parts, seed, state, gradients, size, timeout_s)
+            return _check(config, graph, num_parts, seed, state, gradients)
     finally:
         torch.set_num_threads(threads)
 
 
 def _check(config: ModelConfig, graph: EventGraph, num_parts: int, seed: int, state: dict[str, torch.Tensor] | None,
-           gradients: bool, size: int, timeout_s: float) -> LocalityResult:  # fmt: skip
+           gradients: bool) -> LocalityResult:  # fmt: skip
     start = time.perf_counter()
     name = config.name
-    piece = graph_slice(graph, size)
+    timeout_s = MEET_TIMEOUT_S
+    piece = graph_slice(graph)
     if piece.num_edges == 0 or piece.num_nodes < num_parts:
         return LocalityResult(name, num_parts, piece.num_nodes, piece.num_edges, 0, 0.0, 0.0, "", gradients,
                               time.perf_counter() - start)  # fmt: skip
