@@ -2,18 +2,14 @@
 
 A command unwinds on a stop signal (:func:`stops_unwind`): its handler raises ``KeyboardInterrupt`` or
 :class:`~domainpar.errors.Terminated` in the main thread, so ``finally`` blocks and the atomic writers' clean-up
-run. But Python runs the handler between any two bytecodes of the main thread, and raised at some of them the
-interrupt does harm: half way through ``concurrent.futures.wait`` taking the locks of many futures (the pool's
-manager thread then blocks for ever), inside numba code that calls back into Python (a ``SystemError``), inside
-a weakref finalizer or a ``__del__`` that the garbage collector runs, or inside a callback from C such as
-llvmlite's while numba compiles ("Exception ignored in", and the stop is lost). Code that waits in such places
-holds the stop signals (:func:`hold_stops`): a signal is only noted, and acted on at a safe point of the code's own (:meth:`HeldStops.answer`) or as the block ends, by raising it again
-to the handler the hold replaced, so the process does what it would have done without the hold.
+run. Raised between some bytecodes the interrupt does harm: half way through ``concurrent.futures.wait`` (the
+pool's manager thread then blocks for ever), inside numba code that calls back into Python, or inside a finalizer
+or a callback from C ("Exception ignored in", and the stop is lost). Code that waits in such places holds the stop
+signals (:func:`hold_stops`): a signal is only noted, and acted on at a safe point (:meth:`HeldStops.answer`) or
+as the block ends, by raising it again to the handler the hold replaced.
 
-Holds nest: only the outermost replaces the handlers and acts on a signal. A hold inside it sees what arrived
-(:attr:`HeldStops.arrived`, e.g. to start no further child), but its :meth:`~HeldStops.answer` and its end act
-on nothing: the signal waits for the outermost hold's next safe point, so an inner block never raises into a
-region the outer one protects, and a signal is acted on once.
+Holds nest: only the outermost replaces the handlers and acts on a signal, so an inner block never raises into a
+region the outer one protects; an inner hold still sees what arrived (:attr:`HeldStops.arrived`).
 """
 
 from __future__ import annotations
@@ -203,12 +199,9 @@ def children_start_quietly() -> Iterator[HeldStops]:
     """Start child processes in this block: they start with the stop signals blocked, and this process acts on
     a stop signal only once they have all started.
 
-    The mask is inherited: a child blocks SIGINT, SIGTERM and SIGHUP from its first instruction until its own
-    handlers are set (a Ctrl-C while it imports would print a traceback from each child, a SIGTERM would kill it
-    half way). This process's own answer is held too (:func:`hold_stops`): a stop that interrupted it while it
-    hands a child its arguments would leave the child reading half of them (an unpickling traceback), and
-    blocking the signal in this thread alone is not enough (another thread takes it, and Python runs the handler
-    here anyway).
+    The mask is inherited: a child blocks the stop signals until its own handlers are set (a Ctrl-C while it
+    imports would print a traceback from each child). This process's answer is held too (:func:`hold_stops`): a
+    stop while it hands a child its arguments would leave the child reading half of them.
 
     Yields:
         The hold: the caller starts no further child once :attr:`HeldStops.arrived` is not empty.
@@ -224,10 +217,9 @@ def children_start_quietly() -> Iterator[HeldStops]:
 def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (if it is not running) immune to SIGHUP.
 
-    The tracker ignores SIGINT and SIGTERM itself but not SIGHUP: a hang-up sent to the command's process group
-    would kill it while the workers hold semaphores, and the tracker started again on the way out then prints a
-    ``KeyError`` traceback for each. Started with SIGHUP blocked, it keeps it blocked (the mask is inherited and it
-    unblocks only the other two); a SIGHUP to this process meanwhile stays pending and is answered right after.
+    The tracker ignores SIGINT and SIGTERM itself but not SIGHUP: killed by a hang-up of the process group, it is
+    started again on the way out and prints a ``KeyError`` traceback for each semaphore. Started with SIGHUP
+    blocked, it keeps it blocked (the mask is inherited).
     """
     from multiprocessing import resource_tracker
 
@@ -242,7 +234,15 @@ def start_resource_tracker() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def signal_name(exitcode: int) -> str:
+    """The signal that killed a process of (negative) ``exitcode``: ``SIGKILL``, or ``signal 99`` for an unknown one."""
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
 __all__ = [
     "FINALIZER_RETRY_S", "STOP_SIGNALS", "HeldStops", "children_start_quietly", "hold_stops", "in_finalizer",
-    "raise_outside_finalizers", "start_resource_tracker", "stops_unwind", "unwind",
+    "raise_outside_finalizers", "signal_name", "start_resource_tracker", "stops_unwind", "unwind",
 ]

@@ -1,32 +1,16 @@
 """Dataset-wide work over events: disjoint shards and a process pool that reports each bad event by name.
 
-``domainpar build`` and ``domainpar partition`` (and the preparation of a
-training run) apply one function to every event of a dataset. Events are
-independent, so:
+* :func:`parse_shard` / :func:`shard_items` give the ``--shard I/N`` slice (every N-th event starting at I), so a
+  Slurm array or every rank of a job shares the work without talking;
+* :func:`run_items` runs a function over the events in a process pool (``--workers``) with a progress bar, and
+  turns an event that fails into an :class:`ItemResult` naming it, so the other events still finish;
+  :func:`failure_summary` is the one line the command ends with.
 
-* :func:`parse_shard` / :func:`shard_items` give the ``--shard I/N`` slice —
-  every N-th event starting at I (disjoint, covering, balanced for sorted
-  inputs) — so a Slurm array or every rank of a job shares the work without
-  talking;
-* :func:`run_items` runs the function over the events in a process pool
-  (``--workers``; default :func:`available_cores`), shows a progress bar with
-  events/s, and turns an event that fails into an :class:`ItemResult` naming
-  it, so the other events still finish; :func:`failure_summary` is the one
-  line the command ends with.
-
-A machine fault is not an event's problem: an item that runs out of memory or
-space, or whose worker process is killed (the kernel's out-of-memory killer),
-stops the whole run with :class:`~domainpar.errors.MachineFault` naming the
-item (exit status 1). An interrupt (SIGINT, SIGTERM) of the parent stops the
-workers within seconds: each worker unwinds the item it is on (its atomic
-writers remove their temporaries) and exits quietly; one that does not answer
-is killed and its temporaries in the caller's output directories are removed.
-Workers ignore SIGINT themselves (a Ctrl-C reaches the whole process group;
-the parent decides).
-
-The function must be a picklable module-level function whose result depends
-only on its item (every output file is written by its own event), so the
-output does not depend on the number of workers.
+A machine fault (out of memory or space, a worker killed) is not an event's problem: it stops the whole run with
+:class:`~domainpar.errors.MachineFault` naming the item (exit status 1). An interrupt of the parent stops the
+workers within seconds: each unwinds its item (its atomic writers remove their temporaries); one that does not
+answer is killed and its temporaries in the caller's output directories are removed. Workers ignore SIGINT (a
+Ctrl-C reaches the whole process group; the parent decides).
 """
 
 from __future__ import annotations
@@ -48,7 +32,8 @@ from domainpar.atomic import remove_temporaries_of
 from domainpar.errors import DomainparError, Terminated, fault_at, fault_parts, message_line, one_line
 from domainpar.heap import keep_freed_memory
 from domainpar.progress import progress as progress_display
-from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, raise_outside_finalizers, start_resource_tracker
+from domainpar.signals import (STOP_SIGNALS, children_start_quietly, hold_stops, raise_outside_finalizers,
+                               signal_name, start_resource_tracker)
 
 T = TypeVar("T")
 
@@ -62,22 +47,16 @@ def available_cores() -> int:
 
 
 #: Estimated seconds of work (one core) below which a default-sized pool is one process: a pool's worker first
-#: imports numpy, numba and pandas (1.5-2 s; with torch 4-5 s), so two workers save time only on work that takes
-#: about twice that. Explicit ``--workers`` are always honoured.
+#: imports numpy, numba and pandas (seconds), so two workers save time only on work that takes about twice that.
 POOL_MIN_SECONDS = 5.0
 
 
 def pool_size(wanted: int, seconds: Iterable[float], enough: float = POOL_MIN_SECONDS) -> int:
     """``wanted`` processes when several items' estimated work reaches ``enough`` seconds, else 1 (this process).
 
-    A few small events (the examples' 150-particle events build in ~0.05 s each) run faster in the process that has
-    them than in workers that each import the libraries first.
-
     Args:
         wanted: the processes the caller would start (the cores, or its share of them).
-        seconds: each item's estimated seconds on one core, read lazily up to where the answer is known (the
-            estimators: :func:`domainpar.sim.dataset.simulation_seconds`, :func:`domainpar.data.dataset.build_seconds`,
-            :func:`domainpar.partition.dataset.partition_seconds`).
+        seconds: each item's estimated seconds on one core, read lazily up to where the answer is known.
         enough: the work below which one process is faster.
     """
     if wanted <= 1:
@@ -264,8 +243,7 @@ def _init_worker(started: Any = None) -> None:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[name] = "1"
     # Too late for a torch the parent's main module imported (spawn imports it again before this runs): its thread
-    # pool is sized already. Two workers of 2 threads each on 2 cores pruned 4 full events in 110-133 s against
-    # 29-34 s in one process (OpenMP's spinning threads fight over the cores).
+    # pool is sized already, and OpenMP's spinning threads of several workers would fight over the cores.
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
@@ -299,9 +277,7 @@ def run_items(
         items: the events (paths, prefixes, small tuples).
         args: extra picklable arguments passed to every call.
         names: how each item is named in messages: a sequence, or a function of the item's index (default
-            ``str(item)``). Names are made as items start, and ``items`` may be a ``range``: nothing is made up front
-            for the items (a pool holds at most two per worker in flight), so a count of events a user typed
-            allocates nothing in proportion to it.
+            ``str(item)``). Names are made as items start, so ``items`` may be a large ``range``.
         workers: processes; 1 runs in this process (no pool).
         desc: progress bar label.
         progress: show a progress bar (events/s, failures so far) on stderr.
@@ -376,13 +352,7 @@ def _worker_death(name: str, processes: list, running: dict[int, str]) -> ItemRe
     if dead:
         code = dead[0].exitcode
         name = running.get(dead[0].pid, name)
-        if code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with status {code}"
+        how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with status {code}"
     if code is None or code == -signal.SIGKILL:
         line = f"a worker process {how} (by the system's out-of-memory killer?); try fewer --workers"
     else:  # a crash (SIGSEGV, SIGABRT) or an exit of its own: fewer workers would not help
@@ -393,10 +363,9 @@ def _worker_death(name: str, processes: list, running: dict[int, str]) -> ItemRe
 def _await_exit_codes(processes: list, deadline: float) -> None:
     """Wait (until ``deadline``, a monotonic time) until every worker that has ended shows its exit code.
 
-    The pool's manager thread reaps the workers too: once one died it joins them all. When its waitpid wins the
-    race, ours finds no child, and the exit code reads None until that thread has stored it. A worker killed
-    first would then be missing from the dead, and the line would blame a survivor the pool stopped (CI saw it).
-    A worker has ended when its sentinel is ready.
+    The pool's manager thread reaps the workers too: when its waitpid wins the race, the exit code reads None until
+    that thread has stored it, and the line would blame a survivor the pool stopped. A worker has ended when its
+    sentinel is ready.
     """
     while True:
         landing = False
@@ -438,10 +407,9 @@ def _stop_workers(processes: list, directories: list) -> None:
 def _tolerate_a_closed_wakeup(pool: cf.ProcessPoolExecutor) -> None:
     """Make the pool's wake-up of its manager thread a no-op once the manager has closed the pipe.
 
-    Python 3.11's exit hook wakes every pool's manager thread without the pool's lock, so a manager that winds
-    down at that moment (a stopped run whose manager outlived the grace period) closes the pipe between the hook's
-    "is it closed?" and its write, and the interpreter prints an ignored ``OSError: Bad file descriptor`` traceback
-    under the command's one line. A wake-up nobody is left to read needs no delivery.
+    Python 3.11's exit hook wakes every pool's manager thread without the pool's lock, so a manager winding down
+    may close the pipe between the hook's check and its write (an ignored ``OSError: Bad file descriptor``
+    traceback under the command's one line).
     """
     wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
     send = getattr(wakeup, "wakeup", None)
@@ -502,8 +470,7 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
             pid, name = started.get()
             running[pid] = name
 
-    # Items are submitted as workers free up, two per worker in flight: submitting them all at once made a future
-    # and a work item per item up front (`simulate --events 999999999` allocated ~24 GB within seconds).
+    # Items are submitted as workers free up, two per worker in flight: memory does not grow with the item count.
     todo = iter(enumerate(items))
     futures: dict = {}
     pending: set = set()
@@ -562,9 +529,8 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
             # Taken before shutdown(), which drops the pool's reference to its manager thread.
             manager = getattr(pool, "_executor_manager_thread", None)
             pool.shutdown(wait=False, cancel_futures=True)
-            # The pool's manager thread closes its wake-up pipe as it winds down; left running, it races the
-            # interpreter's exit hook, which writes to that pipe ("Exception ignored ... Bad file descriptor" under
-            # the command's one line). Its workers are gone: it ends at once.
+            # Left running, the manager thread races the interpreter's exit hook (_tolerate_a_closed_wakeup); its
+            # workers are gone, so it ends at once.
             if manager is not None:
                 manager.join(STOP_GRACE_S)
             started.close()
@@ -574,11 +540,8 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
 
 
 class FailureTally:
-    """The failures among results seen one at a time, in memory that does not grow with their number.
-
-    ``add`` every result (e.g. as :func:`run_items`'s ``on_result``); :meth:`summary` is then the line of
-    :func:`failure_summary`.
-    """
+    """The failures among results seen one at a time (e.g. as :func:`run_items`'s ``on_result``), in memory that
+    does not grow with their number; :meth:`summary` is the line of :func:`failure_summary`."""
 
     def __init__(self, names_chars: int = 300) -> None:
         self.names_chars = names_chars

@@ -1,31 +1,19 @@
 """Heartbeats and liveness: a rank that dies, hangs or raises is named to every rank within seconds.
 
-A collective never tells who is missing: gloo reports "Connection closed by
-peer" on whichever rank noticed first (naming nobody, or the wrong rank), and
-an NCCL collective waiting for a dead peer does not return until the process
-group timeout. So every rank runs a :class:`Watchdog` thread that, once per
-``interval_s``:
+A collective never tells who is missing (gloo reports "Connection closed by peer" on whichever rank noticed
+first; an NCCL collective waiting for a dead peer returns only at the group timeout). So every rank runs a
+:class:`Watchdog` thread that, once per ``interval_s``, writes its heartbeat to the rendezvous store, reads the
+job's first failure from the failure channel (:mod:`domainpar.comm.failure`), checks the peers on its own host by
+process id and the next rank of the ring by heartbeat age (every rank is watched by at least one other), and
+notices when the store itself stops answering (the rank hosting it died).
 
-* writes its heartbeat (a counter) to the rendezvous store;
-* reads the job's first failure from the failure channel
-  (:mod:`domainpar.comm.failure`);
-* checks the peers on its own host by process id (a SIGKILLed rank is seen
-  within one interval) and the next rank of the ring by heartbeat age (a rank
-  on another node that vanished, or stopped, is seen after ``dead_after_s``);
-  every rank is watched by at least one other;
-* notices when the store itself stops answering (the rank hosting it died).
+A failure it finds is published (first one wins), reported once, and the process groups are aborted so that a
+blocked NCCL collective returns; a gloo operation cannot be interrupted, so if the main thread has not finished
+within ``grace_s`` the watchdog ends the process itself. The main thread asks :meth:`Watchdog.explain` what an
+exception means before it reports: its own failure (published now) or the consequence of a peer's.
 
-A failure it finds is published (first one wins), reported once through the
-process's reporter, and then the process groups are aborted so that a
-blocked NCCL collective returns; a gloo operation cannot be interrupted, so
-if the main thread has not finished within ``grace_s`` the watchdog ends the
-process itself (``os._exit``) after the report is flushed. The main thread
-asks :meth:`Watchdog.explain` what an exception means before it reports:
-its own failure (published now) or the consequence of a peer's (named).
-
-A rank that finishes calls :meth:`Watchdog.stop`, which marks it done (so its
-silence is not a death); the rank hosting the store waits for the others to
-finish, or to read a failure, before it exits and takes the store with it.
+A rank that finishes calls :meth:`Watchdog.stop`, which marks it done (so its silence is not a death); the rank
+hosting the store waits for the others before it exits and takes the store with it.
 """
 
 from __future__ import annotations
@@ -160,7 +148,8 @@ def is_peer_loss(exc: BaseException) -> bool:
     return isinstance(exc, (RuntimeError, ConnectionError, TimeoutError)) and any(h in text for h in _PEER_GONE_HINTS)
 
 
-def _base_store(store: Any) -> Any:
+def base_store(store: Any) -> Any:
+    """The store under ``store``'s prefixes."""
     while isinstance(store, dist.PrefixStore):
         store = store.underlying_store
     return store
@@ -208,7 +197,7 @@ class Watchdog:
         self._store = dist.PrefixStore(STORE_PREFIX, thread_store)
         self._thread_channel = FailureChannel(thread_store, rank)
         self.channel = FailureChannel(store.clone(), rank)
-        base = _base_store(store)
+        base = base_store(store)
         self._store_address = f"{base.host}:{base.port}" if hasattr(base, "host") and hasattr(base, "port") else ""
         self.identity = process_identity()
         self._peers: dict[int, dict[str, Any]] = {}
@@ -260,10 +249,8 @@ class Watchdog:
     def explain(self, exc: BaseException) -> Failure:
         """The failure that ``exc`` (raised in the main thread) stands for, published if it is this rank's own.
 
-        A peer's failure already in the channel wins. An exception that looks
-        like a lost peer waits (up to ``dead_after_s`` plus two intervals) for
-        the watchdog to find who it was; only if nobody did is it this rank's
-        own failure. Any other exception is this rank's failure, published at once.
+        A peer's failure already in the channel wins. An exception that looks like a lost peer waits (up to
+        ``dead_after_s`` plus two intervals) for the watchdog to find who it was before it counts as this rank's own.
         """
         if isinstance(exc, PeerFailed):
             return exc.failure
@@ -289,11 +276,9 @@ class Watchdog:
     def stopped(self, exc: BaseException) -> Failure:
         """What a stop signal (``exc`` is, or carries, :class:`~domainpar.errors.Terminated`) stands for; decided once.
 
-        A launcher stops every rank once one died (torchrun's agent within a tenth of a second, often before
-        this rank's own collective breaks or its watchdog looks): the dead peer is named if it can be found
-        within ``stop_cause_s``. Otherwise it is this rank's stop (scancel, a user's kill), and that is never
-        published: a stop is no rank's failure, and once in the channel it would hide the real cause from
-        every rank (explain, cause and the watchdog thread all take the first failure published).
+        A launcher stops every rank once one died, often before this rank's own collective breaks: the dead peer is
+        named if it can be found within ``stop_cause_s``. Otherwise it is this rank's stop (scancel, a user's kill),
+        never published: a stop is no rank's failure, and in the channel it would hide the real cause from every rank.
         """
         with self._stop_lock:
             if self._stopped is None:
@@ -344,9 +329,7 @@ class Watchdog:
 
     def await_launcher(self, failure: Failure) -> None:
         """Under torchrun, a rank stopped by a peer's failure stays until the agent's stop signal (at most
-        ``launcher_wait_s``). The agent names as root cause the earliest failure among the ranks that have exited
-        when it looks; a rank that noticed the peer's death first and left at once, on a loaded machine, would be
-        that one, and the summary would blame the rank that only reported."""
+        ``launcher_wait_s``): the agent names as root cause the earliest failure among the ranks that have exited."""
         if failure.rank == self.rank or not os.environ.get("TORCHELASTIC_RUN_ID"):
             return
         deadline = time.monotonic() + self.config.launcher_wait_s
@@ -450,7 +433,7 @@ class Watchdog:
             last = self._beats.get(peer)
             if last is None or last[0] != value:
                 self._beats[peer] = (value, now)
-            elif now - last[1] > self.config.dead_after_s and not self._is_done(peer):
+            elif now - last[1] > self.config.dead_after_s and not store.check([f"done/{peer}"]):
                 host = self._peers.get(peer, {}).get("host", "its host")
                 return self._publish(
                     Failure(peer, f"rank {peer} stopped responding (no heartbeat for {now - last[1]:.0f} s from {host})",
@@ -461,9 +444,8 @@ class Watchdog:
     def _peers_via(self, store: Any) -> dict[int, dict[str, Any]]:
         """The peers' identities: those the watchdog thread loaded, plus any it has not, read through ``store``.
 
-        The main thread's own store client: a SIGTERM early in a run (a launcher stopping this rank because
-        a peer died) may come before the watchdog thread's first look at the peers, and on a loaded machine
-        before its next one — without this the dead peer could not be named.
+        A launcher's SIGTERM may come before the watchdog thread's first look at the peers: without this the dead
+        peer could not be named.
         """
         peers = dict(self._peers)
         for peer in range(self.world_size):
@@ -475,9 +457,6 @@ class Watchdog:
     def _load_peers(self) -> None:
         if len(self._peers) < self.world_size - 1:
             self._peers = self._peers_via(self._store)  # one reference swap: the main thread may be copying it
-
-    def _is_done(self, peer: int) -> bool:
-        return self._store.check([f"done/{peer}"])
 
     def _publish(self, failure: Failure) -> Failure:
         try:
@@ -570,6 +549,7 @@ __all__ = [
     "Watchdog",
     "WatchdogConfig",
     "abort_process_groups",
+    "base_store",
     "current",
     "finish_current",
     "is_peer_loss",

@@ -1,32 +1,13 @@
 """Starting the processes of a domain-parallel job, and ending all of them when one fails.
 
-Two ways in:
+* :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` spawned local processes (a FileStore
+  rendezvous in a private temp dir, so no port is ever fixed). When a rank fails, it stops the others and raises
+  :class:`SpawnError` naming the job's *first* failure in one line; a job that outlives ``timeout_s`` is killed.
+* :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``; :func:`fail_rank` ends such a rank
+  after an exception, naming the job's first failure once on stderr (and in torchrun's error file).
 
-* :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` freshly
-  spawned local processes with the default process group initialised (a
-  FileStore rendezvous in a private temp dir, so no port is ever fixed). It is
-  what the tests, ``domainpar verify`` and single-node training use. When a
-  rank fails, ``spawn`` stops the others and raises :class:`SpawnError`
-  naming the job's *first* failure in one line (the rank that raised, with
-  its traceback, or the rank that died and the signal that killed it, also
-  one that died while it read its start-up arguments:
-  :mod:`domainpar.launch.bootstrap`); a job that outlives ``timeout_s`` is
-  killed and the error names the ranks that had not finished.
-* :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``;
-  :func:`fail_rank` ends such a rank after an exception, naming the job's
-  first failure once on stderr (and in torchrun's error file, so torchrun's
-  summary shows it).
-
-Every rank of a job of two or more runs a watchdog
-(:mod:`domainpar.comm.watchdog`): heartbeats through the rendezvous store,
-the failure channel, liveness checks of its peers, and an abort of the
-process groups when a peer fails, so that no rank waits in a collective for a
-peer that is gone. Every rank also dies with its launcher
-(:mod:`domainpar.launch.lifeline`).
-
-The backend follows the device: gloo on CPU; on CUDA, NCCL for CUDA tensors
-(plus gloo for the odd CPU tensor), the GPU being ``local_rank % device
-count`` (one GPU per rank, or the one GPU a task was given).
+Every rank of a job of two or more runs a watchdog (:mod:`domainpar.comm.watchdog`), so that no rank waits in a
+collective for a peer that is gone, and dies with its launcher (:mod:`domainpar.launch.lifeline`).
 """
 
 from __future__ import annotations
@@ -53,13 +34,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
-from domainpar.comm.watchdog import Watchdog, WatchdogConfig, current, finish_current, set_current
+from domainpar.comm.watchdog import Watchdog, WatchdogConfig, base_store, current, finish_current, set_current
 from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
 from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
 from domainpar.launch.inbox import Inbox
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
-from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, start_resource_tracker
+from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, signal_name, start_resource_tracker
 
 #: Default seconds before a process group operation, or a whole spawned job, gives up.
 DEFAULT_TIMEOUT_S = 300.0
@@ -105,24 +86,19 @@ class DistEnv:
     """Where this process sits in a distributed job."""
 
     rank: int
-    """Global rank."""
     world_size: int
-    """Number of processes in the job."""
     local_rank: int
     """Rank on this node (selects the GPU)."""
     device: torch.device
-    """Device this rank computes on."""
     backend: str
-    """Process group backend: "gloo" or "nccl"."""
+    """Process group backend (:func:`backend_for`)."""
 
 
 def device_for_local_rank(local_rank: int, kind: str = "auto") -> torch.device:
     """The device a local rank computes on, made current (NCCL point-to-point requires it).
 
-    CUDA rank ``local_rank`` uses GPU ``local_rank % device_count``: on a node
-    where every rank sees all GPUs that is one GPU per rank, and where the
-    launcher gives each task only its own (``srun --gpus-per-task=1``,
-    ``CUDA_VISIBLE_DEVICES`` per rank) every rank sees one GPU, ``cuda:0``.
+    CUDA rank ``local_rank`` uses GPU ``local_rank % device_count``: one GPU per rank where every rank sees all
+    GPUs, ``cuda:0`` where the launcher gives each task only its own.
 
     Args:
         local_rank: rank on this node.
@@ -139,22 +115,8 @@ def device_for_local_rank(local_rank: int, kind: str = "auto") -> torch.device:
 
 
 def backend_for(device: torch.device | str) -> str:
-    """The process group backend for ``device``: NCCL for CUDA tensors (plus gloo for CPU ones), gloo on CPU.
-
-    A CUDA run still moves a few CPU tensors between ranks (objects, small
-    bookkeeping), so its groups get both: ``cpu:gloo,cuda:nccl``.
-    """
+    """The process group backend for ``device``: NCCL for CUDA tensors (plus gloo for the few CPU ones), gloo on CPU."""
     return "cpu:gloo,cuda:nccl" if torch.device(device).type == "cuda" else "gloo"
-
-
-def running_under_launcher() -> bool:
-    """True when this process is one rank of a torchrun/env:// job or a task of an srun step of two or more.
-
-    The variables of an sbatch batch script (SLURM_PROCID, SLURM_NTASKS) alone do not count: the batch
-    step is no srun step (:mod:`domainpar.launch.env`).
-    """
-    return detect().joins
-
 
 
 # ------------------------------------------------------------------ the watchdog of a rank
@@ -165,9 +127,7 @@ def _start_watchdog(
 ) -> Watchdog:
     """Start this rank's watchdog on the default group's store and make it the process's current one."""
     store = dist.distributed_c10d._get_default_store()
-    base = store
-    while isinstance(base, dist.PrefixStore):
-        base = base.underlying_store
+    base = base_store(store)
     # Under torchrun the agent serves the store; under a plain env:// rendezvous (srun) rank 0 does.
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     hosts_store = isinstance(base, dist.TCPStore) and rank == 0 and not agent_store
@@ -208,10 +168,8 @@ def report_to_stderr(rank: int, failure: Failure, traceback_text: str = "") -> N
     if failure.rank == rank or watchdog is None:
         _write_torchelastic_error_file(line)
     else:
-        # A rank stopped by a peer's failure dates its record when it exits (after the agent's stop, so after the
-        # agent saw the peer's failure) and a second later, whole seconds being the agent's resolution: its summary
-        # then names the peer as the root cause. Dated when it reported, a survivor that noticed the death before
-        # the agent did was named instead (seen on a fast host: rank 1 "root cause" of rank 0's SIGKILL).
+        # Dated at exit and a second later (the agent's resolution is whole seconds), so that the agent's summary
+        # names the peer as the root cause, not a survivor that noticed the death before the agent did.
         watchdog.before_exit.append(lambda: _write_torchelastic_error_file(line, later=1))
 
 
@@ -242,10 +200,8 @@ def _hold_stop_signals() -> None:
 def fail_rank(exc: BaseException) -> None:
     """End this rank of a torchrun/srun job after ``exc``; returns only when there is no watchdog (one process).
 
-    Names the job's first failure once (this rank's own, or the peer's that
-    caused ``exc``), gives the peers time to read it when this process serves
-    the store, aborts the process groups and exits: status 2 for this rank's
-    own user mistake, 1 otherwise.
+    Names the job's first failure once (this rank's own, or the peer's that caused ``exc``), aborts the process
+    groups and exits: status 2 for this rank's own user mistake, 1 otherwise.
     """
     watchdog = current()
     if watchdog is None:
@@ -272,14 +228,10 @@ def init_from_env(
 ) -> DistEnv:
     """Join a torchrun or srun job: initialise the default process group from its variables.
 
-    Reads RANK, WORLD_SIZE and LOCAL_RANK, or an srun step's SLURM_PROCID,
-    SLURM_STEP_NUM_TASKS and SLURM_LOCALID (:func:`~domainpar.launch.env.detect`:
-    never the variables of an sbatch batch script), and rendezvous at
-    MASTER_ADDR:MASTER_PORT (under srun, when unset: the step's first host and
-    a port derived from the job and step ids).
-    If the default group already exists it is reused. This process dies with
-    its parent (the launcher) and, in a job of two or more, runs a watchdog
-    that reports on stderr; a normal exit marks the rank finished.
+    Reads torchrun's or an srun step's variables (:func:`~domainpar.launch.env.detect`) and rendezvous at
+    MASTER_ADDR:MASTER_PORT (under srun, when unset: :func:`~domainpar.launch.env.slurm_rendezvous`). An existing
+    default group is reused. In a job of two or more a watchdog reports on stderr; a normal exit marks the rank
+    finished.
 
     Args:
         timeout_s: process group timeout in seconds.
@@ -434,13 +386,6 @@ def _stop(processes: list) -> None:
             process.join()
 
 
-def _signal_name(exitcode: int) -> str:
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
-
 #: How a rank that died before it ran any of our code is named (after how it died).
 _STARTING = "while reading its start-up arguments"
 
@@ -449,7 +394,7 @@ def _died(rank: int, nprocs: int, exitcode: int, reason: str | None = None, star
     """The line of a rank that died without reporting: how it died, and when it died starting, why (``reason``,
     what its start-up guard wrote) or that it did (``starting``)."""
     if exitcode < 0:
-        how = f"rank {rank} of {nprocs} died (killed by {_signal_name(exitcode)})"
+        how = f"rank {rank} of {nprocs} died (killed by {signal_name(exitcode)})"
     elif reason is None and not starting:
         return f"rank {rank} of {nprocs} died (exit code {exitcode}) without reporting an error"
     else:
@@ -508,12 +453,10 @@ def spawn(
     watchdog: WatchdogConfig | None = WatchdogConfig(),
     settle_s: float = 5.0,
 ) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` in ``nprocs`` spawned processes.
+    """Run ``fn(rank, world_size, *args)`` in ``nprocs`` spawned processes, which die with this one.
 
-    The children die with this process (even if it is SIGKILLed). When a rank
-    fails, the others are told through the failure channel and stop; this
-    process waits up to ``settle_s`` for their reports, stops what is left
-    and raises.
+    When a rank fails, the others are told through the failure channel and stop; this process waits up to
+    ``settle_s`` for their reports, stops what is left and raises.
 
     Args:
         fn: a module-level (picklable) function; its return value must be picklable.
