@@ -1,24 +1,17 @@
 """Ranks that agree before they compute: settings compared with rank 0's, and refusals every rank makes together.
 
-A job whose ranks were given different settings (a flag on one rank's command line, a config file per node
-that drifted) does not fail cleanly on its own: a model of another width aborts a gloo collective, another
-epoch count leaves one rank waiting for a step that never comes, another learning rate trains a model no
-rank asked for. :func:`agree` compares every rank's settings with rank 0's **through the rendezvous store**,
-before the job's first collective, and ends a job that disagrees on every rank with the same line.
+A job whose ranks were given different settings does not fail cleanly on its own: a model of another width
+aborts a gloo collective, another epoch count leaves one rank waiting for a step that never comes. :func:`agree`
+compares every rank's settings with rank 0's **through the rendezvous store** (a collective would need the ranks
+to agree on its shapes first, which is what is being checked), before the job's first collective, and ends a job
+that disagrees on every rank with the same line. Each rank does O(1) store operations whatever the world size.
 
-The store, not a collective: a collective needs every rank to agree on its shapes first (which is what is
-being checked), and a store key holds text of any length. Each rank does O(1) store operations whatever the
-world size: rank 0 publishes its settings; every other rank reads them, compares, and only when it differs
-publishes what differs and counts itself; all count themselves checked and wait for the count to reach the
-world size (polling, so a peer's published failure ends the wait); then every rank reads the same verdict.
+:func:`decide_on_rank0` is the same ending for a verdict that one rank computes for all (a check that costs work
+every rank would repeat: the locality of the model, :mod:`domainpar.verification.locality`).
 
-:func:`decide_on_rank0` is the same ending for a verdict that one rank computes for all (a check that costs
-work every rank would repeat: the locality of the model, :mod:`domainpar.verification.locality`).
-
-A refusal made together (:func:`refuse_together`) ends every rank alike, with exit status 2 and the line on
-each rank's stderr: each rank marks itself finished on the watchdog (so no peer reports it dead), and at exit
-the ranks leave together (a store counter), so the rank serving the store, or torchrun's agent, does not end
-a peer before it has printed its line.
+A refusal made together (:func:`refuse_together`) ends every rank alike, with exit status 2 and the line on each
+rank's stderr: each rank marks itself finished on the watchdog, and at exit the ranks leave together, so no peer
+is ended before it has printed its line.
 
 Keys (under the failure channel's ``domainpar/`` prefix): ``agree/<what>/<attempt>/...``.
 """
@@ -40,6 +33,7 @@ from domainpar.comm import wait
 from domainpar.comm.failure import FailureChannel, default_channel
 from domainpar.comm.watchdog import finish_current
 from domainpar.errors import DomainparError, MachineFault
+from domainpar.signals import STOP_SIGNALS
 
 #: Seconds between polls of the store while waiting for the peers.
 POLL_S = 0.05
@@ -76,10 +70,6 @@ def _deadline_wait(channel: FailureChannel, ready: Callable[[], bool], timeout_s
         if time.monotonic() > deadline:
             raise MachineFault(f"{what}: the ranks did not all answer within {timeout_s:g} s (a rank stopped or a node is gone)")
         time.sleep(POLL_S)
-
-
-def _count_reached(store, key: str, count: int) -> Callable[[], bool]:
-    return lambda: int(store.add(key, 0)) >= count
 
 
 def _describe(differences: Mapping[str, list[str]], rank: int, differing: int, world_size: int, advice: str) -> str:
@@ -132,7 +122,8 @@ def agree(settings: Mapping[str, Setting], *, what: str, advice: str = "", timeo
             store.add(f"{tag}/differing", 1)
             store.compare_set(f"{tag}/first", "", str(rank))
     store.add(f"{tag}/checked", 1)
-    _deadline_wait(channel, _count_reached(store, f"{tag}/checked", world_size), timeout_s, "comparing the ranks' settings")
+    checked = lambda: int(store.add(f"{tag}/checked", 0)) >= world_size  # noqa: E731
+    _deadline_wait(channel, checked, timeout_s, "comparing the ranks' settings")
     differing = int(store.add(f"{tag}/differing", 0))
     if differing == 0:
         return
@@ -195,12 +186,9 @@ def refuse_together(line: str, tag: str) -> RanksRefused:
 def _leave_together(channel: FailureChannel, key: str, world_size: int) -> None:
     """At exit, after this rank printed its line: wait (bounded) until every rank got here, then leave the group."""
     # The launcher stops the others once one exits; this rank is leaving anyway and has said why.
-    for signum in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
-        if signum is not None:
-            try:
-                signal.signal(signum, signal.SIG_IGN)
-            except (ValueError, OSError):
-                pass
+    for signum in STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, signal.SIG_IGN)
     try:
         channel.store.add(key, 1)
         deadline = time.monotonic() + LEAVE_S

@@ -1,19 +1,9 @@
 """The failure channel: the first failure of any rank, readable by every rank within seconds.
 
-Every rank of a job shares the rendezvous store (a FileStore under
-:func:`domainpar.launch.ranks.spawn`, the TCPStore of torchrun or of the
-``env://`` rendezvous under srun). A rank that fails publishes one line under
-one key with compare-and-set, so the *first* failure wins: the "connection
-closed" that its peers see a moment later can never overwrite it, and every
-rank names the same culprit. Reading it is one store lookup, cheap enough to
-poll every second (the watchdog, :mod:`domainpar.comm.watchdog`, does) or to
-check between units of work outside collectives (data preparation:
-:func:`raise_if_peer_failed`).
-
-The store of the default process group is cloned once per process
-(:meth:`torch.distributed.Store.clone`: its own connection), so a thread
-polling the channel never waits behind the main thread's blocking store
-calls.
+A rank that fails publishes one line under one key of the job's rendezvous store with compare-and-set, so the
+*first* failure wins: the "connection closed" that its peers see a moment later can never overwrite it, and every
+rank names the same culprit. Reading it is one store lookup, cheap enough to poll every second (the watchdog,
+:mod:`domainpar.comm.watchdog`) or between units of work outside collectives (:func:`raise_if_peer_failed`).
 """
 
 from __future__ import annotations
@@ -31,9 +21,6 @@ from domainpar.errors import DomainparError, Terminated, fault_line, interrupt_o
 STORE_PREFIX = "domainpar/"
 _FIRST_KEY = "failure/first"
 _SEEN_KEY = "failure/seen"
-
-#: Kinds of failure: the rank raised, its process vanished, or it stopped answering.
-KINDS = ("raised", "died", "hung")
 
 
 @dataclass(frozen=True)
@@ -91,8 +78,7 @@ class FailureChannel:
     """Publish and read the first failure of a job through its rendezvous store.
 
     Args:
-        store: the job's store (every rank must pass the same one); it is
-            used as given, so pass a clone when another thread shares it.
+        store: the job's store (every rank must pass the same one); pass a clone when another thread shares it.
         rank: this process's rank.
     """
 
@@ -133,8 +119,7 @@ _channel: tuple[Any, FailureChannel] | None = None
 def default_channel() -> FailureChannel | None:
     """The channel of the default process group (None when there is no group, or no store to share).
 
-    Cached per default group; its store is a clone of the group's, so any
-    thread may use it.
+    Cached per default group; its store is a clone of the group's, so any thread may use it.
     """
     global _channel
     if not dist.is_initialized():
@@ -155,10 +140,9 @@ def default_channel() -> FailureChannel | None:
 def publish_failure(exc_or_failure: BaseException | Failure) -> Failure | None:
     """Publish this rank's failure on the default group's channel; return the job's first failure.
 
-    A :class:`PeerFailed` is not published again (it already names the
-    first failure), nor is a stop signal (:class:`~domainpar.errors.Terminated`): a launcher stops every rank
-    once one died, and a stop published first would hide that death; the first failure already published, if
-    any, is returned for it. Returns None when there is no channel (one process).
+    A :class:`PeerFailed` is not published again, nor is a stop signal (:class:`~domainpar.errors.Terminated`): a
+    launcher stops every rank once one died, and a stop published first would hide that death. Returns None when
+    there is no channel (one process).
     """
     if isinstance(exc_or_failure, PeerFailed):
         return exc_or_failure.failure
@@ -180,8 +164,7 @@ def publish_failure(exc_or_failure: BaseException | Failure) -> Failure | None:
 def raise_if_peer_failed() -> None:
     """Raise :class:`PeerFailed` when another rank of the default group has failed (no-op without a group).
 
-    Cheap (one store lookup): call it between units of work that run outside
-    collectives, so a rank does not keep preparing data for a job that is over.
+    Cheap (one store lookup): call it between units of work that run outside collectives.
     """
     channel = default_channel()
     if channel is not None:
@@ -191,7 +174,6 @@ def raise_if_peer_failed() -> None:
 __all__ = [
     "Failure",
     "FailureChannel",
-    "KINDS",
     "PeerFailed",
     "STORE_PREFIX",
     "default_channel",

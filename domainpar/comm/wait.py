@@ -1,26 +1,13 @@
 """Waiting for peers outside any collective: done markers, heartbeats, and the failure channel.
 
-Work that takes an unbounded time — building graphs, partitioning a dataset
-before training — must not run while peers wait inside a collective: the
-process-group timeout would kill a healthy run, and a failure would surface
-as a timeout that blames nobody. Instead each rank works, marks itself done
-in the job's rendezvous store (:func:`mark_done`), and waits for the others
-with :func:`wait_for_peers`, which polls the store:
+Work that takes an unbounded time (building graphs, partitioning a dataset before training) must not run while
+peers wait inside a collective: the process-group timeout would kill a healthy run, and a failure would surface as
+a timeout that blames nobody. Instead each rank works, marks itself done in the job's rendezvous store
+(:func:`mark_done`), and waits for the others with :func:`wait_for_peers`, which polls the store: a published
+failure ends the wait within one poll, and a peer that is not done and whose :class:`Heartbeat` has not moved for
+``liveness_s`` is published as dead; a slow but live peer is waited for without a time limit.
 
-* a failure any rank published on the failure channel
-  (:mod:`domainpar.comm.failure`) ends the wait within one poll
-  (:class:`~domainpar.comm.failure.PeerFailed`, naming that rank and its line);
-* a peer that is not done and whose :class:`Heartbeat` has not moved for
-  ``liveness_s`` (killed, out of memory, node gone) is published as dead and
-  named; a slow but live peer is waited for without a time limit.
-
-A rank that fails calls :func:`linger` after publishing, so that a launcher
-that kills the whole job on the first exit (torchrun, ``srun
---kill-on-bad-exit``) does not kill its peers before they have read and
-reported the cause.
-
-Keys (under the channel's ``domainpar/`` prefix): ``wait/heartbeat/<rank>``
-and ``wait/<key>/done/<rank>``. Nothing here runs a collective.
+Keys (under the channel's ``domainpar/`` prefix): ``wait/heartbeat/<rank>`` and ``wait/<key>/done/<rank>``.
 """
 
 from __future__ import annotations
@@ -52,9 +39,8 @@ def _done_key(key: str, rank: int) -> str:
 class Heartbeat:
     """A daemon thread that increments this rank's heartbeat counter every ``interval_s`` while a block runs.
 
-    Use as a context manager around work the peers wait for. The thread also
-    reads the failure channel, so :attr:`failure` tells a work loop (checking
-    between items) that the job is over.
+    Use as a context manager around work the peers wait for. The thread also reads the failure channel, so
+    :attr:`failure` tells a work loop that the job is over.
 
     Args:
         channel: a failure channel on a store of its own (``FailureChannel(store.clone(), rank)``):
@@ -111,9 +97,7 @@ def wait_for_peers(
 ) -> None:
     """Wait until every rank called :func:`mark_done` for ``key``; never inside a collective, no time limit.
 
-    Every ``poll_s``: a failure published by any rank raises at once; a peer
-    that is not done and whose heartbeat has not moved for ``liveness_s`` is
-    published as dead (kind "hung") and raised.
+    A peer that is not done and whose heartbeat has not moved for ``liveness_s`` is published as dead (kind "hung").
 
     Args:
         channel: this rank's failure channel (the main thread's).
@@ -161,8 +145,7 @@ def wait_for_peers(
 def linger(channel: FailureChannel, world_size: int, timeout_s: float = 5.0) -> None:
     """After publishing this rank's failure: wait (at most ``timeout_s``) until every peer acknowledged it.
 
-    Launchers kill the whole job when the first process exits; lingering lets the
-    peers print the cause first. Never raises.
+    Launchers kill the whole job on the first exit; lingering lets the peers print the cause first. Never raises.
     """
     deadline = time.monotonic() + timeout_s
     try:

@@ -1,28 +1,15 @@
 """Which launcher started this process, read from its environment, and where its ranks meet.
 
-What each launcher sets (and what it does not):
+* ``torchrun`` gives every worker RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT and
+  TORCHELASTIC_RUN_ID; a hand-made ``env://`` job sets RANK and WORLD_SIZE (and the address) itself.
+* ``srun`` starts the tasks of a job *step*: each task gets SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID,
+  SLURM_STEP_NUM_TASKS and SLURM_STEP_NODELIST, inside ``sbatch`` and ``salloc`` alike.
+* The batch script of ``sbatch`` is not an srun step: it gets SLURM_JOB_ID, the allocation's SLURM_NTASKS and
+  SLURM_PROCID=0, but no SLURM_STEP_ID (nor does the interactive step of ``salloc``).
 
-* ``torchrun`` gives every worker RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-  MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID; a hand-made ``env://`` job
-  sets RANK and WORLD_SIZE (and the address) itself.
-* ``srun`` starts the tasks of a job *step*: each task gets SLURM_STEP_ID (and
-  the obsolete SLURM_STEPID), SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID,
-  SLURM_STEP_NUM_TASKS and SLURM_STEP_NODELIST, and SLURM_NTASKS/SLURM_NPROCS
-  for the step. This holds inside ``sbatch`` and inside ``salloc`` alike.
-* The batch script of ``sbatch`` is not an srun step: Slurm runs it as the
-  special "batch" step and gives it SLURM_JOB_ID, the allocation's
-  SLURM_NTASKS (from ``--ntasks``) and SLURM_PROCID=0, but no SLURM_STEP_ID
-  (the batch step's id, 0xfffffffb, is never exported as one; nor is the
-  interactive step's of ``salloc``, 0xfffffffa). A process started straight
-  from the script is one process, however many tasks the allocation has.
-
-So a process *joins* a job when torchrun's (or env://'s) RANK and WORLD_SIZE
-are set, or when it is a task of an srun step of two or more tasks; the
-batch script's variables alone never make it a rank. Inside an allocation
-but outside a step, ``--ranks N`` / ``--parts N`` spawn N local ranks.
-
-An srun step without MASTER_ADDR/MASTER_PORT meets at the first host of the
-step's node list, on a port derived from the job and step ids
+So a process *joins* a job when RANK and WORLD_SIZE are set, or when it is a task of an srun step of two or more
+tasks; the batch script's variables alone never make it a rank. An srun step without MASTER_ADDR/MASTER_PORT
+meets at the first host of the step's node list, on a port derived from the job and step ids
 (:func:`slurm_rendezvous`), so ``srun domainpar train ...`` needs no exports.
 """
 
@@ -43,8 +30,6 @@ SLURM_SPECIAL_STEPS = {0xFFFFFFFA: "interactive", 0xFFFFFFFB: "batch", 0xFFFFFFF
 RENDEZVOUS_PORT_BASE = 20000
 #: Size of that range.
 RENDEZVOUS_PORT_SPAN = 10000
-
-KINDS = ("torchrun", "env", "srun", "planned", "none")
 
 
 @dataclass(frozen=True)
@@ -154,8 +139,7 @@ def planned_job(world_size: int, environ: Mapping[str, str] | None = None) -> La
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm host list: ``gpu-a[001-004,007],cpu9`` → ``gpu-a001``.
 
-    Each bracket of the first comma-separated entry is replaced by its first element, keeping its
-    zero padding (what ``scontrol show hostnames | head -n 1`` prints).
+    Each bracket of the first entry is replaced by its first element, keeping its zero padding.
 
     Raises:
         DomainparError: an empty or malformed list.
@@ -206,4 +190,4 @@ def slurm_rendezvous(launcher: LauncherEnv, environ: Mapping[str, str] | None = 
     return address, port
 
 
-__all__ = ["KINDS", "LauncherEnv", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]
+__all__ = ["LauncherEnv", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]

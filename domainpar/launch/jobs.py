@@ -1,11 +1,8 @@
 """Start `domainpar train` jobs the way users do (spawn, torchrun, srun-like) and find, kill and watch their ranks.
 
-The harness of the programs that drive whole jobs from outside: the fault
-tests (``tests/launch/test_dead_rank.py`` ...) and the ``faults`` bench
-section. Ranks name themselves ``domainpar r<k>`` (Linux
-``comm``), so rank k is found among the descendants of the process started
-here; no fixed ports (a free port is asked of the kernel for the env://
-rendezvous), no global process names.
+The harness of the fault tests and the ``faults`` bench section. Ranks name themselves ``domainpar r<k>`` (Linux
+``comm``), so rank k is found among the descendants of the process started here; no fixed ports, no global
+process names.
 """
 
 from __future__ import annotations
@@ -75,7 +72,6 @@ class Job:
     out: Path
     port: int | None = None
     """The rendezvous port of an srun-like job (rank 0 serves the store there)."""
-    outputs: list[str] = field(default_factory=list)
     seen: set[int] = field(default_factory=set)
     """Every rank pid ever found (killed at the end even if it was orphaned, so pipes close)."""
 
@@ -138,7 +134,6 @@ class Job:
                 output, _ = process.communicate()
                 output = f"[still running after {timeout} s: killed by the test]\n{output}"
             outputs.append(output)
-        self.outputs = outputs
         return outputs
 
     def kill_all(self) -> None:

@@ -1,27 +1,14 @@
 """One writer per output directory: ``<out>/train.lock`` names the run that holds it.
 
-Two trainings writing one ``--out`` interleave checkpoints, logs and
-``model.pt``, and a ``--resume`` started beside a live run resumes from a
-moving target. The lock is a file created with ``O_CREAT | O_EXCL`` (atomic
-on local and NFS file systems) holding the holder's host, pid, start time
-and command line:
+Two trainings writing one ``--out`` interleave checkpoints, logs and ``model.pt``. The lock is a file created with
+``O_CREAT | O_EXCL`` (atomic on local and NFS file systems) holding the holder's host, pid, start time and command
+line. A second run on the same ``--out`` is refused with one line naming the holder. A lock whose holder is known
+dead (taken on this host before its last reboot, or on this very machine by a pid no longer running, or running
+but started later) is stale: it is named on stderr and taken over. A lock held from another host or pid namespace
+cannot be checked from here: the run is refused and the line says how to clear it if that run is dead.
 
-* a second run on the same ``--out`` is refused with one line naming the
-  holder;
-* a lock whose holder is known dead is stale: it is named on stderr, with
-  why, and taken over. Dead: taken on this host before its last reboot
-  (another boot id: a node that crashed and rebooted, whose requeued job
-  resumes), or on this very machine by a pid no longer running, or running
-  but started later (a reused pid);
-* a lock held from another host (or from another pid namespace of this one)
-  cannot be checked from here: the run is refused and the line says how to
-  clear it if that run is dead.
-
-``train`` and ``reconstruct`` (and whatever else writes a directory a run at a
-time) hold their ``--out`` through this module alone.
-
-The lock is removed when the run ends (also on errors); a SIGKILLed holder
-leaves it behind, which the next run detects as stale.
+The lock is removed when the run ends (also on errors); a SIGKILLed holder leaves it behind, which the next run
+detects as stale.
 """
 
 from __future__ import annotations
@@ -131,7 +118,7 @@ def acquire(out: str | os.PathLike, option: str = "--out", name: str = LOCK_NAME
     return RunLock(path, tuple(created))
 
 
-def _take(path: Path, me: dict, directory: Path, option: str, what: str = "training run") -> None:
+def _take(path: Path, me: dict, directory: Path, option: str, what: str) -> None:
     for _ in range(5):
         if _create(path, me):
             return
