@@ -1,28 +1,15 @@
 """Atomic file writes: never leave a half-written output behind.
 
-Every output is written to a temporary name beside its destination
-(``.<name>.tmp-<random><suffixes>``) and renamed onto it, so a reader sees the
-old file or the new one, never part of one. A process killed between the two
-leaves only the temporary file; :func:`remove_stale_temporaries` deletes those
-at the start of the next run. Outputs whose loss would cost a run (checkpoints)
-are written ``durable``: the data is fsynced before the rename and the directory
-after it, so a crash of the machine right after the rename cannot leave an empty
-or missing "complete" file.
+Every output is written to a temporary name beside its destination (``.<name>.tmp-<pid>-<random><suffixes>``)
+and renamed onto it, so a reader sees the old file or the new one, never part of one. A process killed between
+the two leaves only the temporary, which :func:`remove_stale_temporaries` deletes at the start of the next run, or
+its parent removes (:func:`remove_temporaries_of`). ``durable`` outputs (checkpoints) are fsynced before the
+rename and their directory after it. A destination that is a symbolic link is written through (the link stays a
+link). An ``OSError`` raised while a temporary was written names the destination the user asked for, and a
+temporary name always fits in :data:`NAME_MAX` bytes when the destination's does.
 
-A destination that is a symbolic link is written through: the temporary goes
-beside the link's target and replaces the target, so the link stays a link.
-Temporary names carry the writer's process id (``.<name>.tmp-<pid>-<random>``),
-so a parent that had to kill a worker can remove exactly what that worker left
-(:func:`remove_temporaries_of`). An ``OSError`` raised while a temporary was
-written names the destination the user asked for, never the temporary, and a
-temporary name always fits in :data:`NAME_MAX` bytes when the destination's
-does (the destination's name is shortened inside it).
-
-:class:`StagedOutputs` publishes a command's outputs all or nothing: every
-destination that exists is moved aside, every staged output renamed into
-place, and only then the old ones removed; a failure on the way (an immutable
-file, an interrupt) undoes what was done, so the user's files stay byte for
-byte what they were. Nothing is published once a stop signal arrived
+:class:`StagedOutputs` publishes a command's outputs all or nothing: a failure on the way undoes what was done,
+so the user's files stay byte for byte what they were. Nothing is published once a stop signal arrived
 (:func:`domainpar.errors.stop_received`), even where a library swallowed it.
 """
 
@@ -185,11 +172,7 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
-
-    The temporary file lives in the same directory so that the final
-    ``os.replace`` is atomic on POSIX file systems. On error it is removed and
-    ``path`` is untouched.
+    """Yield a temporary path beside ``path``; rename it onto ``path`` on success (on error it is removed).
 
     Args:
         path: the final destination (its suffixes end the temporary name, for writers that pick a format by them).
@@ -239,14 +222,11 @@ def is_temporary_name(name: str) -> bool:
 def remove_stale_temporaries(directory: str | os.PathLike, pattern: str | None = None) -> list[Path]:
     """Delete the temporary files that killed writers left in ``directory`` (not recursive).
 
-    Only files with :func:`atomic_path`'s temporary naming are touched, and
-    only when no other process can be writing them: call it at the start of a
-    run that owns ``directory`` (one writer per output directory).
+    Call it only where no other process can be writing them: at the start of a run that owns ``directory``.
 
     Args:
         directory: a directory that may not exist.
-        pattern: regular expression the destination name (between the leading dot
-            and the marker) must match in full, e.g. ``r"step-\\d+\\.pt"``; None: any.
+        pattern: regular expression the destination name must match in full, e.g. ``r"step-\\d+\\.pt"``; None: any.
 
     Returns:
         The files deleted.
@@ -323,13 +303,9 @@ def _default_mode(path: Path, directory: bool) -> None:
 class StagedOutputs:
     """Everything one command writes, staged beside its destinations and published together: all or nothing.
 
-    A command that writes many outputs (one graph per event, one plan per
-    event, plots, submissions, a JSON report) and fails half way must not
-    leave the first half behind: the user would take a directory of some
-    events for a complete result. Every output is written to a temporary name
-    beside its destination (same file system, so publishing is a rename);
-    :meth:`publish` renames them all into place, :meth:`discard` removes them
-    and every directory this object created. Use :func:`staged_outputs`.
+    A command that fails half way must not leave the first half of its outputs behind. :meth:`publish` renames
+    them all into place, :meth:`discard` removes them and every directory this object created. Use
+    :func:`staged_outputs`.
     """
 
     def __init__(self) -> None:
@@ -361,10 +337,6 @@ class StagedOutputs:
         """An empty staging directory whose entries are merged into ``final`` (created if missing) on publish."""
         return self._stage(final, self._directories, _staged_directory)
 
-    def name_destinations(self, exc: BaseException) -> None:
-        """Make ``exc``'s OSErrors name the outputs the user asked for instead of their temporaries."""
-        name_destination(exc, dict(self._asked))
-
     def _moves(self) -> list[tuple[Path, Path]]:
         """(staged, destination) of every rename that publishes the outputs, each destination once."""
         moves = []
@@ -382,9 +354,7 @@ class StagedOutputs:
         """Put every staged output in place, all or nothing (nothing once a stop signal arrived: see below).
 
         Every destination that exists is first moved aside (beside it), then every staged output is renamed onto
-        its name, and only then are the old ones removed. A rename that fails (an immutable or busy file, a
-        directory where a file goes, an interrupt) undoes the renames before it, so the destinations are what
-        they were before, byte for byte; the error names the destination.
+        its name, and only then are the old ones removed. A rename that fails undoes the renames before it.
         """
         _refuse_after_stop()
         moves = self._moves()
@@ -467,13 +437,8 @@ def staged_outputs() -> Iterator[StagedOutputs]:
     outputs = StagedOutputs()
     try:
         yield outputs
-    except BaseException as exc:
-        outputs.name_destinations(exc)
-        outputs.discard()
-        raise
-    try:
         outputs.publish()
     except BaseException as exc:
-        outputs.name_destinations(exc)
+        name_destination(exc, dict(outputs._asked))  # the outputs the user asked for, not their temporaries
         outputs.discard()
         raise

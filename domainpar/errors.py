@@ -1,23 +1,17 @@
 """The one exception type for user mistakes, and the helpers that keep its message one short line.
 
-Anything a user can get wrong (a path, an argument, a malformed file) raises
-:class:`DomainparError` with a one-line message that names the file or argument,
-what was expected and what was found. The CLI prints that line and exits 2;
-everything else is a bug and keeps its traceback.
+Anything a user can get wrong (a path, an argument, a malformed file) raises :class:`DomainparError` with a
+one-line message that names the file or argument, what was expected and what was found. The CLI prints that line
+and exits 2; everything else is a bug and keeps its traceback.
 
-A failure of the machine rather than of the input — a full disk, a file-size
-limit, an allocation that failed (Python's ``MemoryError``, torch's allocator),
-a killed worker — is :class:`MachineFault`, exit status 1. :func:`fault_line`
-recognises one in any exception (also one that a library wrapped, through the
-``__cause__``/``__context__`` chain), so every command reports it in one line
-naming the file or the step, and broad ``except Exception`` blocks that turn a
-reader's failure into "damaged file" let it pass (:func:`reraise_fault`).
+A failure of the machine rather than of the input (a full disk, a failed allocation, a killed worker) is
+:class:`MachineFault`, exit status 1. :func:`fault_line` recognises one in any exception, also one that a library
+wrapped, so every command reports it in one line, and broad ``except Exception`` blocks that blame the input let
+it pass (:func:`reraise_fault`).
 
-A message echoes what was found, and what was found can be anything: a 100 MB
-CSV field, a binary blob, a multi-line string. :func:`shorten` is the one way a
-found value enters a message; :func:`one_line` the one way a third-party
-exception's text does; :func:`message_line` is the last guard the CLI applies
-to the whole line.
+:func:`shorten` is the one way a found value (which can be anything: a 100 MB field, a binary blob) enters a
+message; :func:`one_line` the one way a third-party exception's text does; :func:`message_line` is the last guard
+the CLI applies to the whole line.
 """
 
 from __future__ import annotations
@@ -153,9 +147,8 @@ def _clip(text: str, limit: int) -> str:
 def shorten(value: Any, limit: int = VALUE_LIMIT) -> str:
     """A found value as it may appear in a message: ``repr`` for text, one line, at most ~``limit`` characters.
 
-    Strings are quoted (so an empty or blank value is visible), control
-    characters and newlines are escaped by ``repr``, and a long value keeps
-    its head and states its length: ``'77777777...' (2,000,000 characters)``.
+    Strings are quoted (so an empty value is visible), and a long value keeps its head and states its length:
+    ``'77777777...' (2,000,000 characters)``.
 
     Args:
         value: anything (str, bytes, number, array element, container).
@@ -188,10 +181,7 @@ def shorten(value: Any, limit: int = VALUE_LIMIT) -> str:
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """The text of a third-party exception as one line for a :class:`DomainparError` message.
 
-    Parsers (pandas, numpy, torch) put newlines and long advice in their
-    messages, and sometimes the offending input itself; a user-facing error
-    must stay on one line, so whitespace is collapsed, and only the first
-    sentence is kept when the text is long.
+    Whitespace is collapsed, and only the first sentence is kept when the text is long.
 
     Args:
         exc: the exception being translated.
@@ -290,11 +280,9 @@ def fault_kind(exc: BaseException) -> tuple[str, BaseException] | None:
     """``("disk" | "memory" | "io" | "install" | "cache", the exception that says so)`` when ``exc`` is a machine
     fault, else None.
 
-    Looks through the chain of causes, since libraries wrap an ``OSError`` of a full disk or an
-    allocator's failure in exceptions of their own. ``install``: the installation cannot run (a module of it or of
-    a dependency does not import) and ``cache`` (numba finds no directory to cache its kernels in): whatever event or option was
-    being handled when it surfaced is not at fault. A user's own model that fails to import is reported as the
-    option's mistake before it gets here (:mod:`domainpar.model.registry` raises it without its cause).
+    Looks through the chain of causes, since libraries wrap an ``OSError`` of a full disk or an allocator's failure
+    in exceptions of their own. ``install`` (a module does not import) and ``cache`` (numba finds no directory for
+    its kernel cache) are faults of the environment, not of the event or option being handled.
     """
     for item in _chain(exc):
         if isinstance(item, MachineFault):
@@ -361,7 +349,7 @@ def fault_parts(exc: BaseException) -> tuple[str | None, str] | None:
         return None
     kind, item = found
     if kind == "fault":
-        return getattr(item, "kind", None), str(item)
+        return item.kind, str(item)
     return kind, _what(kind, item)
 
 
@@ -379,7 +367,7 @@ def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, s
         return None
     kind, item = found
     if kind == "fault":
-        text = item.line(advice) if isinstance(item, MachineFault) else str(item)
+        text = item.line(advice)
         return f"{where}: {text}" if where and not text.startswith(where) else text
     what = _what(kind, item)
     tip = (advice or {}).get(kind) or DEFAULT_ADVICE[kind]
@@ -390,8 +378,7 @@ def fault_line(exc: BaseException, where: str | None = None, advice: dict[str, s
 def fault_at(where: str, what: str, kind: str | None) -> MachineFault:
     """The :class:`MachineFault` that ends a run when one item (an event, a file) met a fault ``what`` of ``kind``.
 
-    It names the item, except for a fault of the environment (:data:`ENVIRONMENT_KINDS`): a module that does not
-    import fails every event alike, and naming the first would read as that event's fault.
+    It names the item, except for a fault of the environment (:data:`ENVIRONMENT_KINDS`), which every item meets.
     """
     return MachineFault(what if kind in ENVIRONMENT_KINDS else f"{where}: {what}", kind=kind)
 
