@@ -20,6 +20,14 @@ FAULTS = ("zero_halo", "drop_halo_grad")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
+def max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |diff| / max |ref| (the denominator at least the dtype's smallest normal number); 0 for empty tensors."""
+    tiny = torch.finfo(ref.dtype).tiny
+    if ref.numel() == 0:
+        return 0.0
+    return float(diff.abs().max() / max(float(ref.abs().max()), tiny))
+
+
 @dataclass(frozen=True, eq=False)
 class VerifyCase:
     """One comparison of a partitioned run against the single-process run."""

@@ -46,7 +46,7 @@ from domainpar.npzfile import stored_member
 from domainpar.parallel.part import load_host_part, rank_part, stage
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import PartPlan, build_plan
-from domainpar.verification.cases import TOLERANCES
+from domainpar.verification.cases import TOLERANCES, max_rel
 
 #: Nodes of the slice the check runs on (fewer when the graph has fewer).
 SLICE_NODES = 400
@@ -332,12 +332,6 @@ def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach() for name, p in model.named_parameters()}
 
 
-def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
-    if ref.numel() == 0:
-        return 0.0
-    return float(diff.abs().max()) / max(float(ref.abs().max()), torch.finfo(torch.float64).tiny)
-
-
 def check_locality(
     config: ModelConfig,
     graph: EventGraph,
@@ -443,7 +437,7 @@ def _check(config: ModelConfig, graph: EventGraph, num_parts: int, seed: int, st
         per_part = [_gradients(m) for m in models]
         summed = {key: sum(g[key] for g in per_part) for key in grads_one}
         for key, ref in grads_one.items():
-            err = _max_rel(summed[key] - ref, ref)
+            err = max_rel(summed[key] - ref, ref)
             if not err <= err_grad or not worst:
                 worst, err_grad = key, err if err == err else float("nan")
             if err_grad != err_grad:

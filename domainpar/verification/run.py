@@ -29,22 +29,7 @@ from domainpar.verification.worker import verify_worker
 
 
 def _owner_for(graph: EventGraph, num_parts: int, method: str, seed: int) -> np.ndarray:
-    if method not in ("metis", "geometric"):
-        raise DomainparError(f"method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
     return partition_graph(graph, num_parts, method, seed=seed, option="--parts").owner
-
-
-def _load_labelled_graph(graph_path: str, num_parts: int, dtype: str) -> EventGraph:
-    """Check the arguments and load the graph; verify needs labels for its loss."""
-    if num_parts < 1:
-        raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
-    if dtype not in _DTYPES:
-        raise DomainparError(f"--dtype must be one of {', '.join(_DTYPES)} (got {dtype!r})")
-    graph = load_graph(graph_path)
-    if graph.y is None:
-        raise DomainparError(f"{graph_path}: verify needs a graph with truth labels for the loss (got a graph without y)")
-    check_num_parts(num_parts, graph.num_nodes, source="--parts")
-    return graph
 
 
 def check_before_start(graph_path: str, num_parts: int, method: str, dtype: str) -> EventGraph:
@@ -56,7 +41,14 @@ def check_before_start(graph_path: str, num_parts: int, method: str, dtype: str)
     """
     if method not in ("metis", "geometric"):
         raise DomainparError(f"--method must be metis or geometric (got {method!r}); a sectors plan has no halo to verify")
-    graph = _load_labelled_graph(graph_path, num_parts, dtype)
+    if num_parts < 1:
+        raise DomainparError(f"--parts must be at least 1 (got {num_parts})")
+    if dtype not in _DTYPES:
+        raise DomainparError(f"--dtype must be one of {', '.join(_DTYPES)} (got {dtype!r})")
+    graph = load_graph(graph_path)
+    if graph.y is None:
+        raise DomainparError(f"{graph_path}: verify needs a graph with truth labels for the loss (got a graph without y)")
+    check_num_parts(num_parts, graph.num_nodes, source="--parts")
     if method == "geometric" and num_parts > 1:
         require_positions(graph.pos, method, graph_path)
     return graph
@@ -135,10 +127,9 @@ def verify_graph_distributed(
 ) -> tuple[VerifyResult, int, str, ModelConfig]:
     """Verify inside a torchrun/srun job (one rank per part; NCCL on GPUs, gloo on CPU).
 
-    Every rank checks the arguments and reads the graph before it joins the job, so a mistake ends
-    the job at once; then the ranks compare their options with rank 0's (:func:`verify_settings`: every
-    rank refuses in one line, exit status 2, if any differs); then rank 0 partitions and broadcasts the
-    owners, so every rank uses one plan.
+    Every rank checks the arguments and reads the graph before it joins the job, so a mistake ends the job at once;
+    then the ranks compare their options with rank 0's (:func:`verify_settings`); then rank 0 partitions and
+    broadcasts the owners, so every rank uses one plan.
 
     Returns:
         (result, this rank, backend, the model configuration checked).

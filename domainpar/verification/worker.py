@@ -1,29 +1,11 @@
 """The exactness check: partitioned run versus one process, logits, loss and every gradient.
 
-:func:`verify_worker` runs inside every rank of a domain group (spawned by
-:func:`domainpar.launch.ranks.spawn` or started by torchrun). For each
-:class:`VerifyCase` it gets its part through the seam
-(:func:`domainpar.parallel.part.rank_part`: local graph and
-:class:`~domainpar.comm.halo.HaloExchange`, the group checked to hold one
-plan), runs forward + backward of the case's model (any registered or user
-model, built by :func:`domainpar.model.registry.build_model`), sums the
-gradients over the group, gathers every rank's logits (every copy of a
-replicated cut edge) to rank 0, and compares them with the single-process
-full-graph run of the same weights on rank 0 (no exchange, no
-checkpointing, no overlap: the plain reference). Rank 0 broadcasts the
-verdicts, so every rank returns the same list of :class:`VerifyResult`.
-
-Error measures (per case):
-
-* ``max_abs_err_logits`` = max over every local copy of every edge of
-  |logit_part − logit_full|;
-* ``rel_err_loss`` = |Σ_ranks loss_r − loss_full| / max(|loss_full|, tiny);
-* ``max_rel_err_grad`` = max over parameter tensors of
-  max|g_part − g_full| / max(max|g_full|, tiny), with g_part the SUM over ranks
-  (tiny = the dtype's smallest normal number).
-
-A case passes when all three are at most the dtype's tolerance
-(:data:`TOLERANCES`: 1e-10 for float64, 1e-5 for float32).
+:func:`verify_worker` runs inside every rank of a domain group. For each :class:`VerifyCase` it gets its part
+(:func:`domainpar.parallel.part.rank_part`), runs forward + backward of the case's model, sums the gradients over
+the group, gathers every rank's logits (every copy of a replicated cut edge) to rank 0, and compares them with the
+plain single-process run of the same weights on rank 0 (no exchange, checkpointing or overlap). Rank 0 broadcasts
+the verdicts, so every rank returns the same list of :class:`VerifyResult` (whose fields define the three error
+measures); a case passes when all three are at most the dtype's :data:`TOLERANCES`.
 """
 
 from __future__ import annotations
@@ -42,7 +24,7 @@ from domainpar.parallel.part import rank_part
 from domainpar.partition.local_graph import LocalGraph
 from domainpar.partition.plan import build_plan
 from domainpar.verification.cases import DTYPES as _DTYPES
-from domainpar.verification.cases import TOLERANCES, VerifyCase, VerifyJob, VerifyResult
+from domainpar.verification.cases import TOLERANCES, VerifyCase, VerifyJob, VerifyResult, max_rel
 from domainpar.verification.faults import FaultyExchange
 
 
@@ -82,13 +64,6 @@ def _reference_key(case: VerifyCase, device: torch.device) -> tuple:
     seed, loss and device; not the partition."""
     config = replace(case.config, checkpointing=False, overlap=False)
     return (id(case.graph), config.key(), case.dtype, case.seed, case.pos_weight, repr(case.loss), str(device))
-
-
-def _max_rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
-    tiny = torch.finfo(ref.dtype).tiny
-    if ref.numel() == 0:
-        return 0.0
-    return float(diff.abs().max() / max(float(ref.abs().max()), tiny))
 
 
 def partitioned_step(
@@ -134,7 +109,7 @@ def _compare(
     worst_name, err_grad = "", 0.0
     for param_name, param in model.named_parameters():
         grad = param.grad if param.grad is not None else torch.zeros_like(param)
-        err = _max_rel(grad - full_grads[param_name], full_grads[param_name])
+        err = max_rel(grad - full_grads[param_name], full_grads[param_name])
         if err > err_grad or not worst_name:
             worst_name, err_grad = param_name, max(err, err_grad)
     tiny = torch.finfo(_DTYPES[dtype]).tiny
@@ -170,10 +145,9 @@ def verify_worker(
 ) -> list[VerifyResult]:
     """Run every case on this rank and return the verdicts (identical on every rank).
 
-    Must be called by every rank of ``group`` (default: the world) with the same
-    cases. ``rank`` is the rank within ``group``, ``world_size`` its size.
-    ``references``: the single-process runs already made in this process, by case (see
-    :func:`verify_jobs_worker`); filled with the ones made here.
+    Must be called by every rank of ``group`` (default: the world) with the same cases. ``rank`` is the rank within
+    ``group``, ``world_size`` its size. ``references``: the single-process runs already made in this process, by
+    case (see :func:`verify_jobs_worker`); filled with the ones made here.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     references = {} if references is None else references
@@ -202,13 +176,9 @@ def verify_worker(
 def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dict[int, list[VerifyResult]]:
     """Run several domain groups' verifications in one job (many world sizes, one process start-up).
 
-    Every rank creates every group (``new_group`` is collective over the world),
-    then runs, in list order, the jobs it belongs to; jobs on disjoint ranks run
-    concurrently, and the fixed order cannot deadlock. Each job's results are
-    returned by its group's first rank. A rank that leads several jobs makes the
-    single-process reference of a case once for all of them (the reference does
-    not depend on the number of parts; on a 4-rank job over world sizes 2-4 this
-    was rank 0's larger half of the work, the others waiting on its verdicts).
+    Every rank creates every group (``new_group`` is collective over the world), then runs, in list order, the
+    jobs it belongs to; jobs on disjoint ranks run concurrently, and the fixed order cannot deadlock. A rank that
+    leads several jobs makes the single-process reference of a case once for all of them.
 
     Returns:
         {job index: results} for the jobs whose first rank is this rank.

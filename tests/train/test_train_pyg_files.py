@@ -64,7 +64,7 @@ def test_partitioned_gradients_equal_one_process_on_pyg_graphs(dataset):
     from domainpar.launch.ranks import spawn
     from domainpar.model.config import ModelConfig
     from domainpar.partition import partition_graph
-    from domainpar.verification import VerifyCase
+    from domainpar.verification.cases import VerifyCase
     from domainpar.verification.worker import verify_worker
 
     cases = []
