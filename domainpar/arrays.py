@@ -1,11 +1,9 @@
 """Set operations on integer arrays by sorting: hit ids, particle ids, packed edge keys.
 
-numpy 2.4 finds the distinct values of an array with a hash table (``np.unique`` without ``return_*``, and so
-``np.setdiff1d``, ``np.intersect1d`` and the sorting path of ``np.isin``). On this project's keys that is 10-30
-times slower than a sort (this 2-core machine, int64: 125k values 20.6 ms against 2.3 ms, 600k values 371 ms
-against 12 ms, 4M values 3.1 s against 0.09 s); ``np.isin`` of 4M packed edge keys in 600k took 2.2 s against
-1.1 s for one sort of the table and a binary search. The functions here give numpy's results (same values, same
-order, same dtype) by sorting, for integer and boolean arrays; other dtypes go to numpy.
+numpy 2.4 finds the distinct values of an array with a hash table (``np.unique``, and so ``np.setdiff1d``,
+``np.intersect1d`` and ``np.isin``), many times slower than a sort on this project's keys. The functions here give
+numpy's results (same values, same order, same dtype) by sorting, for integer and boolean arrays; other dtypes go
+to numpy.
 """
 
 from __future__ import annotations
@@ -60,8 +58,8 @@ def member(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def first_and_count(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(key, return_index=True, return_counts=True)[1:]`` by a stable sort (numpy 2.4's is ~50x slower
-    on millions of keys): the first index of every distinct key, in key order, and its count. Shapes (U,), (U,)."""
+    """``np.unique(key, return_index=True, return_counts=True)[1:]`` by a stable sort: the first index of every
+    distinct key, in key order, and its count. Shapes (U,), (U,)."""
     order = np.argsort(key, kind="stable")
     if order.size == 0:
         return order, order.copy()

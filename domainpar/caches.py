@@ -1,32 +1,18 @@
 """Where the libraries keep what they cache on disk: the configured directory, else a private temporary one.
 
-numba writes every ``@njit(cache=True)`` kernel of the package to disk when it
-is first compiled and reads it back in later processes (a cold cache costs
-minutes of CPU; a warm one nothing). It looks for a directory it can write
-when the kernel is *defined*, at import: ``NUMBA_CACHE_DIR`` when set, else
-the ``__pycache__`` beside the source, else ``~/.cache/numba``. Where none can
-be written — a read-only installation (CVMFS, a container image) with a
-read-only ``HOME``, or a ``NUMBA_CACHE_DIR`` that cannot be written — the
-import itself fails (``RuntimeError: cannot cache function 'karimaki': no
-locator available``), and so does every command that reaches a kernel.
-matplotlib, given a ``HOME`` it cannot write, makes a temporary directory of
-its own and prints two warnings about it in every process that plots.
+numba writes every ``@njit(cache=True)`` kernel to disk when it is first compiled and looks for a directory it
+can write when the kernel is *defined*, at import: ``NUMBA_CACHE_DIR``, else the ``__pycache__`` beside the
+source, else ``~/.cache/numba``. Where none can be written (a read-only installation with a read-only ``HOME``)
+the import itself fails ("cannot cache function ...: no locator available"). matplotlib, given a ``HOME`` it
+cannot write, prints two warnings in every process that plots.
 
-:func:`settle` runs before the first cached kernel is defined (the
-``__init__`` of each package in :data:`CACHED_PACKAGES`) and before a command
-starts any process (the command line). When numba's configured directory
-(``NUMBA_CACHE_DIR``, else those packages' ``__pycache__``) cannot be written,
-numba is pointed at a temporary directory of this user's, one line on stderr
-says so, and the choice is exported in ``NUMBA_CACHE_DIR``: workers and ranks
-inherit a directory they can write and stay silent (one line per command, not
-one per process; a multiprocessing child or a rank other than a node's first
-never prints it). matplotlib's directory gets the same treatment through
-``MPLCONFIGDIR``, silently (it holds a font list, nothing a user chose).
-
-The temporary directories have a fixed name per user, so a job requeued on the
-same node finds its kernels compiled; one that another user owns or others may
-write is never used (numba unpickles what it finds there): a fresh one is made
-instead.
+:func:`settle` runs before the first cached kernel is defined (the ``__init__`` of each package in
+:data:`CACHED_PACKAGES`) and before a command starts any process. When numba's configured directory cannot be
+written, numba is pointed at a temporary directory of this user's, one line on stderr says so, and the choice is
+exported in ``NUMBA_CACHE_DIR``, so workers and ranks inherit it and stay silent. matplotlib's directory gets the
+same treatment through ``MPLCONFIGDIR``, silently. The temporary directories have a fixed name per user (a
+requeued job finds its kernels compiled); one that another user owns or others may write is never used (numba
+unpickles what it finds there).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The domain of a numeric setting, written once and checked wherever the setting is parsed.
 
-A setting's domain is where the computation it enters stays meaningful and finite: ``--lr 1e300`` overflows
-AdamW's update, ``--eps -1`` is refused by torch only at the first step, ``--timeout 1e300`` overflows the
-process group's ``timedelta``. A :class:`Domain` states the range once; the command line (click types built
-from it by ``domainpar.cli.options``) and the config files (the config dataclasses check it when they are
-built, so a YAML value and a flag get the same rule) refuse a value outside it before anything is read or
-written, naming the option.
+A setting's domain is where the computation it enters stays meaningful and finite (``--lr 1e300`` overflows
+AdamW's update, ``--timeout 1e300`` the process group's ``timedelta``). A :class:`Domain` states the range once;
+the command line and the config files refuse a value outside it before anything is read or written.
 """
 
 from __future__ import annotations

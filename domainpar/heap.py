@@ -1,30 +1,19 @@
 """Freed memory stays in the process for the next event, so large arrays are not faulted in page by page again.
 
-glibc's ``malloc`` serves every block above its mmap threshold (at most 32 MiB once it adapts) with a mapping of
-its own and unmaps it when the block is freed. A full event's chain allocates and frees gigabytes of such blocks
-(edge features, triplet tables, the filter's chunks, the tracker's arrays), so every event touches fresh pages
-again, and each first touch is a page fault that the kernel serves by zeroing a page. On the 2-core VM this
-project is measured on that cost is large and erratic: a warm graph build of event 21000 took 34,000 faults and
-0.23-1.3 s of system time of its 1.6-2.4 s (``docs/performance.md``).
+glibc's ``malloc`` serves every block above its mmap threshold with a mapping of its own and unmaps it when the
+block is freed. A full event's chain allocates and frees gigabytes of such blocks, so every event touches fresh
+pages again, each first touch a page fault (``docs/performance.md``). :func:`keep_freed_memory` raises glibc's
+mmap threshold to 1 GiB and its trim threshold to 2 GiB in this process (``mallopt``), and exports the same
+settings (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) to the processes it starts. The cost is that a
+process keeps its peak heap until it exits, which the commands' memory checks already plan for. The commands that
+run the event chain call it (``domainpar.cli.main.KEEPS_FREED_MEMORY``); training does not, because its
+peak-memory figures are resident-set high-water marks, which memory kept for reuse would raise.
 
-:func:`keep_freed_memory` raises glibc's mmap threshold to 1 GiB and its trim threshold to 2 GiB in this
-process (``mallopt``), and exports the same settings (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) to
-every process it starts, which glibc reads at their start: spawned workers and ranks. Freed blocks then go back to
-the heap and serve the next event's allocations of the same sizes without faults. The cost is that a process
-keeps its peak heap until it exits, which the memory checks of the commands already plan for (they size a
-process by its peak). Blocks above 1 GiB are still mapped and unmapped one by one. The commands that run the
-event chain call it (``domainpar.cli.main.KEEPS_FREED_MEMORY``); training does not, because its peak-memory
-figures are resident-set high-water marks, which memory kept for reuse would raise.
+It also stops numpy advising the kernel to back its large arrays with transparent huge pages, in this process
+and, through ``NUMPY_MADVISE_HUGEPAGE=0``, in the processes it starts: where the kernel compacts memory to serve
+such a fault, a fresh process's first event stalls on it.
 
-It also stops numpy advising the kernel to back its large arrays with transparent huge pages
-(``madvise(MADV_HUGEPAGE)``, numpy's default on Linux), in this process and, through ``NUMPY_MADVISE_HUGEPAGE=0``,
-in the processes it starts. Where the kernel compacts memory to serve such a fault (``defrag`` set to ``madvise``,
-as on the 2-core VM), a fresh process's first event stalls on it: the first graph build of event 21000 took
-3.3-3.6 s with the advice and 2.2-2.5 s without, a fresh ``reconstruct`` of it 10.1-11.3 s and 9.2-10.4 s
-(``docs/performance.md``). Later events reuse the kept memory and pay neither; a warm build without huge pages is
-~5 % slower (1.29-1.36 s against 1.21-1.29 s), as its arrays take more TLB misses.
-
-Where the C library is not glibc (macOS, musl) the thresholds do not change. A user's own ``MALLOC_*`` and
+Where the C library is not glibc the thresholds do not change. A user's own ``MALLOC_*`` and
 ``NUMPY_MADVISE_HUGEPAGE`` settings win.
 """
 

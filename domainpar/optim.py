@@ -1,21 +1,12 @@
 """torch's AdamW, without importing ``torch._dynamo`` in a process that never compiles.
 
-torch 2.13's optimizers import the compiler front end the first time they
-are used: four methods of ``torch.optim.Optimizer`` (``add_param_group``,
-called by the constructor, ``zero_grad``, ``state_dict``,
-``load_state_dict``) sit behind ``torch._disable_dynamo``, which imports
-``torch._dynamo`` on its first call, and every ``step`` does so as well
-(``_use_grad_for_differentiable``, for its graph breaks). That import costs
-1.8 CPU-s here after ``import torch``; every rank, every
-training process and every filter training pays it although nothing in it
-runs: those wrappers only matter inside a frame that ``torch.compile``
-traces, and no optimizer method of ours ever runs in one (the model compiles
-row-wise MLP pieces, never a training step).
+Four methods of ``torch.optim.Optimizer`` (``add_param_group``, ``zero_grad``, ``state_dict``,
+``load_state_dict``) and every ``step`` sit behind wrappers that import ``torch._dynamo`` on their first call,
+which costs seconds of CPU in every rank although nothing in it runs: those wrappers only matter inside a frame
+that ``torch.compile`` traces, and no optimizer method of ours ever runs in one.
 
-:class:`AdamW` is ``torch.optim.AdamW`` with those five methods called
-unwrapped: the same code, the same arithmetic bit for bit, the same
-``state_dict`` (checkpoints are interchangeable); step hooks and schedulers
-work as before.
+:class:`AdamW` is ``torch.optim.AdamW`` with those five methods called unwrapped: the same arithmetic bit for bit,
+the same ``state_dict``; step hooks and schedulers work as before.
 """
 
 from __future__ import annotations

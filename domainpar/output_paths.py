@@ -1,18 +1,11 @@
 """Up-front checks of a command's output paths.
 
-A command that runs for minutes and then fails to write its report, or that
-dies with an ``OSError`` traceback because ``--out`` names a file, wastes the
-user's time. Every command checks its output paths *before* doing any work:
-the path must not be of the wrong kind (a file where a directory is expected
-or the other way round) and its nearest existing ancestor must be a directory
-we can create files in. The check creates nothing that outlives it, so a
-command that then fails on its inputs leaves no trace behind. A symbolic link
-is followed (outputs are written through it, see :mod:`domainpar.atomic`); a
-link whose target does not exist, on the path or at its end, is refused with
-the path the user gave. A name longer than the file system allows is refused
-naming it (:func:`check_name_length`), and an output that is, or (a directory)
-holds, one of the command's inputs is refused (:func:`check_apart`): no output
-option ever replaces what the command reads.
+Every command checks its output paths *before* doing any work, so that it does not run for minutes and then fail
+to write: the path must not be of the wrong kind and its nearest existing ancestor must be a directory we can
+create files in. The check creates nothing that outlives it. A symbolic link is followed (outputs are written
+through it); one whose target does not exist is refused with the path the user gave. A name longer than the file
+system allows is refused (:func:`check_name_length`), and so is an output that is, or (a directory) holds, one
+of the command's inputs (:func:`check_apart`).
 """
 
 from __future__ import annotations
@@ -148,10 +141,8 @@ def _real(path: str | os.PathLike) -> Path:
 def check_apart(option: str, path: str | os.PathLike, kind: str, inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
     """Refuse an output that is one of the command's inputs, or a directory that holds one.
 
-    An output replaces what is at its path (``--json``, a model file), and a directory output gets files whose
-    names the command chooses (``event<id>.npz``, ``event<id>-submission.csv``): given the file or directory it
-    reads from, the command would replace its own input in place. Paths are compared after resolving symbolic
-    links, ``..`` and relative paths, so no spelling of the same place gets through.
+    Paths are compared after resolving symbolic links, ``..`` and relative paths, so no spelling of the same place
+    gets through.
 
     Args:
         option: the output's option, for the message (e.g. ``"--write-scores"``).
@@ -186,9 +177,8 @@ def check_apart(option: str, path: str | os.PathLike, kind: str, inputs: Iterabl
 def no_empty_directories_left(*paths: str | os.PathLike | None) -> Iterator[None]:
     """Remove again, when the block ends, the directories of ``paths`` it created and left empty.
 
-    A command that fails before its first output is whole (a full disk while the first file is written, an
-    interrupt, a refused input) must not leave the output directory it created behind: the next run, or the
-    user, would take an empty ``--out`` for a result.
+    A command that fails before its first output is whole must not leave the output directory it created behind:
+    the user would take an empty ``--out`` for a result.
     """
     created = [directory for path in paths if path is not None for directory in nearest_existing(path)[1]]
     try:

@@ -1,19 +1,12 @@
 """Reading JSON and YAML that a user can hand us: bounded in size and nesting, one line naming the file.
 
-Parsers recurse: a manifest of ``[[[[...]]]]`` ten thousand levels deep ends
-in ``RecursionError`` (a traceback, or an error line that names no file), and
-a modest but deep document breaks every consumer that walks it recursively
-later (checksums, comparisons, ``repr``). Nothing this package reads is more
-than a few levels deep (a training config: 2; a plan manifest: 3; a sidecar:
-4), so documents are refused beyond :data:`MAX_DEPTH` levels, and beyond a
-size that no legitimate one reaches, before anything else looks at them.
+Parsers recurse: a document ten thousand levels deep ends in ``RecursionError``, and a modest but deep one breaks
+every consumer that walks it recursively later. Nothing this package reads is more than a few levels deep, so
+documents are refused beyond :data:`MAX_DEPTH` levels, and beyond a size that no legitimate one reaches.
 
-:func:`load_json` / :func:`load_yaml` read a file; :func:`parse_json` /
-:func:`parse_yaml` parse text already read (e.g. an entry of an archive);
-:func:`check_depth` bounds a value from anywhere else (a torch checkpoint).
-Syntax errors stay the caller's to word (each file type says what it
-expected); these functions raise :class:`~domainpar.errors.DomainparError`
-only for size and nesting, and the parsers' own exceptions otherwise.
+:func:`load_json` / :func:`load_yaml` read a file; :func:`parse_json` / :func:`parse_yaml` parse text already
+read; :func:`check_depth` bounds a value from anywhere else (a torch checkpoint). These raise
+:class:`~domainpar.errors.DomainparError` only for size and nesting; syntax errors stay the caller's to word.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Progress on stderr that suits where stderr goes: a bar on a terminal, plain lines in a log, nothing when quiet.
 
-A tqdm bar redraws its line with carriage returns; written to a Slurm output
-file or a pipe it leaves hundreds of ``\\r``-joined fragments per minute. So
-:func:`progress` returns a tqdm bar only when stderr is a terminal; otherwise
-a :class:`LineProgress` that prints one complete line at most every
-:data:`LOG_EVERY_S` seconds (``epoch 3/20: 120/400 steps (30%), 2.1 steps/s,
-eta 2m13s, loss=0.4127``) and a last one when the work ends (work shorter than
-that interval prints nothing: the command's own output follows); ``enabled=False``
-(``--quiet``, ``--no-progress``) prints nothing at all. Both have the subset
-of tqdm's interface the package uses: iteration, ``update``, ``set_postfix``,
-``write``, ``close``, ``n``.
+A tqdm bar written to a Slurm output file or a pipe leaves hundreds of ``\\r``-joined fragments per minute. So
+:func:`progress` returns a tqdm bar only when stderr is a terminal; otherwise a :class:`LineProgress` that prints
+one complete line at most every :data:`LOG_EVERY_S` seconds and a last one when the work ends (work shorter than
+that prints nothing). Both have the subset of tqdm's interface the package uses: iteration, ``update``,
+``set_postfix``, ``write``, ``close``, ``n``.
 """
 
 from __future__ import annotations

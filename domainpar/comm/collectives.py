@@ -1,10 +1,7 @@
 """Small named collectives of a training run: sums, maxima, broadcasts.
 
-The trainer states what it wants ("the world's sum of these counters", "rank
-0's choice of checkpoint on every rank") and this module decides how: one
-flat tensor per call on the run's device, so each call is one collective
-whatever the number of values. Every function is a no-op when ``group`` is
-None (a one-process run), so single-process code paths need no branches.
+One flat tensor per call on the run's device, so each call is one collective whatever the number of values.
+Every function is a no-op when ``group`` is None (a one-process run), so single-process code needs no branches.
 """
 
 from __future__ import annotations
@@ -62,8 +59,7 @@ def broadcast_tensors(tensors: Iterable[torch.Tensor], group: Any, src: int = 0)
 def broadcast_object(value: Any, group: Any, src: int = 0) -> Any:
     """Global rank ``src``'s ``value`` (small, picklable: a path, a digest) on every rank of ``group``.
 
-    The pickle travels between the ranks of one job, never from a file: it is
-    as trusted as the code that runs the job.
+    The pickle travels between the ranks of one job, never from a file: it is as trusted as the job's code.
     """
     if not _active(group):
         return value

@@ -1,14 +1,9 @@
 """Process groups: domain groups × data-parallel replicas.
 
-The world of W ranks is cut into W / G domain groups of G consecutive ranks
-(ranks ``r*G .. r*G+G-1`` form replica ``r``); a group trains one event at a
-time, rank ``r*G + p`` holding part ``p``. The replica group of part ``p``
-links the ranks holding part ``p`` in every domain group
-(``p, p+G, p+2G, ...``). Gradients are summed over the domain group (the
-parts of one event add up to the full-graph gradient) and averaged over the
-replica group (different events). Consecutive ranks share a domain group
-because they usually share a node, so the chatty halo traffic stays on the
-fast intra-node links and only the gradient average crosses nodes.
+The world of W ranks is cut into W / G domain groups of G consecutive ranks (ranks ``r*G .. r*G+G-1`` form
+replica ``r``, rank ``r*G + p`` holding part ``p``); the replica group of part ``p`` links the ranks holding part
+``p`` in every domain group. Gradients are summed over the domain group and averaged over the replica group.
+Consecutive ranks usually share a node, so the chatty halo traffic stays on the fast intra-node links.
 """
 
 from __future__ import annotations

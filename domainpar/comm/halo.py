@@ -1,20 +1,13 @@
 """Halo exchange between the ranks of a domain group, as an autograd Function.
 
-Forward: every rank sends the owned rows its neighbours store as halo
-(``send_ids``, already in the receiver's halo order) and receives its own halo
-rows straight into the output tensor. Backward: the gradient of every halo row
-travels back to the row's owner, which adds it into the owned row's gradient
-(``index_add``: a row sent to several neighbours collects from each).
+Forward: every rank sends the owned rows its neighbours store as halo (``send_ids``, already in the receiver's
+halo order) and receives its own halo rows straight into the output tensor. Backward: the gradient of every halo
+row travels back to the row's owner, which adds it into the owned row's gradient (``index_add``).
 
-Only point-to-point messages between neighbours (parts that share a cut edge)
-are posted, through ``torch.distributed.batch_isend_irecv``; receive sizes come
-from the plan, so there is no per-step size handshake. Part ``p`` of the plan
-is rank ``p`` of ``group`` (which may be a subgroup of the world). The same
-code runs on gloo (CPU tensors) and NCCL (CUDA tensors).
-
-:meth:`HaloExchange.start` posts the messages and returns at once; the model
-computes interior edges, then :meth:`PendingHalo.wait` completes. The backward
-is synchronous and exact either way.
+Only point-to-point messages between neighbours are posted (``batch_isend_irecv``); receive sizes come from the
+plan, so there is no per-step size handshake. Part ``p`` of the plan is rank ``p`` of ``group``. The same code
+runs on gloo (CPU tensors) and NCCL (CUDA tensors). :meth:`HaloExchange.start` posts the messages and returns at
+once, so the model can compute interior edges before :meth:`PendingHalo.wait`.
 """
 
 from __future__ import annotations
@@ -69,14 +62,13 @@ class HaloExchange:
     """Neighbour-only halo exchange of one part of a domain group.
 
     Args:
-        part: this rank's :class:`PartPlan`; ``part.part`` must be this rank's
-            index in ``group`` and ``part.num_parts`` the group size.
+        part: this rank's :class:`PartPlan`; ``part.part`` must be this rank's index in ``group`` and
+            ``part.num_parts`` the group size.
         group: the domain group (None: the default group).
-        device: device of the plan's index tensors and the size check (default: the
-            current CUDA device for an NCCL group, else CPU); exchanged tensors may
-            live on any device the backend accepts.
-        validate: check once, with one small all-reduce over the group, that
-            every rank's send sizes match its neighbours' receive sizes.
+        device: device of the plan's index tensors and the size check (default: the current CUDA device for an
+            NCCL group, else CPU).
+        validate: check once, with one small all-reduce, that every rank's send sizes match its neighbours'
+            receive sizes.
     """
 
     def __init__(
@@ -118,8 +110,8 @@ class HaloExchange:
         self.num_exchanges = 0
         """Forward exchanges done (for halo traffic accounting)."""
         self.bytes_sent = 0
-        """Bytes this rank sent in its forward exchanges so far, at the width and dtype of each (models exchange rows
-        of any width: hidden rows, a degree column ...); the backward sends as many back."""
+        """Bytes this rank sent in its forward exchanges so far, at the width and dtype of each (the backward sends as
+        many back)."""
         if validate:
             self._validate_sizes()
 

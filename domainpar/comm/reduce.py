@@ -1,10 +1,7 @@
 """Gradient and metric reductions over domain groups and replicas.
 
-The exactness argument (docs/design.md) says the full-graph gradient of
-one event is the SUM of the ranks' gradients over its domain group; replicas
-(domain groups holding other events) are then averaged. Gradients are
-flattened into buckets so that a model with many small tensors costs a few
-collectives, not one per parameter.
+The full-graph gradient of one event is the SUM of the ranks' gradients over its domain group (docs/design.md);
+replicas are then averaged. Gradients are flattened into buckets: a few collectives, not one per parameter.
 """
 
 from __future__ import annotations
@@ -55,10 +52,8 @@ def all_reduce_gradients(
 ) -> None:
     """Make every rank's ``.grad`` the full-graph gradient, averaged over replicas.
 
-    SUM over ``domain_group`` (the parts of one event), then MEAN over
-    ``replica_group`` (the ranks holding the same part index of other events).
-    A parameter without a gradient on this rank is treated as zero, so all
-    ranks post the same collectives.
+    SUM over ``domain_group`` (the parts of one event), then MEAN over ``replica_group``. A parameter without a
+    gradient on this rank is treated as zero, so all ranks post the same collectives.
 
     Args:
         module: the model; its parameters' ``.grad`` are reduced in place.
@@ -82,8 +77,7 @@ def all_reduce_gradients(
 def all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """SUM of ``tensor`` over ``group``, returned as a new tensor (the input is untouched and may require grad).
 
-    For global metrics and loss values: per-rank partial sums (over owned
-    edges) add up to the event's total.
+    For global metrics and loss values: per-rank partial sums (over owned edges) add up to the event's total.
     """
     result = tensor.detach().clone()
     if dist.is_initialized() and dist.get_world_size(group) > 1:

@@ -1,21 +1,14 @@
 """How a spawned rank is started, so that its death before it runs any of our code is seen at once and named.
 
-``multiprocessing``'s spawn start hands a child its arguments through a pipe
-(``popen_spawn_posix.Popen._launch``) while the parent still holds the
-child's read end: a child that dies before it has read them all (killed by
-the out-of-memory killer while it imports, or failing to unpickle them) leaves
-the parent blocked in ``Process.start()`` for ever once the arguments exceed
-the pipe's buffer (64 KiB; a training payload lists every event's files), with
-the stop signals held (:func:`~domainpar.signals.children_start_quietly`),
-so not even Ctrl-C ends it. And a child whose unpickling raises prints
-``spawn_main``'s traceback and exits 1 without a word to the parent.
+``multiprocessing``'s spawn start hands a child its arguments through a pipe while the parent still holds the
+child's read end: a child that dies before it has read them all (killed while it imports, or failing to unpickle
+them) leaves the parent blocked in ``Process.start()`` for ever once the arguments exceed the pipe's buffer, with
+the stop signals held, so not even Ctrl-C ends it. And a child whose unpickling raises prints ``spawn_main``'s
+traceback and exits 1 without a word to the parent.
 
-:class:`RankProcess` starts the same interpreter the same way, with two
-differences: the parent closes the child's ends of the pipes before it writes
-(a dead reader is then a ``BrokenPipeError``, turned into
-:class:`StartFailed` with the child's exit status), and the child runs
-``spawn_main`` inside a guard that writes what went wrong to a file, in one
-line, instead of printing a traceback (:func:`start_reason` reads it).
+:class:`RankProcess` starts the same interpreter the same way, except that the parent closes the child's ends of
+the pipes before it writes (a dead reader is then a :class:`StartFailed` with the child's exit status), and the
+child runs ``spawn_main`` inside a guard that writes what went wrong to a file in one line (:func:`start_reason`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """What child processes send on a multiprocessing queue, read by a thread of its own: :class:`Inbox`.
 
-A process that reads a queue its children write holds the write end of the queue's pipe itself (a queue is
-written and read from either side). A child killed in the middle of a message (SIGKILL, the out-of-memory
-killer) leaves part of it in the pipe: the reader takes the header, then waits for the rest, and since the
-reader's own write end is still open, end-of-file never comes. ``Queue.get(timeout=...)`` gives no help: the
-timeout covers the wait for the first byte only. Read in the caller's thread, that wait is for ever.
-
-:class:`Inbox` moves the reads to a daemon thread: the caller waits on an in-process queue, with a timeout that
-holds, and between waits looks at its children (their sentinels, exit codes, the thread that runs them) to name a
-death. A thread stuck on a dead child's half message stays stuck, harmless: it is a daemon and reads nothing else.
+A child killed in the middle of a message leaves part of it in the queue's pipe: the reader takes the header,
+then waits for the rest, and since the reader holds the pipe's write end itself, end-of-file never comes
+(``Queue.get``'s timeout covers the wait for the first byte only). :class:`Inbox` moves the reads to a daemon
+thread: the caller waits on an in-process queue, with a timeout that holds, and between waits looks at its
+children to name a death. A thread stuck on a dead child's half message stays stuck, harmless.
 """
 
 from __future__ import annotations

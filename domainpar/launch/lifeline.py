@@ -1,16 +1,11 @@
 """A rank's ties to its launcher: it dies with it, it is named in ``ps``, SIGTERM unwinds it.
 
-* :func:`die_with_parent`: on Linux the kernel sends SIGKILL to this process
-  when its parent dies (``prctl(PR_SET_PDEATHSIG)``); everywhere, a thread
-  also watches the parent (a pipe from a spawning parent, else the parent
-  pid) and ends this process when it is gone. So ranks never outlive a
-  launcher that was killed, even with SIGKILL, and never keep writing into
-  ``--out`` behind the user's back.
-* :func:`name_process`: ``domainpar r3`` in ``ps``/``top`` (Linux), so a rank
-  can be told apart from its peers.
-* :func:`terminate_on_signals`: SIGTERM and SIGHUP raise :class:`Terminated`
-  in the main thread, so ``finally`` blocks run (the spawning parent stops
-  its ranks) instead of the process vanishing mid-write.
+* :func:`die_with_parent`: on Linux the kernel sends SIGKILL to this process when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)``); everywhere, a thread also watches the parent and ends this process when it is
+  gone. So ranks never outlive a launcher that was killed, even with SIGKILL.
+* :func:`name_process`: ``domainpar r3`` in ``ps``/``top`` (Linux).
+* :func:`terminate_on_signals`: SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, so ``finally``
+  blocks run instead of the process vanishing mid-write.
 """
 
 from __future__ import annotations
