@@ -249,12 +249,6 @@ def _init_worker(started: Any = None) -> None:
         torch.set_num_threads(1)
 
 
-def _raise_fault(result: ItemResult) -> None:
-    """A machine fault ends the run: the other items would meet the same full disk or memory."""
-    if result.fault:
-        raise fault_at(result.name, result.error, result.fault_kind)
-
-
 def run_items(
     fn: Callable[..., Any],
     items: Sequence[Any],
@@ -307,7 +301,8 @@ def run_items(
 
     def finish(index: int, result: ItemResult) -> None:
         nonlocal failed
-        _raise_fault(result)
+        if result.fault:  # a machine fault ends the run: the other items would meet the same full disk or memory
+            raise fault_at(result.name, result.error, result.fault_kind)
         if keep:
             results[index] = result
         if not result.ok:
@@ -498,8 +493,7 @@ def _run_pool(fn, items, name_of, args, workers, finish, should_stop, directorie
                 processes += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in processes]
                 if not done and _any_ended(processes):
                     # A worker is gone and the pool has not said so: its manager thread is stuck on the half result
-                    # the worker was writing when it was killed (it holds the pipe's write end itself, so the rest
-                    # never comes and the futures never end). Named like any worker death once it had time to land.
+                    # the killed worker was writing (_unwedge). Named like any worker death once it had time to land.
                     died_at = died_at or time.monotonic()
                     if time.monotonic() - died_at > WEDGED_S:
                         note_started()

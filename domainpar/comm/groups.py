@@ -20,7 +20,6 @@ class Layout:
     """Where this rank sits in the domain × replica layout."""
 
     rank: int
-    """Global rank."""
     world_size: int
     """Number of ranks W."""
     domain_size: int

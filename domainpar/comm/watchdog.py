@@ -38,10 +38,8 @@ _PEER_GONE_HINTS = (
     "connection reset by peer",
     "broken pipe",
     "connection refused",
-    "socket timeout",
     "timed out",
     "timeout",
-    "nccl communicator was aborted",
     "process group",
     "remote worker",
     "ncclremoteerror",
@@ -298,8 +296,7 @@ class Watchdog:
             except Exception:  # noqa: BLE001 - the store's host may be gone already; nothing to wait for then
                 done = False
         if done and self.hosts_store:
-            # The store goes with this process: wait for the others to finish. The thread keeps watching
-            # meanwhile, so a peer that dies instead of finishing ends the wait.
+            # The store goes with this process: wait for the others (a peer that dies instead ends the wait).
             deadline = time.monotonic() + self.config.finish_s
             while time.monotonic() < deadline:
                 try:

@@ -86,12 +86,6 @@ class Job:
         self.seen.update(found.values())
         return found
 
-    def all_pids(self) -> list[int]:
-        pids = []
-        for process in self.processes:
-            pids += [process.pid] + descendants(process.pid)
-        return pids
-
     def wait_for_ranks(self, world_size: int, timeout: float = 60.0) -> dict[int, int]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -137,7 +131,8 @@ class Job:
         return outputs
 
     def kill_all(self) -> None:
-        for pid in set(self.all_pids()) | {pid for pid in self.seen if running(pid)}:
+        pids = {pid for process in self.processes for pid in [process.pid] + descendants(process.pid)}
+        for pid in pids | {pid for pid in self.seen if running(pid)}:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -206,8 +206,7 @@ def fail_rank(exc: BaseException) -> None:
     watchdog = current()
     if watchdog is None:
         return
-    # This rank is on its way out. A launcher's stop signal (torchrun signals every rank once one died, usually
-    # while this one is still working out which peer vanished) must not interrupt naming the cause.
+    # A launcher's stop signal (torchrun signals every rank once one died) must not interrupt naming the cause.
     _hold_stop_signals()
     if isinstance(exc, Terminated):
         # The launcher or the scheduler stops this rank: usually because a peer failed, which is what to name;
@@ -503,9 +502,8 @@ def spawn(
     reports: dict[int, tuple[Failure, str]] = {}
     order: list[int] = []
     try:
-        # A stop signal is acted on between two waits for the ranks, where no finalizer runs: raised wherever the
-        # main thread is, it could land in one (a weakref callback while a rank's result is unpickled, a __del__ the
-        # garbage collector calls), where the interpreter prints "Exception ignored in" and the stop is lost.
+        # A stop signal is acted on between two waits for the ranks: raised wherever the main thread is, it could land
+        # in a finalizer (a weakref callback while a rank's result is unpickled), where the stop is lost.
         with hold_stops() as stops:
             # The children start with the stop signals blocked until _child has set its own handlers (no traceback
             # from a child interrupted while it imports), and this process acts on a stop only once every child has
@@ -518,8 +516,7 @@ def spawn(
                     try:
                         process.start()
                     except StartFailed as exc:
-                        # Died before it had all its arguments (bootstrap): no later rank is started, the started
-                        # ones are stopped below.
+                        # Died before it had all its arguments (bootstrap): the started ranks are stopped below.
                         failed_start = (rank, exc.exitcode)
                         break
             if failed_start is not None:
@@ -527,8 +524,7 @@ def spawn(
                 line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
                 raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
             deadline = time.monotonic() + timeout_s
-            # Read by a thread: a rank killed mid-message must not hold this process in a read for ever (its death
-            # is then seen below, as any other).
+            # Read by a thread: a rank killed mid-message must not hold this process in a read for ever.
             inbox = Inbox(results, "domainpar-spawn-results")
             exited_at: dict[int, float] = {}
             trouble_since: float | None = None

@@ -91,7 +91,6 @@ class RunLock:
     """A held lock."""
 
     path: Path
-    """The lock file."""
     created: tuple[Path, ...]
     """Directories created to hold it, deepest first (removed on release if the run left them empty)."""
 

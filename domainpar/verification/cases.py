@@ -57,7 +57,6 @@ class VerifyResult:
     """Outcome of one :class:`VerifyCase`."""
 
     name: str
-    """The case's name."""
     num_parts: int
     """Ranks (parts) of the partitioned run."""
     dtype: str

@@ -278,13 +278,9 @@ class LocalityResult:
     """What :func:`check_locality` found."""
 
     model: str
-    """The model's name."""
     num_parts: int
-    """Parts of the slice."""
     num_nodes: int
-    """Nodes of the slice."""
     num_edges: int
-    """Edges of the slice."""
     num_halo: int
     """Halo rows of all parts (0: nothing was exchanged, so nothing was proven)."""
     max_err_logits: float
@@ -296,7 +292,6 @@ class LocalityResult:
     gradients: bool
     """Whether parameter gradients were compared (training) or only the outputs (inference)."""
     seconds: float
-    """Wall time of the check."""
 
     @property
     def proven(self) -> bool:
@@ -472,20 +467,6 @@ def _raise_part_failure(name: str, out: dict[int, Any], num_parts: int, timeout_
     ) from None
 
 
-def mismatch_line(result: LocalityResult, where: str, consequence: str, skip: str) -> str:
-    """The one line that refuses a model that is not local: the model, the tensor that differs, by how much."""
-    differs = []
-    if not result.max_err_logits <= TOLERANCE:
-        differs.append(f"its output (edge logits) differs from one process's by {result.max_err_logits:.2g}")
-    if not result.max_err_grad <= TOLERANCE:
-        differs.append(f"the gradient of its parameter {result.worst_parameter} by {result.max_err_grad:.2g} (relative)")
-    return (
-        f"model {shorten(result.model, limit=240)} is not local: on a {result.num_parts}-part slice of {where} ({result.num_nodes} "
-        f"nodes, {result.num_edges} edges) {' and '.join(differs)} (tolerance {TOLERANCE:g}), so {consequence} "
-        f"({RULE}); make it local, or check it with `domainpar verify` and pass {skip}"
-    )
-
-
 def require_local(
     config: ModelConfig,
     graph: EventGraph,
@@ -515,10 +496,19 @@ def require_local(
         DomainparError: naming the model and the tensor that differs.
     """
     result = check_locality(config, graph, num_parts, seed=seed, state=state, gradients=gradients)
-    if not result.passed:
-        raise DomainparError(mismatch_line(result, where, consequence, skip))
-    return result
+    if result.passed:
+        return result
+    differs = []
+    if not result.max_err_logits <= TOLERANCE:
+        differs.append(f"its output (edge logits) differs from one process's by {result.max_err_logits:.2g}")
+    if not result.max_err_grad <= TOLERANCE:
+        differs.append(f"the gradient of its parameter {result.worst_parameter} by {result.max_err_grad:.2g} (relative)")
+    raise DomainparError(
+        f"model {shorten(result.model, limit=240)} is not local: on a {result.num_parts}-part slice of {where} ({result.num_nodes} "
+        f"nodes, {result.num_edges} edges) {' and '.join(differs)} (tolerance {TOLERANCE:g}), so {consequence} "
+        f"({RULE}); make it local, or check it with `domainpar verify` and pass {skip}"
+    )
 
 
 __all__ = ["LocalityResult", "MAX_PARTS", "SLICE_NODES", "SliceExchange", "TOLERANCE", "check_locality", "check_parts",
-           "graph_slice", "mismatch_line", "random_owner", "require_local"]
+           "graph_slice", "random_owner", "require_local"]

@@ -197,7 +197,3 @@ def verify_jobs_worker(rank: int, world_size: int, jobs: list[VerifyJob]) -> dic
         if rank == job.ranks[0]:
             led[index] = results
     return led
-
-
-# ---- the `domainpar verify` entry points -------------------------------------------------------
-
