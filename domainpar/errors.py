@@ -60,8 +60,7 @@ def what_is(path: str | os.PathLike) -> str:
 def not_a_file(path: str | os.PathLike, what: str, prefix: str = "") -> DomainparError:
     """The error for ``path`` where a regular file (``what``, e.g. "checkpoint file") was expected.
 
-    "not found" only when nothing is there: a FIFO (which would block the read), a symbolic-link loop or a
-    dangling link is named as what it is, or the user looks for a file that exists.
+    "not found" only when nothing is there: a FIFO, a symbolic-link loop or a dangling link is named as what it is.
     """
     if not os.path.lexists(path):
         return DomainparError(f"{prefix}{path}: {what} not found")

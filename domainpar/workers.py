@@ -164,23 +164,19 @@ _STARTED: Any = None
 
 
 class FailureLine(NamedTuple):
-    """How an item's exception is reported: :func:`failure_line`."""
+    """How an item's exception is reported (:func:`failure_line`): as :class:`ItemResult`'s error, fault, fault_kind."""
 
     line: str
-    """One line: a user mistake's message, what failed on the machine, or a bug's type, place and message."""
     fault: bool
-    """The machine failed (out of memory or disk space, an I/O error), not the item."""
     kind: str | None
-    """``disk``, ``memory`` or ``io`` for a fault whose ``line`` does not say yet what to try (None otherwise)."""
 
 
 def failure_line(exc: BaseException) -> FailureLine:
     """The one line that reports an item's exception, and whether the machine failed rather than the item.
 
-    A :class:`~domainpar.errors.DomainparError` is our own message, written to be read whole (paths included):
-    the CLI's line limit applies, not a parser's. A machine fault says what failed without advice: the command
-    adds what to try (its own options, by ``kind``). Anything else is a bug: its type and the place it was
-    raised come first.
+    A :class:`~domainpar.errors.DomainparError` is our own message, read whole (the CLI's line limit applies). A
+    machine fault says what failed without advice (the command adds its own, by ``kind``). Anything else is a bug:
+    its type and the place it was raised come first.
     """
     if isinstance(exc, DomainparError):
         return FailureLine(message_line(str(exc)), False, None)

@@ -389,8 +389,7 @@ class Watchdog:
     def cause(self, timeout_s: float) -> Failure | None:
         """A peer's failure that explains why this rank is being stopped, looked for now and for up to ``timeout_s``.
 
-        For the main thread (e.g. on SIGTERM from a launcher that saw a rank die): checks the channel and
-        the peers on this machine at once, then waits for the watchdog thread.
+        For the main thread (e.g. on SIGTERM from a launcher that saw a rank die).
         """
         deadline = time.monotonic() + timeout_s
         while True:

@@ -176,10 +176,9 @@ def report_to_stderr(rank: int, failure: Failure, traceback_text: str = "") -> N
 def refused_before_join(exc: DomainparError, launcher: LauncherEnv) -> None:
     """A rank refused before it joined its job (a pre-start check failed): one line per node, not one per rank.
 
-    Every rank of a node reads the same files and settings and reaches the same verdict, so local rank 0
-    says it (the caller prints the line and exits 2) and the others exit 2 here without a word; all of
-    them leave the line in torchrun's error file, so its summary names it. Returns at once for a process
-    that is no rank of a job, or one that already joined (its watchdog reports instead).
+    Every rank of a node reaches the same verdict, so local rank 0 says it (the caller prints the line and exits 2)
+    and the others exit 2 here without a word; all leave the line in torchrun's error file. Returns at once for a
+    process that is no rank of a job, or one that already joined (its watchdog reports instead).
     """
     if not launcher.joins or current() is not None or dist.is_initialized():
         return
