@@ -148,8 +148,9 @@ def linger(channel: FailureChannel, world_size: int, timeout_s: float = 5.0) -> 
     Launchers kill the whole job on the first exit; lingering lets the peers print the cause first. Never raises.
     """
     deadline = time.monotonic() + timeout_s
+    peers = [rank for rank in range(world_size) if rank != channel.rank]
     try:
-        while time.monotonic() < deadline and channel.acknowledged() < world_size - 1:
+        while time.monotonic() < deadline and len(channel.acknowledged(peers)) < len(peers):
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 - the store may be gone; the failure is being reported anyway
         return
