@@ -55,16 +55,13 @@ class CheckGraph:
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What :func:`export_model` wrote."""
+    """What :func:`export_model` wrote: the model file, its sidecar JSON and content, and the edge filter's file
+    (None unless the model's training graphs were pruned by one)."""
 
     model_path: Path
-    """The model file."""
     sidecar_path: Path
-    """Its sidecar JSON."""
     sidecar: dict[str, Any]
-    """The sidecar's content."""
     filter_path: Path | None = None
-    """The edge filter's file, when the model's training graphs were pruned by one."""
 
 
 def check_out_path(out: str | os.PathLike, fmt: str) -> Path:

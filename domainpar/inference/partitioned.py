@@ -8,8 +8,7 @@ logits of the edges each part owns (``gather_object``): :func:`host_logits`.
 The members loop on the same two collectives until the host sends ``None``
 (:func:`serve`, :func:`host_stop`). Every part runs the same halo exchange as
 training and every global edge is owned by exactly one part, so the logits are
-one process's up to float summation order (``tests/inference/test_partitioned.py``:
-float64 ≤ 1e-10 at 1-4 parts).
+one process's up to float summation order.
 
 Two ways in, one protocol: a reconstruction's ranks *are* such groups (their
 host runs the event chain itself), and :class:`LocalGroup` starts P local
@@ -107,23 +106,15 @@ def host_stop(layout: Layout) -> None:
     dist.scatter_object_list(received, [None] * layout.domain_size, src=_host_rank(layout), group=layout.domain_group)
 
 
-def serve(loaded: Any, layout: Layout) -> int:
-    """A member's loop: compute its part of every event the host sends, until the host sends ``None``.
-
-    Returns:
-        How many events this member computed.
-    """
-    if layout.part == 0:
-        raise DomainparError("serve() is for the members of a domain group; part 0 hosts")
-    count = 0
+def serve(loaded: Any, layout: Layout) -> None:
+    """A member's loop (part > 0): compute its part of every event the host sends, until the host sends ``None``."""
     while True:
         received: list[Any] = [None]
         dist.scatter_object_list(received, None, src=_host_rank(layout), group=layout.domain_group)
         if received[0] is None:
-            return count
+            return
         own = _run_part(loaded, received[0], layout)
         dist.gather_object(own, None, dst=_host_rank(layout), group=layout.domain_group)
-        count += 1
 
 
 def _local_rank(rank: int, world: int, checkpoint: str, method: str, seed: int, timeout_s: float, jobs: Any, results: Any) -> None:

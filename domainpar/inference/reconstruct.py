@@ -16,8 +16,7 @@ share of each event's inference.
 How stages overlap. A host hands reading, graph building and the edge filter to a *preparing* process
 (:mod:`domainpar.inference.preparer`) that works ``prefetch`` events ahead, so event i+1 is read and built while
 event i is scored, tracked and written; both processes start together, so the preparer's imports and the model's
-loading overlap too. Every numba
-kernel comes from the on-disk cache after the first run on a machine (``tests/kernels/test_numba_cache.py``).
+loading overlap too.
 
 A job that survives its data. A malformed event is one line ``failed: <event>: <reason>`` and the others go
 on; the run ends with a line counting the failures (exit status 1 when any failed). Every file is written to a
@@ -29,8 +28,7 @@ files as they are now (:mod:`domainpar.inference.manifest`: the manifest, the pl
 Outputs that do not depend on how the job ran. Every step that computes what is written runs on one intra-op
 thread (:mod:`domainpar.inference.arithmetic`): the bytes are the same for any ``--prefetch``, ``--workers``,
 ``--threads``, core count or number of events left, so a rerun or a requeue on another node writes the bytes of
-the run it continues (rounding the scores could not promise that: a value on a rounding boundary still flips).
-A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is touched) leaves
+the run it continues. A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is touched) leaves
 nothing behind.
 """
 
@@ -146,14 +144,11 @@ def run_host(
 
 @dataclass
 class RunResult:
-    """What a run did."""
+    """What a run did: every event attempted (done or failed), the events an earlier run did, summary.json."""
 
     outcomes: list[Outcome]
-    """Every event attempted, done or failed."""
     skipped: list[str]
-    """Events already done by an earlier run."""
     summary: dict
-    """``summary.json``'s content."""
 
     @property
     def failed(self) -> list[Outcome]:
@@ -214,22 +209,20 @@ def _undo_refused(out: Path, had_manifest: bool) -> None:
             pass
 
 
-#: Memory a replica of the event chain may take: a full event's peak RSS is ~1.5 GB (docs/performance.md), and
-#: automatic replicas stay within the machine's (or container's) memory at this much each.
+#: Memory a replica of the event chain may take (a full event peaks at ~1.5 GB RSS, docs/performance.md).
 REPLICA_BYTES = 2 * 1024**3
 #: A raw event's seconds of one core in the whole chain, per second of its graph build's estimate
-#: (:func:`~domainpar.data.dataset.build_seconds`): real event 21000, 6.2-6.7 s of stages against 3.8 s estimated.
+#: (:func:`~domainpar.data.dataset.build_seconds`).
 CHAIN_PER_BUILD_SECONDS = 1.7
-#: Work below which one replica (and its preparing process) is faster than several: each replica is a process that
-#: imports torch and numba and loads the pipeline first (~5 s of one core), so two are worth it from ~10 s of work.
+#: Work below which one replica (and its preparing process) is faster than several: each replica first imports
+#: torch and numba and loads the pipeline.
 REPLICAS_MIN_SECONDS = 10.0
 
 
 def replicas_for(config: ReconstructConfig, sources: list[EventSource]) -> int:
     """Replicas on this machine for ``sources``: ``--workers``, else one per ``num_parts`` cores where the events are
-    worth it (on 2 cores, four full events: 690-721 events per hour with two replicas against 522-530 with one host
-    and its preparing process, docs/performance.md), no more than the memory holds at :data:`REPLICA_BYTES`
-    each; one for graph files (no estimate of their work)."""
+    worth it (docs/performance.md), no more than the memory holds at :data:`REPLICA_BYTES` each; one for graph files
+    (no estimate of their work)."""
     if config.workers is not None:
         return config.workers
     if any(source.kind != "raw" for source in sources):
@@ -256,15 +249,15 @@ def _resolved(config: ReconstructConfig, todo: list[EventSource], local_replicas
 
 def _threads(config: ReconstructConfig, local_processes: int) -> tuple[int, int]:
     """(torch threads of a scoring process, of a preparing process) on this machine's cores."""
-    cores = available_cores()
-    preparers = config.workers if config.prefetch > 0 else 0
     if config.threads is not None:
         return config.threads, 1
+    cores = available_cores()
+    preparers = config.workers if config.prefetch > 0 else 0
     scoring = max(1, (cores - preparers) // max(local_processes, 1)) if cores > preparers else 1
     return scoring, 1
 
 
-def _reporter(config: ReconstructConfig, total: int, replicas: int, label: str = "") -> tuple[Callable[[Outcome], None], Any]:
+def _reporter(config: ReconstructConfig, total: int, label: str = "") -> tuple[Callable[[Outcome], None], Any]:
     bar = progress_display(total=total, desc=f"reconstruct{label}", unit="event", enabled=config.progress)
     failed = 0
 
@@ -319,7 +312,7 @@ def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[Eve
         import torch
 
         torch.set_num_threads(scoring_threads)
-        report, bar = _reporter(config, len(plan.todo), 1)
+        report, bar = _reporter(config, len(plan.todo))
         try:
             outcomes = run_host(pipeline, plan.digest, plan.todo, config, None, prepare_threads, report)
         finally:
@@ -340,7 +333,7 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
     # Read by a thread of its own: a rank killed mid-message leaves that thread stuck, never the relay (spawn names
     # the death).
     inbox = Inbox(messages, "domainpar-reconstruct-messages")
-    report, bar = _reporter(config, len(plan.todo), world // config.num_parts)
+    report, bar = _reporter(config, len(plan.todo))
     stop = threading.Event()
 
     def relay() -> None:
@@ -441,7 +434,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
         scoring, prepare_threads = _threads(config, local)
         torch.set_num_threads(scoring)
         report, bar = _reporter(config, len(plan.todo[layout.replica :: layout.num_replicas]) if layout.part == 0 else 0,
-                                layout.num_replicas, f" (replica {layout.replica + 1} of {layout.num_replicas})")  # fmt: skip
+                                f" (replica {layout.replica + 1} of {layout.num_replicas})")  # fmt: skip
         try:
             mine = _rank_work(config, plan, pipeline if env.rank == 0 else None, layout, prepare_threads, report)
         finally:

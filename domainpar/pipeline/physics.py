@@ -61,6 +61,11 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _timed(begin: float, cpu_begin: float) -> dict:
+    """A stage's wall and CPU seconds since ``begin`` / ``cpu_begin``."""
+    return {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
+
+
 def _fmt(value) -> str:
     if value is None:
         return "-"
@@ -122,16 +127,12 @@ def run_recipe(
     num_parts = recipe.evaluation.parts
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     result: dict = {"recipe": recipe.to_dict(), "timings": {}}
-
-    def stage(name: str, begin: float, cpu_begin: float) -> None:
-        result["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
-
     sources, gnn_graphs, prepared = prepare_graphs(recipe, out, real, echo, progress, events_cache, edge_filter)
     result.update(prepared)
 
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     model_path, result["train"] = _train(recipe, gnn_graphs, out, echo, progress)
-    stage("train", begin, cpu_begin)
+    result["timings"]["train"] = _timed(begin, cpu_begin)
     result["train"].update(result["timings"]["train"])
     final = result["train"]["final"]
     echo(f"   {result['train']['steps']} steps in {result['train']['seconds']:.0f} s "
@@ -154,14 +155,14 @@ def run_recipe(
             evaluations[label] = _evaluate(config, scorer, out / "plots" / label, out / "submissions" / label, filtered)
             echo(f"   {label}: AUC {_fmt(evaluations[label]['auc'])}, tracking efficiency {_fmt(evaluations[label]['tracking_efficiency'])}, "
                  f"TrackML score {_fmt(evaluations[label]['trackml_score'])}")  # fmt: skip
-    stage("evaluate", begin, cpu_begin)
+    result["timings"]["evaluate"] = _timed(begin, cpu_begin)
     result["evaluate"] = evaluations
     result["unlabelled"] = None
     if unlabelled:
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
         echo(f"== truth-free comparison with {len(unlabelled)} real event(s) without truth")
         result["unlabelled"] = compare_unlabelled(recipe, model_path, out, [Path(p) for p in unlabelled], num_parts, echo)
-        stage("unlabelled", begin, cpu_begin)
+        result["timings"]["unlabelled"] = _timed(begin, cpu_begin)
     result["seconds"] = time.perf_counter() - started
     result["cpu_seconds"] = _cpu_seconds() - cpu_started
     result["model"] = str(model_path)
@@ -254,27 +255,23 @@ def prepare_graphs(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     record: dict = {"timings": {}}
-
-    def stage(name: str, begin: float, cpu_begin: float) -> None:
-        record["timings"][name] = {"seconds": time.perf_counter() - begin, "cpu_seconds": _cpu_seconds() - cpu_begin}
-
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     sources = _simulate(recipe, out, events_cache, echo, progress)
     real_dir = None if real is None else Path(real)
     if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
         sources["real"] = real_dir
-    stage("simulate", begin, cpu_begin)
+    record["timings"]["simulate"] = _timed(begin, cpu_begin)
 
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
     graphs, record["graphs"] = _build(recipe, sources, out, echo, progress)
-    stage("build", begin, cpu_begin)
+    record["timings"]["build"] = _timed(begin, cpu_begin)
 
     gnn_graphs = graphs
     record["filter"] = None
     if recipe.filter is not None:
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
         gnn_graphs, record["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
-        stage("filter", begin, cpu_begin)
+        record["timings"]["filter"] = _timed(begin, cpu_begin)
     return sources, gnn_graphs, record
 
 

@@ -64,7 +64,6 @@ class SimulationSection:
     """The simulated events a recipe trains and validates on."""
 
     train_events: int = 24
-    """Training events."""
     val_events: int = 4
     """Held-out validation events (also the held-out simulated test set of the evaluation)."""
     particles: int = 1000
@@ -139,22 +138,17 @@ class EvaluationSection:
 
 @dataclass(frozen=True)
 class Recipe:
-    """Everything one recipe run needs."""
+    """Everything one recipe run needs (the sections of the module docstring; ``name`` names reports and output
+    directories)."""
 
     name: str
-    """Short name (reports and output directories)."""
     simulation: SimulationSection = field(default_factory=SimulationSection)
-    """The simulated events."""
     graph: GraphConfig = field(default_factory=GraphConfig)
-    """Graph cuts and features."""
     filter: FilterConfig | None = None
-    """Edge filter before the GNN (None: none)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """GNN training (``data`` paths are set by the pipeline)."""
     tracks: TracksSection = field(default_factory=TracksSection)
-    """Track building and working point."""
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
-    """How the trained model is judged."""
     profiles: dict[str, "Recipe"] = field(default_factory=dict, compare=False)
     """The recipe as run on other devices (``profiles`` of the file applied), by device name."""
 
