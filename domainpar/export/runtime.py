@@ -125,11 +125,6 @@ class ExportedModel:
             )
         return GraphConfig.from_dict(cuts, source=f"{sidecar_path(self.path)}: graph stage cuts")
 
-    def filter_logits(self, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray) -> np.ndarray:
-        """(E,) float64 logits of the edge filter's file on one graph (the graph stage's full inputs)."""
-        inputs = [np.asarray(x, dtype=np.float32), np.asarray(edge_index, dtype=np.int64), np.asarray(edge_attr, dtype=np.float32)]
-        return self._run(self.filter_runner, inputs, "its edge filter")
-
     def _run(self, runner: Any, inputs: list[np.ndarray], what: str) -> np.ndarray:
         """(E,) float64 logits of one of the pipeline's files; a runtime's refusal or a wrong output size is one line."""
         try:
@@ -148,7 +143,10 @@ class ExportedModel:
         stage = self.filter_stage
         if stage is None:
             return graph
-        keep = self.filter_logits(graph.x, graph.edge_index, graph.edge_attr) >= float(stage["threshold"])
+        # The edge filter's file runs on the graph stage's full inputs.
+        inputs = [np.asarray(graph.x, dtype=np.float32), np.asarray(graph.edge_index, dtype=np.int64),
+                  np.asarray(graph.edge_attr, dtype=np.float32)]  # fmt: skip
+        keep = self._run(self.filter_runner, inputs, "its edge filter") >= float(stage["threshold"])
         build = json.loads(graph.build_config) if graph.build_config else {}
         build["edge_filter"] = {"hash": self.filter_hash, "threshold": float(stage["threshold"]), "exported": stage.get("file")}
         return dataclasses.replace(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -55,11 +54,6 @@ class ExportSource:
     """What the input columns are and how the training graphs were built (:mod:`domainpar.data.features`), None if unknown."""
 
 
-def _load_state(path: Path) -> dict[str, Any]:
-    """The checkpoint dict, its checksum and every entry's type verified by the training package's loader."""
-    return load_checkpoint(path, resumable=False)
-
-
 def load_export_source(path: str | os.PathLike) -> ExportSource:
     """Read and check a checkpoint for export.
 
@@ -67,7 +61,8 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
         DomainparError: missing, damaged or incomplete checkpoint, or weights that do not fit its model config.
     """
     path = Path(path)
-    state = _load_state(path)
+    # Its checksum and every entry's type verified by the training package's loader.
+    state = load_checkpoint(path, resumable=False)
     try:
         config = ModelConfig.from_dict({**dict(state["model_config"]), "checkpointing": False, "overlap": False})
         check_config(config)

@@ -12,7 +12,7 @@ and the result is judged against the truth (:mod:`domainpar.inference.scoring`).
 Partitioned inference is exact: every global edge is *owned* by one part,
 which computes it with complete halo inputs, so its logit equals the
 single-process one up to float summation order; the scores, tracks and
-figures do not depend on ``num_parts`` (``tests/inference/test_evaluate.py``).
+figures do not depend on ``num_parts``.
 
 Inputs: raw TrackML events with truth (the truth gives the TrackML weights and
 the particles file the particle pT/eta), or graph files with labels
@@ -162,7 +162,7 @@ def write_outputs(
                     title=f"event {graph.event_id}: {report.summary['track_method']} tracks, score > {threshold:g}",
                 )  # fmt: skip
             )
-            if evaluation.candidates is not None and graph.particle_id is not None:
+            if graph.particle_id is not None:
                 c = evaluation.candidates
                 written.append(
                     plot_track_examples(

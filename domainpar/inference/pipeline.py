@@ -49,11 +49,6 @@ class Pipeline:
     step: int | None
     """Optimiser steps of the checkpoint the model comes from."""
 
-    @property
-    def source(self) -> Path:
-        """The file the model came from (checkpoint or exported model)."""
-        return Path(self.spec.checkpoint if self.spec.checkpoint is not None else self.spec.model)
-
     def record(self) -> dict:
         """What makes this pipeline's outputs what they are (the model's digest, the build, the filter, the tracks),
         JSON-ready; :func:`pipeline_digest` of it names the pipeline in every output."""

@@ -143,9 +143,7 @@ class Preparer:
             name, status, value = self.results.recv()
         except (EOFError, OSError):  # nothing, or part of a message, came before the end of the pipe
             raise self._died(source) from None
-        self.sent.remove(name)
-        if name != source.name:  # pragma: no cover - the pipe keeps the order
-            raise RuntimeError(f"preparer returned {name} for {source.name}")
+        self.sent.remove(name)  # the pipe keeps the order: name is source.name
         if status == "error":
             raise PreparingFailed(*value)
         return value

@@ -28,8 +28,8 @@ files as they are now (:mod:`domainpar.inference.manifest`: the manifest, the pl
 Outputs that do not depend on how the job ran. Every step that computes what is written runs on one intra-op
 thread (:mod:`domainpar.inference.arithmetic`): the bytes are the same for any ``--prefetch``, ``--workers``,
 ``--threads``, core count or number of events left, so a rerun or a requeue on another node writes the bytes of
-the run it continues. A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is touched) leaves
-nothing behind.
+the run it continues. A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is
+touched) leaves nothing behind.
 """
 
 from __future__ import annotations

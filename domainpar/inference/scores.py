@@ -41,14 +41,6 @@ NPZ_SCORES, NPZ_RECORD = "edge_score", "edge_score_record"
 PYG_SCORES, PYG_RECORD, PYG_SCORED = "edge_scores", "edge_scores_record", "edge_scored"
 
 
-def scored_file_name(evaluation: EventEvaluation) -> str:
-    """The file name in the output directory: the input's own name, or ``event<id>.npz`` for a raw event."""
-    event = evaluation.event
-    if event is None or event.source_format == "raw":
-        return f"event{evaluation.event_id:09d}.npz"
-    return Path(event.source.path).name
-
-
 def write_scored_graph(evaluation: EventEvaluation, directory: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write one event's graph with its edge scores into ``directory`` (format as read; see the module docstring).
 
@@ -58,11 +50,13 @@ def write_scored_graph(evaluation: EventEvaluation, directory: str | os.PathLike
         record: what produced the scores (the model, its checksum, the threshold...); the input file is added.
     """
     event = evaluation.event
-    path = Path(directory) / scored_file_name(evaluation)
-    record = {**record, "event_id": int(evaluation.event_id), "input": None if event is None else str(event.source.path),
+    # The input's own name, or event<id>.npz for a raw event.
+    name = f"event{evaluation.event_id:09d}.npz" if event.source_format == "raw" else Path(event.source.path).name
+    path = Path(directory) / name
+    record = {**record, "event_id": int(evaluation.event_id), "input": str(event.source.path),
               "score": "sigmoid(logit) of the edge classifier"}  # fmt: skip
     scores = evaluation.scores.astype(np.float32)
-    if event is not None and event.source_format == "pyg":
+    if event.source_format == "pyg":
         data = read_pyg_object(event.source.path)
         full = scores
         if event.kept is not None:
@@ -88,4 +82,4 @@ def read_scores(path: str | os.PathLike) -> tuple[np.ndarray, dict[str, Any]]:
     return data[PYG_SCORES].numpy(), json.loads(data[PYG_RECORD])
 
 
-__all__ = ["read_scores", "scored_file_name", "write_scored_graph"]
+__all__ = ["read_scores", "write_scored_graph"]

@@ -48,9 +48,7 @@ class PipelineSpec:
     num_parts: int = 1
     """Parts per event: > 1 scores every event on that many processes with halo exchange (exact)."""
     method: str = "metis"
-    """Partitioner of those parts: metis or geometric."""
     seed: int = 0
-    """METIS seed."""
     timeout_s: float = 1800.0
     """Seconds a process group of partitioned inference waits in one collective before it is declared hung."""
     skip_locality_check: bool = False
@@ -98,7 +96,6 @@ class EvaluateConfig(PipelineSpec):
     """Also find where each particle that is not perfect is lost (graph, filter, GNN, builder), by pT
     (:mod:`domainpar.tracks.losses`); a graph file pruned already is rebuilt from its raw event for it."""
     progress: bool = True
-    """Show progress bars."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -127,7 +124,6 @@ class ReconstructConfig(PipelineSpec):
     threads: int | None = None
     """torch threads per scoring process; None: the cores left after the other processes of this machine."""
     progress: bool = True
-    """Show progress."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -205,13 +205,11 @@ def plot_performance(
             ax.legend(loc="lower right", fontsize=7)
             if log_x:
                 ax.set_xscale("log")
-                # Fixed limits: an empty panel (e.g. no edge above threshold) cannot be log-autoscaled.
-                ax.set_xlim(bins[0], bins[-1])
                 # Plain major labels only: the default minor labels (2x10^-1, 3x10^-1, ...) overlap.
                 ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
                 ax.xaxis.set_minor_formatter(NullFormatter())
-            else:
-                ax.set_xlim(bins[0], bins[-1])
+            # Fixed limits: an empty panel (e.g. no edge above threshold) cannot be log-autoscaled.
+            ax.set_xlim(bins[0], bins[-1])
         ax_eff.set_ylabel("efficiency")
         ax_pur.set_ylabel("purity")
         paths.append(_save(fig, directory / f"efficiency_purity_vs_{quantity}.png"))

@@ -122,9 +122,8 @@ def refine(
 def hole_gates(config) -> np.ndarray:
     """(L,) how far (mm) from a track's helix a free hit of each layer may lie to fill a hole there:
     ``config.gate`` plus ``config.gate_sigmas`` of the layer's resolution along its coarse coordinate
-    (:func:`~domainpar.tracks.inputs.coarse_resolution`): 6.1 mm on a pixel layer, 7.7 on a short-strip one, 21.0-21.6
-    on a long-strip one at the defaults. A strip hit is recorded at its strip's centre, up to 5.4 mm from where the
-    particle crossed."""
+    (:func:`~domainpar.tracks.inputs.coarse_resolution`): a strip hit is recorded at its strip's centre, millimetres
+    from where the particle crossed."""
     return config.gate + config.gate_sigmas * coarse_resolution(config.sigma_hit)
 
 

@@ -219,17 +219,6 @@ def _analyze_arrays(track_id: np.ndarray, particle_id: np.ndarray, weight: np.nd
     )
 
 
-def score_event(truth: pd.DataFrame, submission: pd.DataFrame, source: str = "submission") -> float:
-    """The TrackML score of ``submission`` on the event described by ``truth`` (0..1).
-
-    Args:
-        truth: columns ``hit_id, particle_id, weight`` (weights need not sum to 1).
-        submission: columns ``hit_id, track_id``; every truth hit exactly once.
-        source: name of the submission in error messages.
-    """
-    return analyze_tracks(truth, submission, source=source).score
-
-
 def check_aligned(**arrays: np.ndarray) -> None:
     """Raise unless the named arrays are one-dimensional of one length (per-hit or per-edge arrays side by side)."""
     shapes = [np.shape(a) for a in arrays.values()]

@@ -79,10 +79,9 @@ def holed(columns: HitColumns, layer: np.ndarray, track_id: np.ndarray, fit_chi2
 
     A track whose helix crosses as many layers of the event without a hit on them as with one is a piece of a
     longer track, or no particle's. Or its particle ended: a hadron interacts in the material, a particle decays,
-    and a stiff particle of 5 hits then crosses the rest of the detector as holes (on simulated full events one
-    track in four this cut dropped was a particle's whole, docs/tracks.md). Such a track is kept when its holes
-    are few but for crossings beyond its last hit with no hit of the event near them (fewer than
-    ``config.ended_hole_ratio`` evident holes per hit) and its helix fits well (chi2/ndf at most
+    and a stiff particle of 5 hits then crosses the rest of the detector as holes (docs/tracks.md). Such a track is
+    kept when its holes are few but for crossings beyond its last hit with no hit of the event near them (fewer
+    than ``config.ended_hole_ratio`` evident holes per hit) and its helix fits well (chi2/ndf at most
     ``config.ended_chi2_ndf``).
 
     Args:
@@ -107,11 +106,10 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config) -> np
 
     A short candidate's fit has almost no degrees of freedom (three hits fix a circle), so the fit alone cannot
     tell a particle from three hits of different particles that happen to line up; in a dense event such chance
-    triplets are the most frequent fakes (on the real event 21000 four in five fakes lie on at most 3 layers,
-    docs/tracks.md). A short candidate is kept only when the GNN backs it (mean score of the edges between its
-    consecutive hits on different layers, a missing edge counting 0, at least ``short_min_score``), its helix is not a tight curl
-    (fitted pT at least ``short_min_pt``) and it fits well (chi2/ndf at most ``short_max_chi2_ndf``). Longer
-    candidates are left alone: their fits judge them.
+    triplets are the most frequent fakes (docs/tracks.md). A short candidate is kept only when the GNN backs it
+    (mean score of the edges between its consecutive hits on different layers, a missing edge counting 0, at least
+    ``short_min_score``), its helix is not a tight curl (fitted pT at least ``short_min_pt``) and it fits well
+    (chi2/ndf at most ``short_max_chi2_ndf``). Longer candidates are left alone: their fits judge them.
 
     Args:
         candidates: the built candidates (ordered hits, edge scores along them, fits).
@@ -123,15 +121,14 @@ def short_and_weak(candidates: TrackCandidates, layer: np.ndarray, config) -> np
         return np.zeros(sizes.size, dtype=bool)
     track = candidates.track_id[candidates.hits]
     # Distinct layers per candidate: distinct (candidate, layer) keys, one integer each (np.unique over the
-    # columns of a 2-row array sorts them as records, a tenth of the builder's time on a full event).
+    # columns of a 2-row array sorts them as records, far slower).
     layer = np.asarray(layer, dtype=np.int64)
     num_layers = int(layer.max()) + 1
     keys = unique(candidates.track_id.astype(np.int64) * num_layers + layer)
     layers = np.bincount(keys // num_layers, minlength=sizes.size)
     # Mean score of the steps between consecutive hits on different layers (no edge: 0). A step within one layer
     # (the double hit of overlapping modules) has no edge by construction (the graph joins layers): counted as 0,
-    # it would sink a true candidate with doubles below the cut (on event 21000 one in ten it dropped was a
-    # particle of pT > 1 GeV). A candidate's first hit has no step before it.
+    # it would sink a true candidate with doubles below the cut. A candidate's first hit has no step before it.
     hit_layer = layer[candidates.hits]
     crossing = np.ones(hit_layer.size, dtype=bool)
     crossing[1:] = hit_layer[1:] != hit_layer[:-1]

@@ -57,11 +57,11 @@ def test_single_process_evaluation_of_the_real_event(single_report):
         assert summary[key] == pytest.approx(record[key])
     # The submission covers every hit of the event and scores what the report says.
     from domainpar.data.trackml import load_event
-    from domainpar.tracks.score import score_event
+    from domainpar.tracks.score import analyze_tracks
 
     (truth,) = load_event(EVENT, parts=("truth",))  # float32 weights, as the evaluation reads them
     assert len(evaluation.submission) == len(truth)
-    assert score_event(truth, evaluation.submission) == pytest.approx(record["trackml_score"], abs=1e-12)
+    assert analyze_tracks(truth, evaluation.submission).score == pytest.approx(record["trackml_score"], abs=1e-12)
 
 
 def test_the_edge_figures_a_target_is_stated_in(single_report):
