@@ -1,40 +1,18 @@
 """The sidecar JSON of an exported model: everything a user needs to build its inputs.
 
-``domainpar export --out model.onnx`` writes ``model.onnx`` and
-``model.onnx.json``. The JSON (``format: "domainpar-edge-classifier"``)
-records:
+``domainpar export --out model.onnx`` writes ``model.onnx`` and ``model.onnx.json``
+(``format: "domainpar-edge-classifier"``; an example: examples/deploy_to_acts.md). It records the model file
+(format, ONNX opset, SHA-256); every input in calling order and the output (``logits`` (E,) float32, score =
+sigmoid(logit)); per feature column its name, raw quantity, unit and scale (column = raw / scale) and which end of
+an edge is row 0; the threshold, how the training graphs were built and the track builder; ``stages``, the
+deployed pipeline in order (``graph``, ``edge_filter`` when the training graphs were pruned, ``edge_classifier``),
+so a deployment that follows them feeds the classifier the graphs it was trained on; the matching settings of
+ACTS's ExaTrkX edge-classifier stage; the source checkpoint and ``model_config``; and the largest logit
+difference to the training model measured at export.
 
-- ``model``: file name, format (``torchscript`` or ``onnx``), ONNX opset,
-  SHA-256 of the model file;
-- ``inputs``: name, dtype and shape of every input in calling order
-  (``x`` (N, F) float32, ``edge_index`` (2, E) int64, ``edge_attr`` (E, F_e)
-  float32 when the model uses edge features); ``output``: ``logits`` (E,)
-  float32, score = sigmoid(logit);
-- ``node_features`` / ``edge_features``: per column its name, the raw
-  quantity and unit, and the scale (column = raw / scale);
-  ``edge_direction``: which end of an edge is row 0;
-- ``threshold``: the score cut the model was tuned for; ``graph``: how the
-  training graphs were built (builder and cuts); ``tracks``: the track builder
-  the training run recorded (``domainpar evaluate/reconstruct --model`` build
-  tracks with it);
-- ``stages`` (version 2): the deployed pipeline in order — ``graph`` (the
-  cuts of the graph construction and the named features, computed by
-  :func:`domainpar.data.features.compute_features`), ``edge_filter`` when the
-  training graphs were pruned (its own model file, SHA-256, the columns it
-  reads, its logit threshold), and ``edge_classifier`` (this model file and
-  its score threshold): a deployment that follows them feeds the classifier
-  the graphs it was trained on;
-- ``acts``: the matching settings of ACTS's ExaTrkX edge-classifier stage;
-- ``source``: the checkpoint (path, SHA-256, step) and ``model_config``;
-- ``verification``: the largest difference between the exported file's
-  logits and the training model's on a check graph, measured at export.
-
-The model file records the digest of everything its sidecar says
-(:func:`sidecar_digest`; version 3): a TorchScript extra file, an ONNX metadata
-property, :data:`DIGEST_ENTRY`. :func:`read_sidecar` refuses a sidecar whose
-content differs from what its model records, so a sidecar edited after export
-(a feature's scale, a threshold, a stage) is never used as if it described the
-model; the digest is of the content, so re-indenting the JSON changes nothing.
+The model file records the digest of everything its sidecar says (:func:`sidecar_digest`; a TorchScript extra
+file, an ONNX metadata property, :data:`DIGEST_ENTRY`): :func:`read_sidecar` refuses a sidecar edited after
+export, and re-indenting the JSON changes nothing.
 """
 
 from __future__ import annotations

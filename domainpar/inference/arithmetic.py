@@ -1,18 +1,12 @@
 """Outputs that do not depend on how the job ran: the event chain's arithmetic on a fixed number of threads.
 
-torch splits its reductions (sums, means, matrix products) and domainpar's numba kernels split theirs (they follow
-torch's count: :func:`domainpar.kernels.threads.follow_torch_threads`) into one piece per intra-op thread, and
-float32 sums in another order differ in their last bits. A score differing in its last bit is printed with another
-last digit, and a score on the threshold or a rounding boundary flips a track or a printed digit, however few
-digits are written: rounding the written scores cannot promise the same bytes, only the same arithmetic can. So
-every step of the chain that computes what a command writes with split reductions (the edge filter, the GNN on one
-process or on each part of a domain group, the exported model, the track builder and its helix fits) runs on
-:data:`CHAIN_THREADS` threads, whatever ``--threads``, ``--prefetch``, ``--workers``, the cores of the machine or
-the events left to do gave the process: a requeued job writes the bytes of the run it continues. The graph build
-is the exception: it splits no reduction (every element is computed by one chunk, :mod:`domainpar.kernels.chunks`),
-so it runs on the threads the process was given and writes the same bytes on any number.
-
-The cores of a machine go to replicas (``--workers``), each an event at a time, and to the preparing process.
+torch and domainpar's numba kernels split their reductions into one piece per intra-op thread, and float32 sums in
+another order differ in their last bits, which a score on the threshold or a rounding boundary turns into another
+track or another printed digit: rounding the written scores cannot promise the same bytes, only the same arithmetic
+can (docs/reconstruct.md, "The same bytes, however the job ran"). So every step of the chain that computes what a
+command writes with split reductions (the edge filter, the GNN on one process or on each part of a domain group, the
+exported model, the track builder and its helix fits) runs on :data:`CHAIN_THREADS` threads, whatever the process
+was given. The graph build splits no reduction (:mod:`domainpar.kernels.chunks`), so it keeps the process's threads.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Evaluate a trained tracker on whole labelled events: edges, tracks, TrackML score.
 
-Every event goes through the chain ``domainpar reconstruct`` runs
-(:func:`~domainpar.inference.events.prepare_event`, then
-:class:`~domainpar.inference.runner.EventRunner`): read, built with the build
-the checkpoint records, pruned by the recorded filter, scored in one process
-or split into ``num_parts`` parts with the same halo exchange as training
-(so an event too large for one device can be scored), tracks built by the
-pipeline's builder. Truth only adds figures: the event's graph carries labels
-and the result is judged against the truth (:mod:`domainpar.inference.scoring`).
+Every event goes through the chain ``domainpar reconstruct`` runs (:func:`~domainpar.inference.events.prepare_event`,
+then :class:`~domainpar.inference.runner.EventRunner`), in one process or split into ``num_parts`` parts with the
+same halo exchange as training (exact: every global edge is owned by one part, so the figures do not depend on
+``num_parts``); truth only adds figures (:mod:`domainpar.inference.scoring`).
 
-Partitioned inference is exact: every global edge is *owned* by one part,
-which computes it with complete halo inputs, so its logit equals the
-single-process one up to float summation order; the scores, tracks and
-figures do not depend on ``num_parts``.
-
-Inputs: raw TrackML events with truth (the truth gives the TrackML weights and
-the particles file the particle pT/eta), or graph files with labels
-(``domainpar build`` output). Graph files carry no hit weights: the TrackML
-score of a graph input needs its raw event (``events_dir``), else it is
-reported as None, and particle eta is then estimated from the hits.
+Inputs: raw TrackML events with truth, or labelled graph files (``domainpar build`` output). Graph files carry no hit
+weights: the TrackML score of a graph input needs its raw event (``events_dir``), else it is None, and particle eta
+is then estimated from the hits.
 """
 
 from __future__ import annotations

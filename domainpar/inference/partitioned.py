@@ -1,19 +1,14 @@
 """Partitioned inference: one event's edge logits computed over P parts with halo exchange, by one protocol.
 
-A domain group of P processes scores events one at a time. Its *host*
-(part 0) partitions each event (:func:`~domainpar.partition.partition_graph`),
-sends every member its own part in memory (``scatter_object_list``: no files,
-so members may sit on other nodes), computes part 0 itself, and gathers the
-logits of the edges each part owns (``gather_object``): :func:`host_logits`.
-The members loop on the same two collectives until the host sends ``None``
-(:func:`serve`, :func:`host_stop`). Every part runs the same halo exchange as
-training and every global edge is owned by exactly one part, so the logits are
-one process's up to float summation order.
+A domain group of P processes scores events one at a time. Its *host* (part 0) partitions each event, sends every
+member its own part in memory (``scatter_object_list``: no files, so members may sit on other nodes), computes
+part 0 itself and gathers the logits of the edges each part owns (:func:`host_logits`); the members loop on the same
+two collectives until the host sends ``None`` (:func:`serve`, :func:`host_stop`). Every part runs the training's
+halo exchange and every global edge is owned by exactly one part, so the logits are one process's up to float
+summation order.
 
-Two ways in, one protocol: a reconstruction's ranks *are* such groups (their
-host runs the event chain itself), and :class:`LocalGroup` starts P local
-processes that form one, driven from the calling process through a queue
-(``evaluate``, the recipe's figures, the speed measurement, the bench).
+A reconstruction's ranks *are* such groups; :class:`LocalGroup` starts P local processes that form one, driven from
+the calling process through a queue (``evaluate``, the recipe's figures, the speed measurement, the bench).
 """
 
 from __future__ import annotations

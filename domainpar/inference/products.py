@@ -1,27 +1,13 @@
 """What a reconstruction writes for every event, and how a rerun knows an event is done.
 
-Under ``--out``:
+Under ``--out`` (docs/reconstruct.md, "What it writes"): ``submissions/<event>-submission.csv``, the TrackML
+submission; ``tracks/<event>-tracks.csv`` (or ``.parquet``), one row per hit of every track candidate
+(:func:`tracks_table`); and ``events/<event>.json``, the event's record: the pipeline's digest, every input file
+and the SHA-256 of both files above. An event is done when its record is there and names this run's pipeline and
+the input files as they are now (:func:`is_done`).
 
-* ``submissions/<event>-submission.csv``: the TrackML submission,
-  ``event_id,hit_id,track_id``, every hit of the event exactly once, sorted by
-  hit id (what ``domainpar score`` and the challenge read);
-* ``tracks/<event>-tracks.csv`` (or ``.parquet``): one row per hit of every
-  track candidate, candidate by candidate, each candidate's hits in order
-  along the track from its innermost hit — ``track_id`` (the submission's),
-  ``hit_order``, ``hit_id``, ``edge_score`` (score of the graph edge from the
-  previous hit; empty at a candidate's first hit or where no edge joins them),
-  and the candidate's ``num_hits``, ``fit_chi2_ndf`` and ``fit_pt`` (GeV,
-  helix fit in the 2 T field; empty below 3 hits);
-* ``events/<event>.json``: the event's record, written last: the pipeline's
-  digest, every input file (name, size, modification time, SHA-256 of the bytes
-  read), counts, and the SHA-256 of both files above. An event is done when its
-  record is there, names this run's pipeline and the input files as they are
-  now (:func:`is_done`); its files are then skipped by a rerun, else redone.
-
-Every file is written to a temporary name and renamed; the record comes after
-the two files it names, so an interrupted event has no record and is redone.
-Nothing here depends on timing or on how the run was split, so a run killed
-halfway and rerun leaves the same bytes as a run that was never interrupted.
+Every file is written to a temporary name and renamed, the record after the two files it names, so an interrupted
+event has no record and is redone; nothing here depends on timing or on how the run was split.
 """
 
 from __future__ import annotations
@@ -64,7 +50,9 @@ def submission_bytes(table: pd.DataFrame) -> bytes:
 
 
 def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.DataFrame:
-    """One row per hit of every candidate, candidate by candidate, hits in order (see the module docstring)."""
+    """One row per hit of every candidate, candidate by candidate, each candidate's hits in order along the track
+    from its innermost: ``track_id``, ``hit_order``, ``hit_id``, ``edge_score`` (of the graph edge from the
+    previous hit; NaN at a first hit or where no edge joins them), the candidate's ``num_hits`` and helix fit."""
     sizes = candidates.sizes()
     track_of_row = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
     order = np.arange(candidates.hits.size, dtype=np.int64) - np.repeat(candidates.offsets[:-1], sizes)

@@ -1,35 +1,20 @@
 """``domainpar reconstruct``: a trained tracker run over a dataset of events without truth, as a production job.
 
-Every event goes through the chain evaluate runs (:mod:`domainpar.inference.runner`): read its hits (and
-cells) once → build the graph with the recorded cuts and features → prune with the recorded edge filter → the
-GNN's edge scores (in this process, or on a domain group of ``num_parts`` processes with halo exchange,
-:mod:`domainpar.inference.partitioned`) → track candidates → the submission, the tracks file and the event's record
-(:mod:`domainpar.inference.products`).
+Every event goes through the chain evaluate runs (:mod:`domainpar.inference.runner`), and its submission, tracks
+file and record are written (:mod:`domainpar.inference.products`). The user's side: docs/reconstruct.md.
 
 How the work is shared. The job has W processes: ``workers × num_parts`` spawned here (``--workers``,
-``--ranks``, else :func:`replicas_for`: one replica per ``num_parts`` cores for raw events worth it), or the ranks
-of a torchrun/srun job (:func:`domainpar.launch.env.detect`). They form W / P
-*replicas* of P consecutive ranks (:func:`domainpar.comm.groups.make_layout`); replica k takes events k, k+R,
-k+2R, ... of the events still to do. A replica's part 0 hosts its events; the other parts only compute their
-share of each event's inference.
+``--ranks``, else :func:`replicas_for`), or the ranks of a torchrun/srun job (:func:`domainpar.launch.env.detect`).
+They form W / P *replicas* of P consecutive ranks (:func:`domainpar.comm.groups.make_layout`); replica k takes
+events k, k+R, k+2R, ... of the events still to do. A replica's part 0 hosts its events; the other parts only
+compute their share of each event's inference. A host hands reading, graph building and the edge filter to a
+*preparing* process (:mod:`domainpar.inference.preparer`) that works ``prefetch`` events ahead.
 
-How stages overlap. A host hands reading, graph building and the edge filter to a *preparing* process
-(:mod:`domainpar.inference.preparer`) that works ``prefetch`` events ahead, so event i+1 is read and built while
-event i is scored, tracked and written; both processes start together, so the preparer's imports and the model's
-loading overlap too.
-
-A job that survives its data. A malformed event is one line ``failed: <event>: <reason>`` and the others go
-on; the run ends with a line counting the failures (exit status 1 when any failed). Every file is written to a
-temporary name and renamed, an event's record last, so an interrupt (exit 130/143) leaves no half-written
-output, and a rerun with the same ``--out`` skips the events whose record names this pipeline and the input
-files as they are now (:mod:`domainpar.inference.manifest`: the manifest, the plan, the summary);
-``<out>/reconstruct.lock`` refuses a second run on the same ``--out``.
-
-Outputs that do not depend on how the job ran. Every step that computes what is written runs on one intra-op
-thread (:mod:`domainpar.inference.arithmetic`): the bytes are the same for any ``--prefetch``, ``--workers``,
-``--threads``, core count or number of events left, so a rerun or a requeue on another node writes the bytes of
-the run it continues. A refusal (a user's model that is not local under ``--parts``, checked before ``--out`` is
-touched) leaves nothing behind.
+A malformed event is one line ``failed: <event>: <reason>`` and the others go on (exit status 1 when any
+failed); a rerun with the same ``--out`` skips the events already done (:mod:`domainpar.inference.manifest`), and
+``<out>/reconstruct.lock`` refuses a second run on it. The bytes written do not depend on how the job ran
+(:mod:`domainpar.inference.arithmetic`). A refusal (a user's model that is not local under ``--parts``, checked
+before ``--out`` is touched) leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The one event chain: a prepared event → edge logits → scores → tracks, whatever command asks for it.
 
-Every command that turns events into tracks runs :class:`EventRunner`:
-``domainpar evaluate`` (which then judges the result against the truth,
-:mod:`domainpar.inference.scoring`), ``domainpar reconstruct`` (which writes its
-products, :mod:`domainpar.inference.products`), the recipe's evaluation and its
-truth-free figures of real events, the speed measurement and the bench. An
-event comes from :func:`~domainpar.inference.events.prepare_event` (read,
-built with the recorded build, pruned by the recorded filter); its logits come
-from a *scorer*: :class:`SingleProcess` (the checkpoint's model, or the exported
-file, in this process), a :class:`~domainpar.inference.partitioned.LocalGroup`
-of P processes, or :class:`DomainHost` (this process is part 0 of a domain
-group); its tracks from :func:`~domainpar.tracks.candidates.build_candidates`
-with the pipeline's track builder. Before the first event scored on several
-parts, a model that is not a built-in proves it is local.
+Every command that turns events into tracks runs :class:`EventRunner` (evaluate, reconstruct, the recipe's
+figures, the speed measurement, the bench) on events from :func:`~domainpar.inference.events.prepare_event`. The
+logits come from a *scorer*: :class:`SingleProcess` (the checkpoint's model, or the exported file), a
+:class:`~domainpar.inference.partitioned.LocalGroup` of P processes, or :class:`DomainHost` (this process is part 0
+of a domain group); the tracks from :func:`~domainpar.tracks.candidates.build_candidates`. Before the first event
+scored on several parts, a model that is not a built-in proves it is local.
 """
 
 from __future__ import annotations

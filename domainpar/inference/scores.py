@@ -1,23 +1,12 @@
 """Scores back to files: each evaluated event's graph, with its per-edge scores, for the stages after the GNN.
 
-``domainpar evaluate --write-scores DIR`` writes, for every event, its graph
-in the format it was read (so a PyG pipeline — acorn's track building — reads
-it as it reads its own graphs):
-
-* a domainpar graph file (``.npz``, and graphs built from raw events): the
-  graph scored — after the pipeline's edge filter, if it pruned it — plus
-  ``edge_score`` (E,) float32, ``sigmoid(logit)`` per edge, and
-  ``edge_score_record``, the JSON of what produced the scores;
-* a PyG file: the file's own ``Data`` with every attribute kept, plus
-  ``edge_scores`` (E,) float32 over the file's edges (an edge the edge
-  filter removed was not scored by the classifier and gets 0, with
-  ``edge_scored`` marking the scored ones), and ``edge_scores_record``.
-
-The record names the checkpoint (path, content SHA-256, step) or the exported
-model (path, SHA-256 of its file), the threshold, the partitioning, the input
-file and the domainpar version, so a later stage can tell which model's scores
-it reads. Every file is written to a temporary name and renamed
-(:func:`domainpar.atomic.atomic_path`); the command publishes them together.
+``domainpar evaluate --write-scores DIR`` writes every event's graph in the format it was read (so a PyG pipeline
+reads it as it reads its own graphs): a domainpar graph file (``.npz``, also for raw events) gets
+:data:`NPZ_SCORES` (E,) float32 ``sigmoid(logit)`` per edge of the graph scored (after the edge filter) and
+:data:`NPZ_RECORD`; a PyG file keeps its own ``Data`` and gets :data:`PYG_SCORES` over the file's edges (an edge the
+filter removed gets 0, :data:`PYG_SCORED` marks the scored ones) and :data:`PYG_RECORD`. The record names what
+produced the scores (the checkpoint or exported model and its digest, the threshold, the partitioning, the input
+file, the domainpar version).
 """
 
 from __future__ import annotations

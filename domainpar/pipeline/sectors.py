@@ -1,28 +1,17 @@
 """Halo exchange vs naive sectors, same budget: what partition-and-exchange buys, measured in tracks.
 
-Today's practice for events too large for one device is to cut the detector
-into sectors and train on each alone: every segment that crosses a sector
-boundary is lost, and the network never sees the tracks that cross one. A
-domain-parallel run (halo exchange) trains on the whole event with exactly
-the gradients of one device. This module trains the same recipe the naive
-way — ``sectors`` mode, each of P φ-wedge sectors on its own rank with its cut
-edges dropped (:func:`~domainpar.partition.partition_graph` ``method="sectors"``)
-— on the same filtered graphs, with the same model, seed and number of
-optimiser steps as the recipe's own run, and judges every model the same way:
+The practice for events too large for one device is to cut the detector into sectors and train on each alone,
+losing every segment that crosses a boundary. This module trains the recipe that way (``sectors`` mode: each of P
+φ-wedge sectors on its own rank, its cut edges dropped) on the same filtered graphs, with the same model, seed and
+optimiser steps as the recipe's halo-exchange run, and judges every model on the held-out events two ways:
 
-* **whole events** (the comparison): each model scores the held-out events
-  whole, with the recipe's partitioned inference (halo exchange, exact), so
-  the only difference between the models is how they were trained;
-* **sector inference** (the naive pipeline end to end): each sector of a
-  held-out event is scored alone, its cut edges never scored (a track cannot
-  cross a boundary), as a sector-trained model is run where it is deployed.
+* **whole events** (the comparison): scored whole with the recipe's partitioned inference (exact), so the models
+  differ only in how they were trained;
+* **sector inference** (the naive pipeline end to end): each sector scored alone, its cut edges never scored.
 
-Particles are split by whether their hits lie in more than one of the P
-sectors (of that event's own sectors partition, the one sector training
-uses). For each split: tracking efficiency (pT > 1 GeV, at least 3 layers,
-double majority) with its binomial standard error, and the gap between halo
-exchange and naive sectors with the standard error of a paired bootstrap over
-those particles (both models judged on the same particles).
+Particles are split by whether their hits lie in more than one of the event's P sectors; for each split, the
+tracking efficiency (pT > 1 GeV, >= 3 layers, double majority) with its binomial error, and the gap to halo exchange
+with the standard error of a paired bootstrap over those particles.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Truth-free figures of real events without truth, beside the same figures of the held-out simulated events.
 
-A recipe trained on simulation is meant for real events; the real full event
-21000 has no truth, so it cannot be scored, but everything that does not
-need truth can be compared with the simulated events: hits per event, the
-graph's edges per hit, the share of edges the edge filter keeps, the GNN's
-score distribution, the edges and tracks it selects, and the time track
-building takes. A real event whose figures sit far from the simulated ones
-shows where the simulation (or a cut tuned on it) does not carry over. These
-comparisons are calibration, never a tuning target: no setting of a recipe is
-chosen from them.
+The real full event 21000 has no truth, but everything that does not need truth can be compared with the simulated
+events (hits per event, edges per hit, the edge filter's pass fraction, the score distribution, the edges and tracks
+selected, the track-building time): a real event whose figures sit far from the simulated ones shows where the
+simulation (or a cut tuned on it) does not carry over. These comparisons are calibration, never a tuning target.
 
-The real events go through the one event chain ``domainpar reconstruct``
-runs (:class:`~domainpar.inference.runner.EventRunner`) — built with the
-graph build the model's checkpoint records, pruned by the filter it records
-(hash-checked), scored with the same partitioned inference, tracks by the
-recorded builder — and each detector region of the recipe's
-``evaluation.subsets`` is run as an event of its own, like the simulated
-held-out events.
+The real events, and each detector region of the recipe's ``evaluation.subsets``, go through the one event chain
+``domainpar reconstruct`` runs (:class:`~domainpar.inference.runner.EventRunner`), with the build, filter and builder
+the model's checkpoint records.
 """
 
 from __future__ import annotations

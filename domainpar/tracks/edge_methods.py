@@ -1,33 +1,18 @@
-"""The two track-building methods that read the edges alone: ``components`` and ``walk``.
+"""The two track-building methods that read the edges alone: ``components`` and ``walk`` (docs/tracks.md).
 
 Each gives every hit exactly one track id (a hit on no accepted edge is a singleton track of its own);
-:func:`~domainpar.tracks.candidates.build_candidates` runs them (``TrackConfig(method="components")``, ``"walk"``)
-and lays the tracks out as candidates. The other methods follow tracks by their helix fits
-(:mod:`domainpar.tracks.candidates` lists their stages).
+:func:`~domainpar.tracks.candidates.build_candidates` runs them and lays the tracks out as candidates.
 
-``components``
-    Keep the edges whose score is strictly above the threshold; tracks are the connected components of the
-    (undirected) hit graph they form. Fast and robust, but two tracks touched by one wrong edge merge into one.
+``components``: tracks are the connected components of the (undirected) hit graph of the edges scored strictly
+above the threshold.
 
-``walk`` (walk-through with branch resolution)
-    1. Candidates: the edges with score strictly above the threshold.
-    2. Walk: a hit becomes a seed once all hits with a candidate edge into it are on a track (so walks start at the
-       innermost free hit; seeds in first-in first-out order, the first ones by ascending hit index). From a seed,
-       follow the highest-scoring candidate edge to a hit that is not on a track yet (ties: the lower edge id),
-       until there is none. Each walk is a path; every hit lies on exactly one path. Where the selected edges
-       branch, the walk takes the best-scoring free branch; the other branch starts a path of its own later.
-    3. Merge fragments: a particle crossing overlapping modules leaves two hits on one layer, so its true edges form
-       diamonds (A→B, A→B', B→C, B'→C) and the walk leaves B' (and sometimes more) as a short separate path. Every
-       path is joined to the larger path it shares the most candidate edges with (ties: the larger, then the
-       lower-numbered path) when it shares at least two — or at least one for a single hit. A branch that touches a
-       track through a single edge stays separate.
-
-    Tracks are the connected components of the walked plus merging edges. With imperfect scores the walk keeps
-    apart the tracks that a single wrong edge would merge and scores clearly higher than ``components``. With
-    perfect scores (every true edge above, every false edge below the threshold) it can lose a hit pair where a
-    particle's double hits on two consecutive layers are joined by only one of their four segments: that pair is a
-    fragment tied to the track by one edge and stays apart (TrackML score within 0.001 of ``components`` on the
-    small real event; ``tests/tracks/test_edge_methods.py``).
+``walk``: the edges above the threshold are candidates. A hit becomes a seed once all hits with a candidate edge
+into it are on a track (seeds first-in first-out, the first ones by ascending hit index); from a seed the walk
+follows the highest-scoring candidate edge to a hit on no track yet (ties: the lower edge id), until there is
+none, so every hit lies on exactly one path. Then every path is joined to the larger path it shares the most
+candidate edges with (ties: the larger, then the lower-numbered path) when it shares at least two, or at least
+one for a single hit (a particle crossing overlapping modules leaves its second hit of a layer as a path of its
+own). Tracks are the connected components of the walked plus merging edges.
 """
 
 from __future__ import annotations
@@ -38,6 +23,7 @@ from scipy.sparse.csgraph import connected_components
 
 from domainpar.kernels.walkthrough import walk_paths
 from domainpar.tracks.inputs import check_edges
+from domainpar.tracks.layout import renumber
 
 
 def components_of(num_nodes: int, edge_index: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -61,10 +47,7 @@ def components_of(num_nodes: int, edge_index: np.ndarray, mask: np.ndarray | Non
     )
     _, labels = connected_components(adjacency, directed=False)
     # scipy numbers components by discovery; make the numbering explicit (lowest node first).
-    _, first = np.unique(labels, return_index=True)
-    rank = np.empty(first.size, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-    return rank[labels]
+    return renumber(labels)
 
 
 def walk_edges(num_nodes: int, edge_index: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:

@@ -1,42 +1,14 @@
-"""Edge-level and track-level performance figures.
+"""Edge-level and track-level performance figures (definitions: docs/evaluation.md).
 
-Edge level (a binary classifier of candidate segments), at a threshold t with
-an edge predicted true when its score is strictly above t:
+Edge level, at a threshold t (an edge predicted true when its score is strictly above t): efficiency (recall),
+purity (precision) and the exact ROC AUC (the Mann–Whitney statistic with average ranks for tied scores, no
+sampling or binning).
 
-* efficiency (recall) = true edges predicted true / true edges;
-* purity (precision) = true edges predicted true / edges predicted true;
-* ROC AUC, exact: the Mann–Whitney statistic with average ranks for tied
-  scores (the probability that a random true edge outscores a random false
-  one, ties counting one half). No sampling, no binning.
-
-Track level, with these definitions (hits of particle 0 are noise):
-
-* *reconstructable particle*: not noise, hits on at least ``min_layers`` (3)
-  distinct detector layers, and pT strictly above ``pt_min`` (1 GeV);
-* *double-majority match*: a track is matched to particle p when MORE than
-  half of the track's hits come from p and MORE than half of p's hits are in
-  the track (the TrackML "good track" rule; p is the track's majority
-  particle). A particle has at most one such track;
-* *perfect match*: the track's hits are exactly the particle's hits;
-* *tracking efficiency* = reconstructable particles with a double-majority
-  track / reconstructable particles (``perfect_efficiency`` likewise with
-  perfect matches);
-* *candidate track*: a track of at least ``min_track_hits`` (3) hits — shorter
-  ones are not track candidates and are left out of the rates below;
-* *fake rate* = candidate tracks with no double-majority (non-noise) particle /
-  candidate tracks;
-* *duplicate rate*: a candidate track is *purity-matched* to its majority
-  particle p (not noise) when more than half of its hits come from p. Every
-  purity-matched track of a particle beyond the first is a duplicate;
-  duplicate rate = duplicates / candidate tracks. (Double-majority matching
-  cannot produce duplicates, hence the looser matching here.)
-
-Fake and duplicate rates count all candidate tracks, whatever the pT.
-
-Binned (:func:`binned_efficiencies`): tracking and perfect-match efficiency
-vs pT over particles on at least ``min_layers`` layers (every pT, bins
-:data:`PT_BINS`), and vs eta over reconstructable particles (bins
-:data:`ETA_BINS`); each bin holds its particle count and binomial errors.
+Track level (hits of particle 0 are noise): a *reconstructable* particle is not noise, hits at least ``min_layers``
+(3) distinct layers and has pT strictly above ``pt_min`` (1 GeV); tracking efficiency counts those with a
+double-majority track (``perfect_efficiency``: a track of exactly its hits); fake and duplicate rates count the
+candidate tracks (at least ``min_track_hits`` (3) hits), whatever the pT. :func:`binned_efficiencies` bins the
+efficiencies vs pT (particles on >= ``min_layers`` layers) and vs eta (reconstructable particles).
 """
 
 from __future__ import annotations
@@ -271,7 +243,7 @@ class ParticleTable:
 
 @dataclass(frozen=True)
 class TrackingMetrics:
-    """Track-level figures of one event (definitions in the module docstring)."""
+    """Track-level figures of one event (definitions: docs/evaluation.md)."""
 
     tracking_efficiency: float
     """Double-majority efficiency for reconstructable particles (nan if there are none)."""
@@ -411,7 +383,7 @@ def binned_fraction(values: np.ndarray, passed: np.ndarray, bins: np.ndarray) ->
 
 
 def binned_efficiencies(metrics: list[TrackingMetrics], pt_min: float = 1.0, min_layers: int = 3) -> dict:
-    """Tracking and perfect-match efficiency vs pT and vs eta, pooled over events (definitions in the module docstring).
+    """Tracking and perfect-match efficiency vs pT and vs eta, pooled over events (definitions: docs/evaluation.md).
 
     Returns:
         ``{"efficiency_vs_pt": {...}, "efficiency_vs_eta": {...}}``, each with ``bins`` (B+1 edges), ``count`` (B

@@ -1,35 +1,16 @@
 """Where each lost particle is lost: the first stage of the chain that breaks it, by pT (``evaluate --losses``).
 
 Every particle the binned efficiencies count (not noise, hits on at least ``min_layers`` layers; pT bins of
-:data:`LOSS_PT_BINS` and one bin above ``pt_min``, whose particles are the reconstructable ones of
-``tracking_efficiency``) is either *perfect* (a track of exactly its hits, :func:`~domainpar.tracks.efficiency.
-tracking_metrics`) or lost at the first of these stages that breaks its *chain*:
-
-1. ``graph``: graph construction. A hit of the particle is not a node of the graph, or the true segments
-   (:mod:`domainpar.data.true_segments`) the construction built do not join all its hits;
-2. ``filter``: the built ones do, the ones the edge filter kept do not;
-3. ``gnn``: the kept ones do, those the GNN scores above the builder's own cut do not
-   (:attr:`~domainpar.tracks.config.TrackConfig.follow_threshold`: ``extend_threshold``, 0.02, for ``ckf`` and
-   ``ambiguity``; the working point ``threshold`` for ``components`` and ``walk``): the builder cannot follow them;
-4. ``weak``: those do, but not the ones above the working point ``threshold`` (0.5): the builder may follow the
-   chain, the GNN backs it weakly. Empty when the builder's cut is the threshold;
-5. ``builder``: every needed segment is there and scored above the threshold, and the builder still left the
-   particle (missed it, or built it with a hit missing or foreign).
-
-What a perfect track *needs*: its hits joined into one connected piece by the particle's own true segments (taken
-undirected). A true segment joins consecutive layer groups of the particle (hits on one layer next to each other
-along its path form one group), so for a particle of one hit a layer the chain is every consecutive segment; for a
-particle with two hits on a layer (overlapping modules: A, B, B', C gives A–B, A–B', B–C, B'–C) any segment into
-each of B and B' will do, since a builder places the second hit of a layer beside its twin; a particle back on a
-layer after a loop gives groups of its own, joined in the order of its hits' distances from its vertex. A missing
-segment breaks the chain only when no other joins the two sides.
-
-The split is by the particle's first broken stage, not by what the builder did with it: a builder that bridges
-a gap (``ckf``'s stepping stones, attaching at holes, fragments merged by their helices, or an edge between two
-of the particle's hits that is no true segment, such as one jumping a layer over a hit of it) makes such a
-particle perfect, and it is counted perfect (``perfect_broken`` counts them by the stage that broke their
-chain). Each lost stage is split into ``missed`` (no double-majority track: not in ``tracking_efficiency``) and
-``not_perfect`` (found, but not perfectly).
+:data:`LOSS_PT_BINS` and one bin above ``pt_min``) is either *perfect* (a track of exactly its hits) or lost at the
+first of :data:`STAGES` that breaks its *chain*, its hits joined into one piece by its own true segments
+(:mod:`domainpar.data.true_segments`, taken undirected): ``graph`` (a hit is no node, or the segments the
+construction built do not join them), ``filter`` (those the edge filter kept do not), ``gnn`` (those scored above
+the builder's own cut, :attr:`~domainpar.tracks.config.TrackConfig.follow_threshold`, do not), ``weak`` (those
+above the working point ``threshold`` do not), ``builder`` (the chain is whole above the threshold and the builder
+still left the particle). A particle a builder bridged is counted perfect (``perfect_broken`` counts them by the
+stage that broke their chain); each lost stage is split into ``missed`` (no double-majority track) and
+``not_perfect``. The definitions in full, with a particle's double hits and loops: docs/tracks.md, "Where
+particles are lost, by pT".
 """
 
 from __future__ import annotations
