@@ -174,9 +174,7 @@ def _show_partition(recipe: Recipe, out: Path, echo: Callable[[str], None]) -> N
 def run_demo(config: DemoConfig, echo: Callable[[str], None] = print) -> dict:
     """Run the recipe scaled down (:func:`demo_recipe`) through :func:`run_recipe` and return its result.
 
-    Args:
-        config: the pipeline's settings (validated first).
-        echo: where progress lines and tables go (the CLI passes ``click.echo``).
+    ``echo``: where progress lines and tables go (the CLI passes ``click.echo``).
 
     Returns:
         ``eval.json``'s content (:func:`~domainpar.pipeline.physics.run_recipe`), whose ``recipe`` is the one run.

@@ -100,12 +100,10 @@ def run_recipe(
     """Run ``recipe`` under ``out`` and return (and write) ``eval.json``'s content.
 
     Args:
-        recipe: the recipe (scaled or not).
         out: output directory (created; a previous run there is replaced).
         real: directory of real labelled TrackML events to evaluate on after
             training (None or missing: simulated events only).
         echo: where progress lines and the closing table go.
-        progress: show progress bars.
         events_cache: keep the simulated events here, keyed by the simulation settings and the simulator's
             source, and reuse them in later runs (None: simulate under ``out``).
         unlabelled: prefixes of real events without truth (the full event 21000): after training they are built,

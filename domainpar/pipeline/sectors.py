@@ -184,8 +184,6 @@ def compare_sectors(
             ``filtered/`` or ``graphs/``, ``eval.json``); the sector models go to ``<run_dir>/sectors/<P>/``.
         recipe: the recipe of that run (model, optimiser, steps and seed are reused as they are).
         counts: sector counts to train.
-        echo: progress lines.
-        progress: progress bars.
 
     Returns:
         (and ``<run_dir>/sectors.json``) ``{"halo": {...}, "sectors": {P: {"whole": {...}, "sector_inference": {...},

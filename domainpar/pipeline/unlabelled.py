@@ -39,9 +39,7 @@ def truth_free_figures(
         num_nodes: hits in the graph.
         num_edges_built: edges of the graph as built, before the edge filter.
         scores: (E,) GNN scores (sigmoid) of the edges the GNN saw.
-        threshold: the working point.
         track_id: (N,) track of every hit.
-        seconds_tracks: time track building took.
     """
     sizes = np.bincount(track_id)
     candidates = sizes[sizes >= 3]
@@ -75,8 +73,6 @@ def compare_unlabelled(
         model_path: the trained model (its checkpoint records the graph build, the filter, threshold and builder).
         out: the run directory (``filter.pt`` when the recipe has a filter).
         prefixes: real TrackML events (hits, and cells when the graph needs them; truth not read).
-        num_parts: parts per event of the inference.
-        echo: progress lines.
 
     Returns:
         ``{"real": {"events": [figures per event], **mean figures}, "real_<subset>": {...}}``.

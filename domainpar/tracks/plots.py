@@ -109,7 +109,6 @@ def plot_roc(scores: np.ndarray, labels: np.ndarray, path: str | os.PathLike, th
     Args:
         scores: (E,) edge scores (probabilities).
         labels: (E,) truth.
-        path: output PNG.
         threshold: marks the working point "score > threshold" when given.
         auc: shown in the legend when given.
     """
@@ -162,12 +161,7 @@ def plot_performance(
 ) -> list[Path]:
     """Efficiency and purity vs pT (``efficiency_purity_vs_pt.png``) and vs eta (``..._vs_eta.png``).
 
-    Args:
-        particles: pooled particle arrays.
-        edges: pooled edge arrays.
-        directory: where the two PNGs go.
-        pt_min: pT cut (GeV) of the eta plots.
-        min_layers: reconstructable particles hit at least this many layers.
+    ``pt_min`` (GeV) is the pT cut of the eta plots; reconstructable particles hit at least ``min_layers`` layers.
     """
     plt = _pyplot()
     from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -220,19 +214,14 @@ def plot_event_display(
     pos: np.ndarray, track_id: np.ndarray, edge_index: np.ndarray, edge_mask: np.ndarray, path: str | os.PathLike,
     min_track_hits: int = 3, title: str = "",
 ) -> Path:  # fmt: skip
-    """Found tracks in the transverse (x–y) and longitudinal (z–r) views.
-
-    Tracks of at least ``min_track_hits`` hits are drawn in colour along the
-    edges that built them; all other hits are small grey points.
+    """Found tracks in the transverse (x–y) and longitudinal (z–r) views: tracks of at least ``min_track_hits`` hits
+    in colour along the edges that built them, all other hits small grey points.
 
     Args:
         pos: (N, 3) hit positions in mm.
         track_id: (N,) track of every hit.
         edge_index: (2, E) edges of the graph.
         edge_mask: (E,) bool edges that joined hits into tracks.
-        path: output PNG.
-        min_track_hits: smallest track drawn in colour.
-        title: figure title.
     """
     from matplotlib.collections import LineCollection
 
@@ -351,10 +340,8 @@ def plot_track_examples(
         track_id: (N,) candidate of every hit.
         particle_id: (N,) truth particle of every hit (0: noise).
         particle_pt: (N,) pT of every hit's particle (GeV).
-        path: output PNG.
         count: examples of each kind.
         pt_min: whole and broken examples are particles above this pT (GeV).
-        title: figure title.
     """
     plt = _pyplot()
     pos = np.asarray(pos, dtype=np.float64)
