@@ -193,9 +193,9 @@ def _norm(weights: _Weights, prefix: str, hidden: int, layer_norm: bool) -> nn.M
     return norm.requires_grad_(False)
 
 
-def _mlp(weights: _Weights, prefix: str, config, activation_cls) -> DeployMLP:
+def _mlp(weights: _Weights, prefix: str, config, activation_cls, first: int = 0) -> DeployMLP:
     layers = []
-    for i in range(config.mlp_layers):
+    for i in range(first, config.mlp_layers):
         linear = _linear(weights.get(f"{prefix}.linears.{i}.weight"), weights.get(f"{prefix}.linears.{i}.bias"))
         layers.append(DeployLayer(linear, _norm(weights, f"{prefix}.norms.{i}", config.hidden, config.layer_norm), activation_cls()))
     return DeployMLP(layers)
@@ -212,12 +212,9 @@ def _pair_mlp(weights: _Weights, prefix: str, config, activation_cls) -> DeployP
     w_src = _linear(first_weight[:, :hidden], None)
     w_dst = _linear(first_weight[:, hidden : 2 * hidden], None)
     w_edge = _linear(first_weight[:, 2 * hidden :], first_bias)
-    rest = []
-    for i in range(1, config.mlp_layers):
-        linear = _linear(weights.get(f"{prefix}.mlp.linears.{i}.weight"), weights.get(f"{prefix}.mlp.linears.{i}.bias"))
-        rest.append(DeployLayer(linear, _norm(weights, f"{prefix}.mlp.norms.{i}", hidden, config.layer_norm), activation_cls()))
+    rest = _mlp(weights, f"{prefix}.mlp", config, activation_cls, first=1)
     first_norm = _norm(weights, f"{prefix}.mlp.norms.0", hidden, config.layer_norm)
-    return DeployPairMLP(w_src, w_dst, w_edge, first_norm, activation_cls(), DeployMLP(rest))
+    return DeployPairMLP(w_src, w_dst, w_edge, first_norm, activation_cls(), rest)
 
 
 def deploy_model(model_config, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> nn.Module:

@@ -91,7 +91,6 @@ class ExportedModel:
     """An exported model file with its sidecar (and its edge filter's file), ready to score graphs."""
 
     path: Path
-    """The model file."""
     sidecar: dict[str, Any]
     """Its sidecar (see :mod:`domainpar.export.sidecar`)."""
     runner: Any

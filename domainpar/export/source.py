@@ -35,7 +35,6 @@ class ExportSource:
     """A checkpoint ready to be exported."""
 
     path: Path
-    """The checkpoint file."""
     sha256: str
     """The checkpoint's verified content checksum (:func:`domainpar.train.checkpoint.state_digest`), recorded in the sidecar."""
     model_config: ModelConfig
@@ -45,7 +44,6 @@ class ExportSource:
     dtype: torch.dtype
     """Dtype of the trained weights (float32, or float64 for fp64 runs)."""
     step: int | None
-    """Optimiser steps of the checkpoint."""
     threshold: float | None
     """The score threshold of the training run (``run.threshold``), None if the checkpoint has no run config."""
     track_method: str | None

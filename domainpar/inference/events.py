@@ -53,9 +53,7 @@ class PreparedEvent:
     """An event read, built and pruned, ready to be scored."""
 
     source: EventSource
-    """The event."""
     event_id: int
-    """TrackML event number."""
     graph: EventGraph
     """The model's graph: pruned by the recorded filter, checked; labelled when truth was asked for."""
     event_hit_id: np.ndarray

@@ -38,9 +38,8 @@ class Outcome:
     """What happened to one event."""
 
     name: str
-    """The event."""
     ok: bool
-    """Its outputs were written."""
+    """The event's outputs were written."""
     error: str | None = None
     """One line: why it failed."""
     seconds: dict = field(default_factory=dict)
@@ -58,7 +57,6 @@ class Plan:
     skipped: list[str]
     """Events whose outputs are already there (this pipeline, the same input files)."""
     digest: str
-    """The pipeline's digest."""
     record: dict
     """The pipeline's record (``reconstruct.json``)."""
 

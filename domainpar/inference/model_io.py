@@ -27,7 +27,6 @@ class LoadedModel:
     threshold: float | None
     """The training run's threshold, when the checkpoint records one."""
     step: int | None
-    """Optimiser steps of the checkpoint."""
     graph: dict | None = None
     """The training graphs' ``node_features``, ``edge_features`` and ``build_config`` (JSON), when recorded."""
     model_config: ModelConfig = ModelConfig()

@@ -115,7 +115,6 @@ class EventResult:
     """One event through the chain."""
 
     event: PreparedEvent
-    """What was scored."""
     logits: np.ndarray
     """(E,) float64 edge logits."""
     scores: np.ndarray

@@ -108,9 +108,7 @@ class RawEvent:
     """A raw event read once: its frames, the digest of the bytes read, and how long reading took."""
 
     event_id: int
-    """TrackML event number."""
     hits: pd.DataFrame
-    """The hits (validated)."""
     cells: pd.DataFrame | None
     """The cells, when the features need them."""
     particles: pd.DataFrame | None

@@ -57,7 +57,6 @@ class ScoredEvent:
     layer: np.ndarray
     """(M,) layer code of every raw hit."""
     particles: ParticleTable
-    """Particle pT and eta."""
 
 
 def load_scored(scores_dir: Path, events_dir: Path) -> list[ScoredEvent]:
