@@ -105,11 +105,8 @@ def run_host(
                     # among the event's failures); an event too small to check the model on is one of them.
                     runner.check_locality(prepared.graph)
                     outcome = _reconstruct_event(runner, digest, prepared, config)
-                except LocalityUnproven as exc:
-                    products.remove_event(config.out, source.name)
-                    outcome = Outcome(source.name, False, message_line(str(exc)))
                 except DomainparError as exc:
-                    if not runner.locality_checked:
+                    if not runner.locality_checked and not isinstance(exc, LocalityUnproven):
                         raise  # the refusal of a model that is not local
                     products.remove_event(config.out, source.name)
                     outcome = Outcome(source.name, False, message_line(str(exc)))

@@ -61,14 +61,4 @@ def write_scored_graph(evaluation: EventEvaluation, directory: str | os.PathLike
     return save_graph(evaluation.graph, path, extra=extra)
 
 
-def read_scores(path: str | os.PathLike) -> tuple[np.ndarray, dict[str, Any]]:
-    """(E,) float32 scores and their record from a file written by :func:`write_scored_graph`."""
-    path = Path(path)
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            return npz[NPZ_SCORES], json.loads(str(npz[NPZ_RECORD]))
-    data = read_pyg_object(path)
-    return data[PYG_SCORES].numpy(), json.loads(data[PYG_RECORD])
-
-
-__all__ = ["read_scores", "write_scored_graph"]
+__all__ = ["write_scored_graph"]

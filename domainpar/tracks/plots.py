@@ -1,11 +1,5 @@
-"""Physics plots of an evaluation (PNG, matplotlib's non-interactive Agg backend).
-
-* :func:`plot_roc` — ROC curve of the edge classifier, with the working point;
-* :func:`plot_performance` — efficiency and purity vs pT and vs eta
-  (tracking efficiency of reconstructable particles, edge efficiency of true
-  edges, edge purity of predicted edges), with binomial error bars;
-* :func:`plot_event_display` — found tracks in the x–y and r–z views;
-* :func:`plot_track_examples` — built tracks whole, broken and fake, hits coloured by true particle.
+"""Physics plots of an evaluation (PNG, matplotlib's non-interactive Agg backend): the ROC curve, efficiency and
+purity vs pT and eta with binomial error bars, event displays, and built tracks whole, broken and fake.
 
 Binning conventions: an edge's pT is the pT of the particle of its inner hit
 (edges starting on a noise hit have no pT and are left out of the pT plots);

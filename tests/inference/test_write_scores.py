@@ -10,8 +10,18 @@ import pytest
 import torch
 
 from domainpar.data.graph_files import load_graph
-from domainpar.inference.scores import read_scores
+from domainpar.data.pyg_files import read_pyg_object
+from domainpar.inference.scores import NPZ_RECORD, NPZ_SCORES, PYG_RECORD, PYG_SCORES
 from fixtures import TRACKML_DIR, copy_event1
+
+
+def read_scores(path) -> tuple[np.ndarray, dict]:
+    """(E,) float32 scores and their record from a file written by ``evaluate --write-scores``."""
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as npz:
+            return npz[NPZ_SCORES], json.loads(str(npz[NPZ_RECORD]))
+    data = read_pyg_object(path)
+    return data[PYG_SCORES].numpy(), json.loads(data[PYG_RECORD])
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +42,6 @@ def checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("fmt", ["raw", "npz", "pyg"])
 def test_scores_are_written_back_in_the_format_read(checkpoint, fmt, tmp_path, capsys):
     from domainpar.cli.main import main
-    from domainpar.data.pyg_files import read_pyg_object
 
     (tmp_path / "events").mkdir()
     events = copy_event1(tmp_path / "events")
