@@ -72,8 +72,7 @@ def _csv_column(values: np.ndarray, floats: bool) -> list[str] | None:
     decimal, floats (when ``floats``) to 7 significant digits and NaN empty; None for another dtype.
 
     Each distinct value (by its bits, so -0.0 stays apart from 0.0) is formatted once: a track's fit repeats on
-    every hit of the track, and pandas formats every element in Python (event 21000: 1.06-1.10 s of writing, now
-    0.36-0.59 s).
+    every hit of the track, and pandas formats every element in Python.
     """
     if values.dtype.kind in "iu":
         return values.astype(str).tolist()

@@ -332,8 +332,7 @@ def _filter(
     return gnn_graphs, {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
 
 
-#: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB of
-#: the file (a recipe's full-event graph: 197 MB, 10 s).
+#: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB.
 PRUNE_SECONDS_PER_MB = 0.05
 
 
