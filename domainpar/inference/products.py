@@ -120,9 +120,7 @@ class EventOutputs:
     name: str
     """The event's name (``event000021000``)."""
     submission: bytes
-    """The submission CSV."""
     tracks: bytes
-    """The tracks file."""
     record: dict
     """The event's record without its outputs' digests."""
 
