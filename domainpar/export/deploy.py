@@ -1,21 +1,18 @@
 """The deploy-time edge classifier: the trained Interaction Network as one plain forward pass.
 
-The training model (:class:`~domainpar.model.interaction_network.InteractionNetwork`)
-runs on a part's local graph with a halo exchange, activation checkpointing
-and whatever custom autograd its speed needs. None of that belongs in a
-deployed model. :func:`deploy_model` rebuilds the same function from a
-checkpoint's ``model_config`` and ``state_dict`` out of operations that
-TorchScript and ONNX (opset >= 16: ``ScatterElements`` with ``reduction="add"``
-for the sums over incident edges) both support, with the calling convention of
-ACTS's ExaTrkX edge-classifier stage:
+The training model (:class:`~domainpar.model.interaction_network.InteractionNetwork`) runs on a part's local graph
+with a halo exchange, activation checkpointing and whatever custom autograd its speed needs. None of that belongs in
+a deployed model. :func:`deploy_model` rebuilds the same function from a checkpoint's ``model_config`` and
+``state_dict`` out of operations that TorchScript and ONNX (opset >= 16: ``ScatterElements`` with
+``reduction="add"`` for the sums over incident edges) both support, with the calling convention of ACTS's ExaTrkX
+edge-classifier stage:
 
     forward(x, edge_index[, edge_attr]) -> logits
 
-``x`` (N, F) float32 node features, ``edge_index`` (2, E) int64 with row 0
-the source (inner) and row 1 the destination (outer) hit, ``edge_attr``
-(E, F_e) float32 only for models trained with edge features, and (E,)
-float32 logits out (the caller applies the sigmoid and the cut). N and E are
-free. The math is the training model's, term by term:
+``x`` (N, F) float32 node features, ``edge_index`` (2, E) int64 with row 0 the source (inner) and row 1 the
+destination (outer) hit, ``edge_attr`` (E, F_e) float32 only for models trained with edge features, and (E,)
+float32 logits out (the caller applies the sigmoid and the cut). N and E are free. The math is the training
+model's, term by term:
 
     h = enc_n(x);  e = enc_e(edge_attr)  (or the learned start vector)
     repeat T times:

@@ -1,11 +1,9 @@
 """Running an exported model file, as the deployment side does.
 
-:class:`ExportedModel` loads a TorchScript file with ``torch.jit.load`` or an
-ONNX file with ONNX Runtime on CPU (the settings ACTS's
-``OnnxEdgeClassifier`` uses: one intra-op thread, extended graph
-optimisations), and returns the logits of every edge of a graph.
-``domainpar evaluate --model`` scores events with it, and ``domainpar
-export`` checks every file it writes with it.
+:class:`ExportedModel` loads a TorchScript file with ``torch.jit.load`` or an ONNX file with ONNX Runtime on CPU
+(the settings ACTS's ``OnnxEdgeClassifier`` uses: one intra-op thread, extended graph optimisations), and returns
+the logits of every edge of a graph. ``domainpar evaluate --model`` scores events with it, and ``domainpar export``
+checks every file it writes with it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What an export starts from: a trained checkpoint, checked, and the description of its inputs.
 
-A checkpoint (``checkpoints/step-*.pt`` or the final ``model.pt``) of any run
-— one process, domain-parallel on any number of ranks, with or without
-activation checkpointing — holds the same one-process ``state_dict``; the
-export is that one-process model. The file is read with the checkpoint
-loader of :mod:`domainpar.train.checkpoint` (``weights_only=True``), which
-verifies its content checksum and the type of every entry, and refuses a
-damaged or incomplete file with one line.
+A checkpoint (``checkpoints/step-*.pt`` or the final ``model.pt``) of any run (one process, domain-parallel on any
+number of ranks, with or without activation checkpointing) holds the same one-process ``state_dict``; the export is
+that one-process model. The file is read with the checkpoint loader of :mod:`domainpar.train.checkpoint`
+(``weights_only=True``), which verifies its checksum and every entry's type and refuses a damaged file in one line.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Writing an exported model: TorchScript or ONNX, checked against the training model, then its sidecar.
 
-Every file is written to a temporary name, loaded back the way the
-deployment side loads it (``torch.jit.load``, ONNX Runtime on CPU), run on a
-check graph whose size differs from the one the export was traced with
-(so the dynamic N and E are exercised), and compared with the training
-model's logits on the same graph. Only a file that reproduces them is
-renamed into place, with its sidecar; otherwise nothing is written.
+Every file is written to a temporary name, loaded back the way the deployment side loads it (``torch.jit.load``,
+ONNX Runtime on CPU), run on a check graph whose size differs from the one the export was traced with (so the
+dynamic N and E are exercised), and compared with the training model's logits on the same graph. Only a file that
+reproduces them is renamed into place, with its sidecar; otherwise nothing is written.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """One event made ready for the model: :func:`prepare_event`, the first stage of every command's chain.
 
-A raw event is read (each file once), built with the recorded build and
-pruned by the recorded filter; a graph file is read and taken as the model's
-training graphs were (:class:`~domainpar.inference.graphs.GraphStage`). With
-truth (evaluate) the same graph carries labels, and the event's truth — hit
-weights, particles, layers — comes with it for the figures; the edges,
-features and tracks are those of a run without truth. The result is
-picklable: a preparing process hands it to the process that scores it.
+A raw event is read (each file once), built with the recorded build and pruned by the recorded filter; a graph file
+is taken as the model's training graphs were (:class:`~domainpar.inference.graphs.GraphStage`). With truth
+(evaluate) the same graph carries labels and the event's truth (hit weights, particles, layers) comes with it; the
+edges, features and tracks are those of a run without truth. The result is picklable: a preparing process hands it
+to the process that scores it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """An event's graph as the model's training graphs were: :class:`GraphStage`.
 
-What a model was trained on decides how an event becomes its input: the
-graph build (cuts and features) the checkpoint or the exported model's
-sidecar records, and the edge filter (by its content hash) that pruned the
-training graphs. A raw event is built with that build and pruned by that
-filter; a graph file is taken as it is when it was pruned by that filter,
-pruned here when it was not pruned at all, and refused otherwise. Either
-way its features are checked against the model's inputs. The stage is
-picklable, so a preparing process gets it whole (the loaded filter with it).
+A raw event is built with the graph build the checkpoint (or the exported model's sidecar) records and pruned by
+the recorded edge filter (by its content hash); a graph file is taken as it is when that filter pruned it, pruned
+here when it was not pruned at all, and refused otherwise. Either way its features are checked against the model's
+inputs. The stage is picklable, so a preparing process gets it whole (the loaded filter with it).
 """
 
 from __future__ import annotations

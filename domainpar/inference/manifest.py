@@ -1,12 +1,9 @@
 """What a reconstruction's ``--out`` says about its run: the manifest, the plan of what is left, the summary.
 
-``<out>/reconstruct.json`` (the manifest) records the pipeline — the model's
-digest, its build, filter, threshold and track builder — and its digest: a
-rerun with another pipeline is refused (``--redo`` replaces the outputs
-instead). The plan, made while holding the run's lock, lists the events
-still to do: an event whose record names this pipeline and its input files
-as they are now is skipped. ``<out>/summary.json`` holds the run's figures:
-events done, skipped and failed, and every stage's time per event.
+``<out>/reconstruct.json`` (the manifest) records the pipeline and its digest: a rerun with another pipeline is
+refused (``--redo`` replaces the outputs instead). The plan, made while holding the run's lock, lists the events
+still to do: an event whose record names this pipeline and its input files as they are now is skipped.
+``<out>/summary.json`` holds the run's figures: events done, skipped and failed, and every stage's time per event.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """A trained tracker restored for inference: :class:`Pipeline`, and the records that decide how it runs.
 
-A pipeline is a checkpoint (plus the edge filter its training graphs were
-pruned with) or an exported TorchScript/ONNX model with its sidecar.
-:func:`load_pipeline` restores it once from a
-:class:`~domainpar.inference.spec.PipelineSpec`, and the rule is one: **the
-checkpoint's records decide**. What the checkpoint (or the sidecar) records
-about its training — how raw events were built into graphs, which edge filter
-pruned them (by content hash), the working point, the track builder — is
-how every command treats every event; an option only overrides the threshold
-or the builder when given, and a filter file must be the recorded one. The
-event chain that then runs is :mod:`domainpar.inference.runner`.
+A pipeline is a checkpoint (plus the edge filter its training graphs were pruned with) or an exported
+TorchScript/ONNX model with its sidecar; :func:`load_pipeline` restores it once from a
+:class:`~domainpar.inference.spec.PipelineSpec`. The rule is one: **the checkpoint's records decide**. What the
+checkpoint (or the sidecar) records about its training (how raw events were built into graphs, which edge filter
+pruned them, the working point, the track builder) is how every command treats every event; an option only
+overrides the threshold or the builder when given, and a filter file must be the recorded one.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Events prepared ahead of the one being scored: :class:`Preparer`.
 
-A run hands reading, graph building and the edge filter
-(:func:`~domainpar.inference.events.prepare_event`) to a *preparing* process
-that works ``prefetch`` events ahead, so event i+1 is read and built while
-event i is scored, tracked and written; with ``prefetch`` 0 the scoring
-process prepares each event itself. Either way the prepared event is the same.
+A run hands reading, graph building and the edge filter (:func:`~domainpar.inference.events.prepare_event`) to a
+*preparing* process that works ``prefetch`` events ahead, so event i+1 is read and built while event i is scored,
+tracked and written; with ``prefetch`` 0 the scoring process prepares each event itself, the same event either way.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The events of a run: raw TrackML events or graph files, listed once and each file read once.
 
-An input is named by its event (``event000021000``) and identified by its
-files: :func:`input_stamp` gives each file's name, size and modification time
-(what a rerun compares to tell whether an event's outputs were made from the
-files that are there now), and :func:`read_raw_event` reads every file it
-needs exactly once, hashes the bytes it read (the data digest an output
-records) and parses them from memory. The truth and particles files are read
-only when truth is asked for (evaluate); a reconstruction never opens them.
+An input is named by its event (``event000021000``) and identified by its files: :func:`input_stamp` gives each
+file's name, size and modification time (what a rerun compares), and :func:`read_raw_event` reads every file it needs
+exactly once, hashes the bytes read (the data digest an output records) and parses them from memory. The truth and
+particles files are read only when truth is asked for (evaluate); a reconstruction never opens them.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """What a trained pipeline is asked to do, checked in one place: :class:`PipelineSpec` and the commands' configs.
 
-``domainpar evaluate`` and ``domainpar reconstruct`` run the same pipeline
-(:mod:`domainpar.inference.pipeline`) and take the same pipeline options
-(:func:`domainpar.cli.pipeline_options.pipeline_options`): the model (a
-checkpoint, or an exported file), its edge filter, the threshold, the track
-builder and how every event is split for inference. :class:`PipelineSpec`
-holds them and refuses a combination that cannot run, with one line naming
-the option; :class:`EvaluateConfig` and :class:`ReconstructConfig` add what
-each command does besides. A setting left at None is the checkpoint's
-record (:func:`~domainpar.inference.pipeline.load_pipeline`): the
-checkpoint's records decide how an event is treated.
+``domainpar evaluate`` and ``domainpar reconstruct`` run the same pipeline (:mod:`domainpar.inference.pipeline`)
+and take the same pipeline options (:func:`domainpar.cli.pipeline_options.pipeline_options`): the model, its edge
+filter, the threshold, the track builder and how every event is split for inference. :class:`PipelineSpec` holds
+them and refuses a combination that cannot run, with one line naming the option; :class:`EvaluateConfig` and
+:class:`ReconstructConfig` add what each command does besides. A setting left at None is the checkpoint's record
+(:func:`~domainpar.inference.pipeline.load_pipeline`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The embedded default pipeline behind ``domainpar demo`` and ``make run``: the physics recipe, scaled down.
 
-The recipe (the packaged ``examples/physics.yaml``, or ``--recipe``) is
-scaled to a few minutes (fewer and smaller events, fewer epochs and edge-filter
-steps), set to train domain-parallel on ``--ranks`` local processes and to
-evaluate with as many parts per event (halo exchange), and run by the recipe's
-own runner, :func:`~domainpar.pipeline.physics.run_recipe`: simulate → build →
-edge filter → train → evaluate, the chain ``python -m bench --only physics``
-runs at full size. So a fresh clone shows the whole engine working with no
-external data, on the same code path as the recipe.
+The recipe (the packaged ``examples/physics.yaml``, or ``--recipe``) is scaled to a few minutes, set to train
+domain-parallel on ``--ranks`` local processes and to evaluate with as many parts per event, and run by the recipe's
+own runner (:func:`~domainpar.pipeline.physics.run_recipe`), the chain ``python -m bench --only physics`` runs at full
+size: a fresh clone shows the whole engine working with no external data, on the recipe's code path.
 
-Under ``DemoConfig.out`` lie the runner's outputs (``eval.json`` records the
-recipe it ran, ``train/model.pt``, ``filter.pt``, graphs, plots,
-submissions), a picture of how the first training event is split between the
-ranks (``partition.png``), and ``summary.json``: the closing table, the figures
-reached beside those of a full recipe run (``recipes/physics_reference.json``).
+Under ``DemoConfig.out`` lie the runner's outputs, a picture of how the first training event is split between the
+ranks (``partition.png``), and ``summary.json``: the closing table, beside the figures of a full recipe run
+(``recipes/physics_reference.json``).
 """
 
 from __future__ import annotations

@@ -1,35 +1,29 @@
 """A named training recipe: the events it trains from, the graph, the filter, the model, the tracks.
 
-A recipe is one YAML file (``examples/physics.yaml`` is the project's) with
-these sections:
+A recipe is one YAML file (``examples/physics.yaml`` is the project's) with these sections:
 
 ``simulation``
-    the simulated events it trains and validates on: counts, particles per
-    event, seeds (:class:`SimulationSection`);
+    the simulated events it trains and validates on: counts, particles per event, seeds (:class:`SimulationSection`);
 ``graph``
     the hit-graph cuts and features (:class:`~domainpar.data.graph.GraphConfig`);
 ``filter``
-    the edge filter run on every graph before the GNN
-    (:class:`~domainpar.filter.FilterConfig`), or ``null`` for none;
+    the edge filter run on every graph before the GNN (:class:`~domainpar.filter.FilterConfig`), or ``null``;
 ``model``, ``optim``, ``loss``, ``parallel``, ``run``
-    the GNN training, exactly as in a ``domainpar train`` config
-    (:class:`~domainpar.train.config.TrainConfig`; ``data`` is filled in by the
-    pipeline);
+    the GNN training, exactly as in a ``domainpar train`` config (:class:`~domainpar.train.config.TrainConfig`;
+    ``data`` is filled in by the pipeline);
 ``tracks``
     track building and the working point (:class:`TracksSection`);
 ``evaluation``
-    how the trained model is judged: parts per event, detector regions of the
-    held-out events judged on their own (:class:`EvaluationSection`);
+    how the trained model is judged: parts per event, detector regions of the held-out events judged on their own
+    (:class:`EvaluationSection`);
 ``profiles``
-    optional per-device overrides: ``profiles: {cuda: {model: {hidden: 128}, parallel: {ranks: 4}}}``
-    replaces those keys of those sections when the recipe is loaded for that
-    device (``load_recipe(path, device="cuda")``, ``python -m bench --device
-    cuda``). The file itself is the CPU recipe. Every profile is validated
-    whenever the file is loaded, so a recipe whose GPU size is wrong fails on
-    a CPU machine too.
+    optional per-device overrides: ``profiles: {cuda: {model: {hidden: 128}, parallel: {ranks: 4}}}`` replaces
+    those keys of those sections when the recipe is loaded for that device (``load_recipe(path, device="cuda")``,
+    ``python -m bench --device cuda``). The file itself is the CPU recipe. Every profile is validated whenever the
+    file is loaded, so a recipe whose GPU size is wrong fails on a CPU machine too.
 
-:func:`load_recipe` validates everything before anything runs and stops at the
-first mistake with one line naming the file and the key.
+:func:`load_recipe` validates everything before anything runs and stops at the first mistake with one line naming
+the file and the key.
 """
 
 from __future__ import annotations

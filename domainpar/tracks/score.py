@@ -3,20 +3,16 @@
 Rules (``trackml.score.score_event`` of the challenge's own library):
 
 * every hit carries a truth weight; noise hits (``particle_id == 0``) weigh 0;
-* a track's *majority particle* is the particle contributing most of its hits;
-  ties go to the lower particle id. Noise (particle 0) takes part like any
-  other particle, so a track made mostly of noise has majority particle 0 and
-  scores nothing, because noise weighs 0;
-* a track is *good* when MORE than half of its hits come from its majority
-  particle and MORE than half of that particle's hits (counted over the whole
-  event) are in the track — both inequalities strict;
-* the score is the summed weight of the majority particle's hits in the good
-  tracks divided by the event's total weight. Dividing by the total renormalises
-  events whose weights do not sum to one (the subsampled real event sums to 0.051).
+* a track's *majority particle* is the particle contributing most of its hits; ties go to the lower particle id.
+  Noise (particle 0) takes part like any other particle, so a track made mostly of noise has majority particle 0
+  and scores nothing, because noise weighs 0;
+* a track is *good* when MORE than half of its hits come from its majority particle and MORE than half of that
+  particle's hits (counted over the whole event) are in the track — both inequalities strict;
+* the score is the summed weight of the majority particle's hits in the good tracks divided by the event's total
+  weight, which renormalises events whose weights do not sum to one (a subsampled event).
 
-The implementation is vectorised (group-by over (track, particle) pairs) rather
-than the library's per-hit loop; ``tests/tracks/test_score.py`` checks the two agree
-on random submissions.
+The implementation is vectorised (group-by over (track, particle) pairs) rather than the library's per-hit loop;
+``tests/tracks/test_score.py`` checks the two agree on random submissions.
 """
 
 from __future__ import annotations
