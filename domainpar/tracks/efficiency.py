@@ -203,11 +203,9 @@ class ParticleTable:
     def from_hits(particle_id: np.ndarray, particle_pt: np.ndarray, pos: np.ndarray) -> "ParticleTable":
         """From per-hit truth only (a graph without its particles file).
 
-        pT is the per-hit ``particle_pt``. eta is asinh(dz/dr) with dz/dr the
-        least-squares slope of the particle's hits in the r–z plane (a helix is
-        a straight line in (arc length, z), and arc length ≈ r for pT above a
-        few hundred MeV inside the tracker); a particle whose hits share one
-        radius falls back to z/r of its first hit.
+        pT is the per-hit ``particle_pt``. eta is asinh(dz/dr) with dz/dr the least-squares slope of the particle's
+        hits in the r–z plane (a helix is a straight line in (arc length, z), and arc length ≈ r for pT above a few
+        hundred MeV inside the tracker); a particle whose hits share one radius falls back to z/r of its first hit.
         """
         particle_id = np.asarray(particle_id, dtype=np.int64)
         pos = np.asarray(pos, dtype=np.float64)

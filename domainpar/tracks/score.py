@@ -63,9 +63,8 @@ class TrackTable:
 def _integer_column(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
     """``frame[column]`` as exact int64, or a one-line error naming the first bad value and its row.
 
-    Text columns (a submission read as text, as ``domainpar score`` does) are
-    parsed as integer literals, never through float64; integer columns are
-    taken as they are; float columns (a DataFrame built in Python) must hold
+    Text columns (a submission read as text, as ``domainpar score`` does) are parsed as integer literals, never
+    through float64; integer columns are taken as they are; float columns (a DataFrame built in Python) must hold
     integral values of magnitude at most 2^53, where floats are still exact.
     """
     from domainpar.data.trackml import integers_from_text
@@ -94,10 +93,8 @@ def _integer_column(frame: pd.DataFrame, column: str, source: str) -> np.ndarray
 
 
 def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, source: str = "submission") -> pd.DataFrame:
-    """Check a submission against the event's hits; return it as int64 ``hit_id, track_id``.
-
-    A valid submission names every hit of the event exactly once and no other
-    hit (the challenge refused anything else).
+    """Check a submission against the event's hits; return it as int64 ``hit_id, track_id``. A valid submission
+    names every hit of the event exactly once and no other hit (the challenge refused anything else).
 
     Args:
         submission: table with columns ``hit_id`` and ``track_id`` (``event_id`` optional, ignored).

@@ -42,10 +42,8 @@ def submission(event_id: int, hit_id: np.ndarray, track_id: np.ndarray) -> pd.Da
 
 
 def complete_tracks(event_hit_id: np.ndarray, graph_hit_id: np.ndarray, graph_track_id: np.ndarray) -> np.ndarray:
-    """Track ids for every hit of an event when the graph held only some of them.
-
-    Hits the graph left out (for example by a pT filter) each become a
-    singleton track numbered after the graph's tracks.
+    """Track ids for every hit of an event when the graph held only some of them: hits the graph left out (for
+    example by a pT filter) each become a singleton track numbered after the graph's tracks.
 
     Args:
         event_hit_id: (M,) every hit id of the event.
