@@ -40,6 +40,11 @@ class TrackCandidates:
     seconds_compiling: float = 0.0
     """Wall time numba spent compiling kernels during the build (s): a first run on a machine; 0 when warm."""
 
+    @property
+    def num_candidates(self) -> int:
+        """T, singletons included."""
+        return int(self.offsets.size - 1)
+
     def sizes(self) -> np.ndarray:
         """(T,) hits per candidate."""
         return np.diff(self.offsets)
