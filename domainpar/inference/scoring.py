@@ -1,9 +1,8 @@
 """Judging one event's edge scores (edge metrics, tracks, TrackML score, tracking figures) and summing events.
 
-Aggregation over events: edge efficiency and purity from summed counts, ROC
-AUC exact over all edges of all events together, tracking efficiency, fake
-and duplicate rates from summed counts, and the TrackML score as the mean of
-the per-event scores (as the challenge ranked submissions).
+Aggregation over events: edge efficiency and purity, tracking efficiency, fake and duplicate rates from summed
+counts, ROC AUC exact over all edges of all events together, and the TrackML score as the mean of the per-event
+scores (as the challenge ranked submissions).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Track candidates from edge scores, and how physicists judge them.
 
-* :mod:`domainpar.tracks.candidates` — hits → track candidates
-  (:func:`~domainpar.tracks.candidates.build_candidates`, settings :class:`~domainpar.tracks.config.TrackConfig`,
-  methods :mod:`~domainpar.tracks.methods`); its docstring lists the stages of the track finder and their modules.
-* :mod:`domainpar.tracks.submission` — TrackML submissions, track ids for every hit of an event.
-* :mod:`domainpar.tracks.score` — the TrackML challenge score, exactly.
-* :mod:`domainpar.tracks.efficiency` — edge metrics (efficiency, purity, ROC AUC) and track metrics (tracking
-  efficiency, fake and duplicate rates).
-* :mod:`domainpar.tracks.plots` — ROC, efficiency/purity vs pT and eta, event displays.
+* :mod:`domainpar.tracks.candidates` — hits → track candidates (its docstring lists the stages of the track finder);
+* :mod:`domainpar.tracks.submission` and :mod:`domainpar.tracks.score` — TrackML submissions and the challenge's
+  score, exactly;
+* :mod:`domainpar.tracks.efficiency` and :mod:`domainpar.tracks.plots` — edge and track figures, and their plots;
 * :mod:`domainpar.tracks.compare` — the builders side by side on scored events.
 
 Same layer as :mod:`domainpar.data`: numpy/pandas only, no torch.distributed.

@@ -1,12 +1,9 @@
 """Track builders side by side on scored events: the measurements behind ``docs/tracks.md``.
 
-Reads graphs written by ``domainpar evaluate --write-scores`` (each with its
-``edge_score``) and the raw events that hold their truth, builds tracks with
-every method (or settings) asked for, and judges them as ``evaluate`` does:
-tracking and perfect-match efficiency (pT > 1 GeV, >= 3 layers), fake and
-duplicate rates (:mod:`domainpar.tracks.efficiency`), the TrackML score with
-the truth weights (:mod:`domainpar.tracks.score`) and the builder's seconds
-per event. Tuning builder settings on saved scores costs no inference::
+Reads graphs written by ``domainpar evaluate --write-scores`` (each with its ``edge_score``) and the raw events that
+hold their truth, builds tracks with every method (or settings) asked for, and judges them as ``evaluate`` does
+(:mod:`domainpar.tracks.efficiency`, :mod:`domainpar.tracks.score`), with the builder's seconds per event. Tuning
+builder settings on saved scores costs no inference::
 
     python -m domainpar.tracks.compare --scores runs/scores/real --events data/trackml/pixel \\
         --methods components,walk,ckf,ambiguity --json compare.json
