@@ -266,27 +266,18 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
     return sidecar
 
 
+def _stage(sidecar: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((s for s in sidecar.get("stages") or [] if isinstance(s, dict) and s.get("stage") == name), None)
+
+
 def filter_stage(sidecar: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``edge_filter`` stage of a sidecar, None when its pipeline has none (or for a version-1 sidecar)."""
-    for stage in sidecar.get("stages") or []:
-        if isinstance(stage, dict) and stage.get("stage") == "edge_filter":
-            return stage
-    return None
+    """The ``edge_filter`` stage of a sidecar, None when its pipeline has none."""
+    return _stage(sidecar, "edge_filter")
 
 
 def graph_stage(sidecar: dict[str, Any]) -> dict[str, Any]:
-    """The ``graph`` stage of a sidecar (for a version-1 sidecar: made from its ``graph`` entry and feature lists)."""
-    for stage in sidecar.get("stages") or []:
-        if isinstance(stage, dict) and stage.get("stage") == "graph":
-            return stage
-    graph = sidecar.get("graph") or {}
-    return {
-        "stage": "graph",
-        "builder": graph.get("builder"),
-        "cuts": graph.get("cuts"),
-        "node_features": feature_names(sidecar.get("node_features") or []),
-        "edge_features": feature_names(sidecar.get("edge_features") or []),
-    }
+    """The ``graph`` stage of a sidecar (every sidecar :func:`read_sidecar` reads has one; empty otherwise)."""
+    return _stage(sidecar, "graph") or {}
 
 
 def feature_names(features: list[dict[str, Any]]) -> list[str]:
