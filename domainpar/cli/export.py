@@ -98,8 +98,6 @@ def export(
             check_name_length(written, "--out", out, what)
             check_output_file(written, "--out")
         check_apart("--out", written, "file", inputs)
-    if threshold is not None and not 0.0 < threshold < 1.0:
-        raise DomainparError(f"--threshold must be in (0, 1) (got {threshold})")
     description = None
     if graphs is not None:
         first = graph_files(graphs)[0]

@@ -351,6 +351,8 @@ def export_model(
             "built like the training graphs"
         )
     recorded_filter = check_filter(edge_filter, description, source.path)
+    if threshold is not None and not 0.0 < threshold < 1.0:
+        raise DomainparError(f"--threshold must be in (0, 1) (got {threshold})")
     if threshold is not None:
         threshold_source = "--threshold at export"
     elif source.threshold is not None:
