@@ -2,7 +2,3 @@
 
 See :mod:`domainpar.filter.edge_filter`.
 """
-
-from domainpar.filter.edge_filter import EdgeFilter, FilterConfig, load_filter, train_filter
-
-__all__ = ["EdgeFilter", "FilterConfig", "load_filter", "train_filter"]

@@ -4,7 +4,3 @@
 graph → exchange → model inputs" is built, for one process (the whole event
 as a one-part plan) and for a rank of a domain group alike.
 """
-
-from domainpar.parallel.part import RankPart, StagedPart, attach, check_group, load_host_part, rank_part, stage
-
-__all__ = ["RankPart", "StagedPart", "attach", "check_group", "load_host_part", "rank_part", "stage"]

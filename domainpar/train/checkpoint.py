@@ -169,10 +169,6 @@ def seal_state(state: dict[str, Any]) -> dict[str, Any]:
 def write_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> str:
     """Seal ``state`` and write it to ``path`` atomically and durably; return its digest.
 
-    The file goes to a temporary name, is fsynced, renamed onto ``path`` and the
-    directory is fsynced, so after a crash ``path`` is either the previous file
-    or this one, complete.
-
     Args:
         state: a checkpoint dict (tensors and plain containers only).
         path: the destination (``step-*.pt`` or ``model.pt``).
@@ -329,13 +325,8 @@ def _kind(value: Any) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
 
 
-def advice_for(path: Path) -> str:
-    """What to do about a damaged checkpoint of a run (one of ``checkpoints/step-*.pt``)."""
-    return "; delete it to resume from the previous one" if checkpoint_step(path) is not None else ""
-
-
-def _fail(path: Path, key: str, expected: str, value: Any, advice: str = "") -> DomainparError:
-    return DomainparError(f"{path}: checkpoint entry {key!r} must be {expected} (got {_kind(value)} {shorten(value)}){advice}")
+def _fail(path: Path, key: str, expected: str, value: Any) -> DomainparError:
+    return DomainparError(f"{path}: checkpoint entry {key!r} must be {expected} (got {_kind(value)} {shorten(value)})")
 
 
 def _is_int(value: Any) -> bool:
@@ -449,8 +440,8 @@ def _logs_record(value: Any) -> bool:
     return metrics_ok and steps_ok
 
 
-def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None:
-    """Type and range of every entry (resumable: the full set training needs)."""
+def _validate_fields(path: Path, state: dict[str, Any], resumable: bool, advice: str) -> None:
+    """Type and range of every entry (resumable: the full set training needs); ``advice`` ends a damaged record's line."""
     non_negative = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
     positive = (lambda v: _is_int(v) and v >= 1, "a positive integer")
     _check(path, state, "step", *non_negative, required=resumable)
@@ -500,7 +491,7 @@ def _validate_fields(path: Path, state: dict[str, Any], resumable: bool) -> None
             if found is not None and found != expected:
                 raise DomainparError(
                     f"{path}: checkpoint entry {key!r} must hold {what}, {expected}, as the checkpoint's position says "
-                    f"(got {shorten(found)}); the checkpoint's records disagree with it{advice_for(path)}"
+                    f"(got {shorten(found)}); the checkpoint's records disagree with it{advice}"
                 )
     floating = {v.dtype for v in state["model"].values() if v.is_floating_point()}
     integral = [k for k, v in state["model"].items() if not v.is_floating_point() and not k.endswith("num_batches_tracked")]
@@ -594,7 +585,7 @@ def load_checkpoint(
     if missing:
         what = "a resumable checkpoint" if resumable else "a checkpoint"
         raise DomainparError(f"{path}: checkpoint is missing entries {missing} (expected {what})")
-    _validate_fields(path, state, resumable)
+    _validate_fields(path, state, resumable, advice)
     return state
 
 

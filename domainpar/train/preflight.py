@@ -4,22 +4,10 @@
 and in every rank of a torchrun/srun job *before* it joins the process group
 (the world size comes from the launcher's environment), so a job that would
 die after the queue wait — or after every rank has loaded its first event —
-ends instead at once with one line naming the flag:
-
-* defaults that depend on the world are resolved here (``optim.batch_events``
-  left unset becomes one event per replica, or the resumed run's value), so
-  the shipped configs run at any world size;
-* :func:`~domainpar.train.config.validate_config` at the launched world size
-  (domain size divides the world, batch a multiple of the replicas, ...);
-* every check in :data:`RUN_CHECKS`, each given a :class:`RunInputsView` of
-  the run (the resolved config, world and group sizes, the launcher, the
-  first training graph): enough training events for one batch, a warm-up
-  shorter than the run, hit positions
-  for geometric or sectors partitioning, ``--plans`` with one part per rank of
-  a domain group, GPUs for the local ranks, the local process limit.
-
-A new check of this kind (say, of the graph files' features) is one function
-registered with :func:`run_check`; it then runs wherever a run starts.
+ends instead at once with one line naming the flag. It resolves the defaults
+that depend on the world (:func:`resolve_defaults`), so the shipped configs run
+at any world size, validates the config at the launched world size, then runs
+every check of :data:`RUN_CHECKS` on a :class:`RunInputsView` of the run.
 """
 
 from __future__ import annotations
@@ -65,16 +53,6 @@ class RunInputsView:
     def replicas(self) -> int:
         """Data-parallel replicas (domain groups)."""
         return self.world_size // self.domain_size
-
-
-#: The checks :func:`check_run` runs after the config's own validation, in order.
-RUN_CHECKS: list[Callable[[RunInputsView], None]] = []
-
-
-def run_check(function: Callable[[RunInputsView], None]) -> Callable[[RunInputsView], None]:
-    """Register ``function`` as a pre-start check of every training run (it raises one DomainparError line)."""
-    RUN_CHECKS.append(function)
-    return function
 
 
 # ------------------------------------------------------------------------ defaults that depend on the world
@@ -127,7 +105,6 @@ def resolve_defaults(config: TrainConfig, world_size: int) -> TrainConfig:
 # ------------------------------------------------------------------------------------------- the checks
 
 
-@run_check
 def enough_events_for_a_batch(view: RunInputsView) -> None:
     """A step takes ``batch_events`` distinct events: fewer training events than that trains nothing."""
     batch = view.config.optim.batch_events
@@ -146,24 +123,17 @@ def scheduled_steps(epochs: int, num_train_events: int, batch_events: int) -> in
     return epochs * (num_train_events // batch_events)
 
 
-def optimiser_steps(view: RunInputsView) -> int:
-    """The checked run's scheduled length in optimiser steps (:func:`scheduled_steps`)."""
-    config = view.config
-    return scheduled_steps(config.run.epochs, view.num_train_events, config.optim.batch_events)
-
-
-@run_check
 def warmup_ends_before_the_run(view: RunInputsView) -> None:
     """A warm-up of the run's length or longer never lets the learning rate reach its peak (--lr): the run would
     train a schedule other than the one asked for. A resume has the same length (a cosine schedule's length is
     compared with its checkpoint's), so a run accepted here resumes. A run cut short by ``--max-steps`` is a
     deliberate short run (a check of a production config on a few steps): its cap is not held against the
     warm-up."""
-    warmup = view.config.optim.warmup
-    steps = optimiser_steps(view)
+    config = view.config
+    warmup = config.optim.warmup
+    steps = scheduled_steps(config.run.epochs, view.num_train_events, config.optim.batch_events)
     if warmup < steps:
         return
-    config = view.config
     per_epoch = view.num_train_events // config.optim.batch_events
     how = f"{config.run.epochs} epoch(s) x {per_epoch} step(s) of {config.optim.batch_events} event(s)"
     raise SettingError(
@@ -172,7 +142,6 @@ def warmup_ends_before_the_run(view: RunInputsView) -> None:
     )
 
 
-@run_check
 def positions_for_sectors(view: RunInputsView) -> None:
     """Geometric plans (and naive sectors) cut the detector by hit position: the graphs must carry positions."""
     config = view.config
@@ -197,7 +166,6 @@ def positions_for_sectors(view: RunInputsView) -> None:
         raise exc from None
 
 
-@run_check
 def plans_have_one_part_per_rank(view: RunInputsView) -> None:
     """``--plans`` must hold plans of G parts (a rank of a domain group reads its part file)."""
     plans = view.config.data.plans
@@ -216,7 +184,6 @@ def plans_have_one_part_per_rank(view: RunInputsView) -> None:
         )
 
 
-@run_check
 def local_ranks_fit_this_machine(view: RunInputsView) -> None:
     """Ranks this process spawns run on this machine: at most 4 per core, and one GPU each under NCCL."""
     if view.launcher.joins or view.world_size == 1:
@@ -238,7 +205,6 @@ def local_ranks_fit_this_machine(view: RunInputsView) -> None:
             )
 
 
-@run_check
 def torchrun_workers_fit_the_gpus(view: RunInputsView) -> None:
     """torchrun's workers of a node all see the node's GPUs: more workers than GPUs put two ranks on one."""
     launcher = view.launcher
@@ -252,6 +218,13 @@ def torchrun_workers_fit_the_gpus(view: RunInputsView) -> None:
             f"--nproc-per-node {local_world} (torchrun) on a node that shows {gpus} GPU(s): NCCL needs one GPU per rank; "
             f"use --nproc-per-node {gpus} or --device cpu"
         )
+
+
+#: The checks :func:`check_run` runs after the config's own validation, in order; each raises one DomainparError line.
+RUN_CHECKS: tuple[Callable[[RunInputsView], None], ...] = (
+    enough_events_for_a_batch, warmup_ends_before_the_run, positions_for_sectors, plans_have_one_part_per_rank,
+    local_ranks_fit_this_machine, torchrun_workers_fit_the_gpus,
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- entry point
@@ -292,4 +265,4 @@ def check_run(config: TrainConfig, world_size: int, launcher: LauncherEnv | None
     return config
 
 
-__all__ = ["RUN_CHECKS", "RunInputsView", "check_run", "optimiser_steps", "resolve_defaults", "run_check"]
+__all__ = ["RUN_CHECKS", "RunInputsView", "check_run", "resolve_defaults", "scheduled_steps"]
