@@ -70,73 +70,62 @@ def verify(
     """
     # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
     from domainpar.launch.ranks import refused_before_join
-
-    launcher = detect_launcher()
-    try:
-        _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, model_name, model_options, hidden,
-                iterations, seed, timeout_s, json_path, fault)
-    except DomainparError as exc:
-        refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
-        raise
-
-
-def _verify(launcher, graph_path, num_parts, method, checkpointing, overlap, dtype, model_name, model_options, hidden,
-            iterations, seed, timeout_s, json_path, fault) -> None:
-    """The command's body (its arguments as above; ``launcher`` is how this process was started)."""
-    # Imported when the command runs: 'domainpar verify --help' takes 0.2 s instead of 5 s (torch).
     from domainpar.train.config import MAX_HIDDEN, MAX_ITERATIONS, check_model_size, load_config
     from domainpar.verification.run import empty_halo_warning, format_result_table, verify_graph_distributed, verify_graph_local
 
-    running_under_launcher = launcher.joins
+    launcher = detect_launcher()
+    try:
+        running_under_launcher = launcher.joins
 
-    # Checked before the run: a report that cannot be written should not cost a full verification first.
-    if json_path is not None:
-        check_output_file(json_path, "--json")
-        check_apart("--json", json_path, "file", inputs_of("--graph", graph_path))
-    for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
-        if value < 1:
-            raise DomainparError(f"{option} must be at least 1 (got {value})")
-        if most is not None and value > most:
-            raise DomainparError(f"{option} must be at most {most} (got {value})")
-    if not running_under_launcher and num_parts > max_local_ranks():
-        raise DomainparError(
-            f"--parts {num_parts} starts that many local processes: at most {max_local_ranks()} on this machine "
-            "(4 per CPU core); run under torchrun or srun for more"
-        )
-    if timeout_s <= 0:
-        raise DomainparError(f"--timeout must be positive (got {timeout_s:g})")
-    # The model's settings go through the training config's validation: the same one-line errors as `train`.
-    overrides = {"model.name": model_name, "model.hidden": hidden, "model.num_iterations": iterations}
-    if checkpointing:
-        overrides["model.checkpointing"] = True
-    if overlap:
-        overrides["model.overlap"] = True
-    if model_options:
-        overrides["model.options"] = list(model_options)
-    config = load_config(None, overrides).model
-    # Each rank holds the weights, gradients and the reference's copies (float64): refuse a model that cannot fit.
-    check_model_size(config, "fp64" if dtype == "float64" else "fp32", copies=4, options="--hidden/--iterations")
-    if running_under_launcher:
-        result, rank, backend, result_model = verify_graph_distributed(
-            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault,
-            launcher=launcher,
-        )
-    else:
-        result, result_model = verify_graph_local(
-            str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
-        )
-        rank, backend = 0, "gloo"
-    if rank == 0:
-        click.echo(f"graph: {graph_path}   model: {config.name}   method: {method}   backend: {backend}   "
-                   f"checkpointing: {checkpointing}   overlap: {overlap}")
-        click.echo(format_result_table(result))
-        warning = empty_halo_warning(result)
-        if warning is not None:
-            click.echo(warning, err=True)
+        # Checked before the run: a report that cannot be written should not cost a full verification first.
         if json_path is not None:
-            record = {**result.to_dict(), "graph": str(graph_path), "method": method, "backend": backend,
-                      "model": result_model.to_dict()}
-            with atomic_path(json_path) as tmp:
-                Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
-    if not result.passed:
-        sys.exit(1)
+            check_output_file(json_path, "--json")
+            check_apart("--json", json_path, "file", inputs_of("--graph", graph_path))
+        for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
+            if value < 1:
+                raise DomainparError(f"{option} must be at least 1 (got {value})")
+            if most is not None and value > most:
+                raise DomainparError(f"{option} must be at most {most} (got {value})")
+        if not running_under_launcher and num_parts > max_local_ranks():
+            raise DomainparError(
+                f"--parts {num_parts} starts that many local processes: at most {max_local_ranks()} on this machine "
+                "(4 per CPU core); run under torchrun or srun for more"
+            )
+        # The model's settings go through the training config's validation: the same one-line errors as `train`.
+        overrides = {"model.name": model_name, "model.hidden": hidden, "model.num_iterations": iterations}
+        if checkpointing:
+            overrides["model.checkpointing"] = True
+        if overlap:
+            overrides["model.overlap"] = True
+        if model_options:
+            overrides["model.options"] = list(model_options)
+        config = load_config(None, overrides).model
+        # Each rank holds the weights, gradients and the reference's copies (float64): refuse a model that cannot fit.
+        check_model_size(config, "fp64" if dtype == "float64" else "fp32", options="--hidden/--iterations")
+        if running_under_launcher:
+            result, rank, backend, result_model = verify_graph_distributed(
+                str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault,
+                launcher=launcher,
+            )
+        else:
+            result, result_model = verify_graph_local(
+                str(graph_path), num_parts, method, config, dtype=dtype, seed=seed, timeout_s=timeout_s, fault=fault
+            )
+            rank, backend = 0, "gloo"
+        if rank == 0:
+            click.echo(f"graph: {graph_path}   model: {config.name}   method: {method}   backend: {backend}   "
+                       f"checkpointing: {checkpointing}   overlap: {overlap}")
+            click.echo(format_result_table(result))
+            warning = empty_halo_warning(result)
+            if warning is not None:
+                click.echo(warning, err=True)
+            if json_path is not None:
+                record = {**result.to_dict(), "graph": str(graph_path), "method": method, "backend": backend,
+                          "model": result_model.to_dict()}
+                with atomic_path(json_path) as tmp:
+                    Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
+        if not result.passed:
+            sys.exit(1)
+    except DomainparError as exc:
+        refused_before_join(exc, launcher)  # refused before the rendezvous: one line per node
+        raise

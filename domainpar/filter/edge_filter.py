@@ -143,10 +143,9 @@ class FilterNet(nn.Module):
         """``out`` = the logits of standardised ``rows``: :meth:`forward`'s network for inference (under no_grad).
 
         Each product is written into ``scratch`` without its bias (``torch.mm``: ``addmm``'s bias is a pass of its
-        own), each LayerNorm adds it and normalises in place (:func:`~domainpar.kernels.rownorm.layer_norm_rows`, 2-3x
-        torch's norm on rows of 64), each SiLU runs in place, and the last Linear is a dot product per row
-        (:func:`~domainpar.kernels.filter_rows.logit_rows`): a chunk of 8,192 rows takes a third less time than
-        torch's modules, the filter of a full event's 4.2M edges a quarter less (docs/performance.md). The logits
+        own), each LayerNorm adds it and normalises in place (:func:`~domainpar.kernels.rownorm.layer_norm_rows`),
+        each SiLU runs in place, and the last Linear is a dot product per row
+        (:func:`~domainpar.kernels.filter_rows.logit_rows`); docs/performance.md has the timings. The logits
         equal :meth:`forward`'s to float32 rounding (the kernels' sums are vectorised), not to the bit.
 
         Args:
@@ -198,6 +197,13 @@ def feature_columns(wanted: tuple[str, ...] | None, have: tuple[str, ...] | None
     return np.array([list(have).index(name) for name in wanted], dtype=np.int64)
 
 
+def _columns(config: FilterConfig, graph: EventGraph, source: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    return (
+        feature_columns(config.node_features, graph.node_features, "node", source),
+        feature_columns(config.edge_features, graph.edge_features, "edge", source),
+    )
+
+
 @dataclass
 class EdgeFilter:
     """A trained edge filter: network, threshold and the features it expects."""
@@ -243,18 +249,14 @@ class EdgeFilter:
 
     def columns(self, graph: EventGraph, source: str) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The node and edge feature columns of ``graph`` the filter reads (None: all)."""
-        return (
-            feature_columns(self.config.node_features, graph.node_features, "node", source),
-            feature_columns(self.config.edge_features, graph.edge_features, "edge", source),
-        )
+        return _columns(self.config, graph, source)
 
     def logits(self, graph: EventGraph, chunk: int = 1 << 13) -> np.ndarray:
         """(E,) float32 logits of every edge of ``graph``.
 
         ``chunk`` edges at a time: their activations (chunk x hidden floats, 2 MB at hidden 64) stay in the CPU's
-        cache through every layer. 2^18 edges a chunk made each layer a pass through main memory: a full event's
-        4.2M edges took 11-12 s on one core against 3.9-4.6 s. The network is :meth:`FilterNet.score_rows`:
-        :meth:`FilterNet.forward`'s logits to float32 rounding.
+        cache through every layer. The network is :meth:`FilterNet.score_rows`: :meth:`FilterNet.forward`'s logits
+        to float32 rounding.
 
         The chunks are shared out, whole, over :func:`domainpar.kernels.chunks.build_threads` threads, each running
         its chunks on torch's intra-op count (one in the event chain): every chunk is the same rows through the same
@@ -425,10 +427,7 @@ def train_filter(
         held[-1] = True  # fewer graphs than holdout_every: the last one chooses the threshold
     # Graphs are read one at a time and only the training rows are kept: a full event's graph is ~0.3 GB.
     first = load_graph(files[0])
-    columns = (
-        feature_columns(config.node_features, first.node_features, "node", str(files[0])),
-        feature_columns(config.edge_features, first.edge_features, "edge", str(files[0])),
-    )
+    columns = _columns(config, first, str(files[0]))
     rng = np.random.default_rng(config.seed)
     rows, targets = [], []
     for path, is_held in zip(files, held):

@@ -181,27 +181,6 @@ class RankPart:
     """:class:`~domainpar.model.exchange.IdentityExchange` for one part or a sectors plan,
     :class:`~domainpar.comm.halo.HaloExchange` otherwise: (n_o, H) → (n_o + n_h, H)."""
 
-    @property
-    def event_id(self) -> int:
-        return self.data.event_id
-
-    @property
-    def part(self) -> int:
-        return self.data.plan.part
-
-    @property
-    def num_parts(self) -> int:
-        return self.data.plan.num_parts
-
-    @property
-    def plan_hash(self) -> str:
-        return self.data.plan_hash
-
-    @property
-    def source(self) -> str:
-        """The part file (or "event <id> part <p>") this part came from."""
-        return self.data.source
-
     def owned_edges(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The edges this part owns (each global edge is owned by exactly one part of the plan).
 
@@ -214,23 +193,22 @@ class RankPart:
         owned = self.graph.edge_owned.to(values.device)
         return self.graph.edge_ids.to(values.device)[owned], values[owned]
 
-    def scatter_edges(self, values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        """Put this part's per-edge outputs at their global edge ids.
+    def scatter_edges(self, values: torch.Tensor) -> torch.Tensor:
+        """Put this part's per-edge outputs at their global edge ids (0 at the edges it does not own).
 
         Only owned edges are written, so summing the results of every part of a
-        plan (e.g. an all-reduce with ``fill=0``) gives every edge of the event
-        exactly once; with one part it is the whole event in global edge order.
-        A sectors plan's dropped cut edges keep ``fill``.
+        plan (e.g. an all-reduce) gives every edge of the event exactly once;
+        with one part it is the whole event in global edge order. A sectors
+        plan's dropped cut edges stay 0.
 
         Args:
             values: (E_l, ...) per-local-edge outputs.
-            fill: value of the edges this part does not own.
 
         Returns:
             (E, ...) with E = the event's edge count.
         """
         ids, owned_values = self.owned_edges(values)
-        out = torch.full((self.data.num_edges_graph, *values.shape[1:]), fill, dtype=values.dtype, device=values.device)
+        out = torch.zeros((self.data.num_edges_graph, *values.shape[1:]), dtype=values.dtype, device=values.device)
         out[ids] = owned_values
         return out
 

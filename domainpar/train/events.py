@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from domainpar.data.event_graph import GraphHeader
 from domainpar.data.graph_files import inspect_graph, load_graph, read_graph_metadata
 from domainpar.errors import DomainparError, one_line
 from domainpar.partition.io import load_part, part_file_name
@@ -82,11 +83,6 @@ def require_labels(path: Path) -> None:
             )
 
 
-def graph_size(path: Path) -> int:
-    """Number of edges of a graph file, read from the array header only (no decompression of the data)."""
-    return int(array_shape(path, "edge_index")[1])
-
-
 def array_shape(path: Path, name: str) -> tuple[int, ...]:
     """Shape of array ``name`` in a graph file, from its header only."""
     try:
@@ -103,12 +99,6 @@ def array_shape(path: Path, name: str) -> tuple[int, ...]:
         raise DomainparError(
             f"{path}: expected a domainpar graph file (.npz), could not read its {name} array ({one_line(exc)})"
         ) from None
-
-
-def graph_header(path: Path) -> tuple[int, int, int]:
-    """``(event_id, num_nodes, num_edges)`` of a graph file, from its headers only (structure checked)."""
-    header = inspect_graph(path)
-    return header.event_id, header.num_nodes, header.num_edges
 
 
 class EventParts:
@@ -130,27 +120,19 @@ class EventParts:
         if num_parts > 1 and self.plans is None:
             raise DomainparError(f"events split into {num_parts} parts need plan directories (got none); prepare the run first")
         self._sizes: np.ndarray | None = None
-        self._headers: dict[int, tuple[int, int, int]] = {}
-
-    def __len__(self) -> int:
-        return len(self.files)
+        self._headers: dict[int, GraphHeader] = {}
 
     @property
     def sizes(self) -> np.ndarray:
-        """(num_events,) edges per event (the work estimate used for bucketing)."""
+        """(num_events,) edges per event (the work estimate used for bucketing), from the array headers only."""
         if self._sizes is None:
-            self._sizes = np.array([graph_size(f) for f in self.files], dtype=np.int64)
+            self._sizes = np.array([array_shape(f, "edge_index")[1] for f in self.files], dtype=np.int64)
         return self._sizes
 
-    def part_file(self, index: int) -> Path:
-        """The part file this rank reads for event ``index``."""
-        event_id = self._header(index)[0]
-        return plan_directory(self.plans, event_id, self.files[index]) / part_file_name(self.part)
-
-    def _header(self, index: int) -> tuple[int, int, int]:
+    def _header(self, index: int) -> GraphHeader:
         header = self._headers.get(index)
         if header is None:
-            header = self._headers[index] = graph_header(self.files[index])
+            header = self._headers[index] = inspect_graph(self.files[index])
         return header
 
     def load(self, index: int) -> PartData:
@@ -171,11 +153,10 @@ class EventParts:
                 raise DomainparError(f"{path}: training and validation need graphs with truth labels (got y = None)")
             return whole_graph_part(graph)
 
-        event_id, num_nodes, num_edges = self._header(index)
-        part_path = self.part_file(index)
-        data = load_part(
-            part_path, part=self.part, num_parts=self.num_parts, event_id=event_id, num_nodes=num_nodes, num_edges=num_edges
-        )
+        header = self._header(index)
+        part_path = plan_directory(self.plans, header.event_id, path) / part_file_name(self.part)
+        data = load_part(part_path, part=self.part, num_parts=self.num_parts, event_id=header.event_id,
+                         num_nodes=header.num_nodes, num_edges=header.num_edges)  # fmt: skip
         if data.y is None:
             raise DomainparError(f"{part_path}: training and validation need parts with truth labels (got a part without y)")
         return data

@@ -43,8 +43,6 @@ class PartCache:
         self._lock = threading.Lock()
         self.hits = 0
         """Lookups answered from the cache."""
-        self.misses = 0
-        """Lookups that had to read the part."""
 
     @property
     def nbytes(self) -> int:
@@ -58,7 +56,6 @@ class PartCache:
         with self._lock:
             data = self._parts.get(key)
             if data is None:
-                self.misses += 1
                 return None
             self._parts.move_to_end(key)
             self.hits += 1

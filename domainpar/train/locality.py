@@ -118,13 +118,9 @@ class LocalityGate:
         self._refused: str | None = None
         self._error: BaseException | None = None
 
-    @property
-    def needed(self) -> bool:
-        return needs_check(self.config, self.world_size)
-
     def start(self, train_files: list[str]) -> None:
         """Start the check on the first of ``train_files`` (nothing when the run needs none)."""
-        if not self.needed or self._thread is not None:
+        if not needs_check(self.config, self.world_size) or self._thread is not None:
             return
         self.directory = tempfile.mkdtemp(prefix="domainpar-locality-")
         self._thread = threading.Thread(target=self._run, args=(train_files,), name="domainpar-locality", daemon=True)

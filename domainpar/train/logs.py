@@ -101,16 +101,19 @@ def _needed_lines(path: Path, keep: Callable[[dict], bool], key: str, wanted: li
     return [record for _, record in kept]
 
 
-def check_resumable_logs(out: Path, resumed_at: tuple[int, int], source: Path | None) -> None:
+def check_resumable_logs(out: Path, resumed_at: tuple[int, int], source: Path | None) -> tuple[list[dict], list[dict]]:
     """Before a resume from a checkpoint that records no logs (an older domainpar's) trains a step: its logs must
-    hold every record up to it, whole (what :meth:`RunLogs.start` will keep). Reads, writes nothing.
+    hold every record up to it, whole. Reads, writes nothing; returns the ``metrics.jsonl`` and ``steps.jsonl``
+    records the resume keeps.
 
     Raises:
         DomainparError: naming the log file and its first damaged line or missing record.
     """
     step, epoch = resumed_at
-    _needed_lines(out / "metrics.jsonl", lambda r: r.get("epoch", 0) <= epoch, "epoch", list(range(1, epoch + 1)), source)
-    _needed_lines(out / "steps.jsonl", lambda r: r.get("step", 0) <= step, "step", list(range(1, step + 1)), source)
+    metrics = _needed_lines(out / "metrics.jsonl", lambda r: r.get("epoch", 0) <= epoch, "epoch", list(range(1, epoch + 1)),
+                            source)  # fmt: skip
+    steps = _needed_lines(out / "steps.jsonl", lambda r: r.get("step", 0) <= step, "step", list(range(1, step + 1)), source)
+    return metrics, steps
 
 
 class RunLogs:
@@ -167,10 +170,7 @@ class RunLogs:
                     )
                 write_jsonl(path, records)
         else:
-            step, epoch = resumed_at
-            self.metrics = _needed_lines(self.metrics_path, lambda r: r.get("epoch", 0) <= epoch, "epoch",
-                                         list(range(1, epoch + 1)), source)  # fmt: skip
-            self.steps = _needed_lines(self.steps_path, lambda r: r.get("step", 0) <= step, "step", list(range(1, step + 1)), source)
+            self.metrics, self.steps = check_resumable_logs(self.out, resumed_at, source)
             write_jsonl(self.metrics_path, self.metrics)
             write_jsonl(self.steps_path, self.steps)
         if self.tensorboard:

@@ -62,7 +62,7 @@ from domainpar.partition.io import plan_dir_name, read_manifest
 from domainpar.progress import progress
 from domainpar.train.checkpoint import load_checkpoint
 from domainpar.train.config import TrainConfig, domain_size_of
-from domainpar.train.events import graph_header, require_labels, plan_directory, check_features
+from domainpar.train.events import require_labels, plan_directory, check_features
 from domainpar.train.state import check_resume_early, resume_candidate
 from domainpar.workers import ItemResult, available_cores, failure_summary, pool_size, run_items, shard_items
 
@@ -155,7 +155,7 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
                 graphs = convert_pyg_files(graphs, Path(config.run.out) / "graphs" / kind, progress=False)
             sources = [str(g) for g in graphs]
             # Event ids name the plan directories; without plans the graphs are read by their item only.
-            ids = [graph_header(g)[0] if root is not None else i for i, g in enumerate(graphs)]
+            ids = [inspect_graph(g).event_id if root is not None else i for i, g in enumerate(graphs)]
             seen: dict[int, Path] = {}
             for graph, event_id in zip(graphs, ids):
                 if root is not None and event_id in seen:
@@ -313,8 +313,7 @@ def prepare_item(item: PrepItem, params: dict[str, Any]) -> dict[str, Any]:
                 partition_file(str(graph), str(plan_dir), params["num_parts"], params["method"], params["seed"])
                 partitioned = True
         else:
-            event_id = graph_header(graph)[0]
-            user_plan = plan_directory(plan_dir.parent, event_id, graph)
+            user_plan = plan_directory(plan_dir.parent, header.event_id, graph)
             try:
                 manifest = read_manifest(user_plan)
             except DomainparError as exc:
@@ -419,14 +418,13 @@ def prepare_distributed(
     *,
     before: Callable[[], None] | None = None,
     progress: bool = True,
-    liveness_s: float | None = None,
 ) -> RunInputs:
     """Every rank of a torchrun/srun job prepares its shard ``rank/world_size`` of the events, then waits for the others.
 
     The wait polls the rendezvous store (:func:`domainpar.comm.wait.wait_for_peers`), so it has
     no time limit for live peers; a failure on any rank (also in ``before``, e.g. rank 0's output
     checks) is published on the failure channel and ends every rank within a poll with that
-    rank's line, and a rank that died silently is named after ``liveness_s``.
+    rank's line, and a rank that died silently is named after :data:`domainpar.comm.wait.LIVENESS_S`.
 
     Args:
         config: the run's configuration (validated).
@@ -434,8 +432,6 @@ def prepare_distributed(
         world_size: ranks of the job (the default process group exists).
         before: run first, inside the failure channel (rank 0: check --out).
         progress: rank 0 shows the preparation's progress over all ranks.
-        liveness_s: seconds without a heartbeat that make a silent peer dead
-            (default :data:`domainpar.comm.wait.LIVENESS_S`).
 
     Returns:
         The run's inputs, identical on every rank.
@@ -448,7 +444,6 @@ def prepare_distributed(
     beat_channel = wait.own_channel(rank)
     if channel is None or beat_channel is None:
         raise DomainparError("preparing a distributed run needs the rendezvous store of the default process group (found none)")
-    liveness_s = wait.LIVENESS_S if liveness_s is None else liveness_s
     try:
         with wait.Heartbeat(beat_channel) as heartbeat:
             if before is not None:
@@ -474,7 +469,7 @@ def prepare_distributed(
             )
             _raise_failures(results)
             wait.mark_done(channel, key)
-            wait.wait_for_peers(channel, key, world_size, liveness_s=liveness_s, on_poll=bar.poll)
+            wait.wait_for_peers(channel, key, world_size, liveness_s=wait.LIVENESS_S, on_poll=bar.poll)
             bar.close()
             _check_features(inputs)
             return inputs

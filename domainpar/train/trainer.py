@@ -67,21 +67,6 @@ from domainpar.train.state import (
 )
 from domainpar.train.step import StepRunner, torch_dtype
 
-#: Keys every metrics.jsonl record has (more may follow).
-METRIC_KEYS = (
-    "epoch",
-    "train_loss",
-    "val_loss",
-    "efficiency",
-    "purity",
-    "auc",
-    "seconds",
-    "peak_memory_bytes",
-    "halo_bytes",
-    "data_wait_fraction",
-)
-
-
 def model_config_for(config: TrainConfig, node_features: int, edge_features: int) -> ModelConfig:
     """The run's :class:`~domainpar.model.config.ModelConfig` with the graphs' feature widths and every option of its
     model written out (what checkpoints record and loaders rebuild the model from)."""
@@ -608,17 +593,4 @@ def run_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str, A
         torch.set_num_threads(threads_before)
 
 
-
-
-def run_rank_sequence(rank: int, world_size: int, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run several trainings one after the other in the same ranks (sweeps; tests amortising process start-up).
-
-    Args:
-        rank: global rank.
-        world_size: number of ranks.
-        payloads: one :func:`run_rank` payload per training.
-    """
-    return [run_rank(rank, world_size, payload) for payload in payloads]
-
-
-__all__ = ["METRIC_KEYS", "Trainer", "check_run_model", "graph_widths", "model_config_for", "run_rank", "run_rank_sequence", "torch_dtype"]
+__all__ = ["Trainer", "check_run_model", "graph_widths", "model_config_for", "run_rank"]

@@ -22,13 +22,17 @@ from domainpar.partition import partition_graph
 from domainpar.partition.io import save_plan
 from domainpar.train.config import load_config
 from domainpar.train.run import prepare_payload, train
-from domainpar.train.trainer import METRIC_KEYS, run_rank_sequence
+from domainpar.train.trainer import run_rank
 from fixtures import write_graphs
 
 #: Every test but one reads the module's `runs` (nine trainings, ~1 min on 2 cores): all of it is the slow tier.
 pytestmark = pytest.mark.slow
 
 TIGHT = 1e-10  # float64: partitioning reorders sums, nothing more
+
+#: Keys every metrics.jsonl record has (more may follow).
+METRIC_KEYS = ("epoch", "train_loss", "val_loss", "efficiency", "purity", "auc", "seconds", "peak_memory_bytes", "halo_bytes",
+               "data_wait_fraction")
 
 BASE = {
     "model.hidden": 16,
@@ -44,6 +48,11 @@ BASE = {
     "run.curves": False,
     "parallel.threads": 1,  # on a loaded 2-core machine, 2 OpenMP threads per rank thrash
 }
+
+
+def run_rank_sequence(rank: int, world_size: int, payloads: list[dict]) -> list[dict]:
+    """Several trainings one after the other in the same ranks (amortising process start-up)."""
+    return [run_rank(rank, world_size, payload) for payload in payloads]
 
 
 @pytest.fixture(scope="module")
