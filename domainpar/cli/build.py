@@ -48,20 +48,6 @@ _DEFAULTS = GraphConfig()
 def build(
     input_path: str,
     out_dir: str,
-    phi_slope_max: float,
-    dphi_margin: float,
-    z0_max: float,
-    deta_max: float,
-    skip_missing: bool,
-    skip_phi_slope_max: float,
-    skip_z0_max: float,
-    bridge_tolerance_xy: float,
-    bridge_tolerance_rz: float,
-    crossing_margin: float,
-    min_pt: float,
-    cell_features: bool,
-    construction: str,
-    module_map: str,
     fmt: str,
     node_features: str,
     edge_features: str,
@@ -69,6 +55,7 @@ def build(
     workers: int | None,
     shard: str | None,
     quiet: bool,
+    **cuts,
 ) -> None:
     """Build the hit graph of every event: edges between hits on adjacent layers
     of the whole detector, inner -> outer, kept by geometric cuts.
@@ -79,23 +66,11 @@ def build(
     are still built, and the command ends with one line naming the failures
     (exit status 2). The output does not depend on --workers (same bytes).
     """
+    # The options named after GraphConfig fields (the cuts, --construction, --module-map, --cell-features) are its own.
     options = {
-        "phi_slope_max": phi_slope_max,
-        "dphi_margin": dphi_margin,
-        "z0_max": z0_max,
-        "deta_max": deta_max,
-        "skip_missing": skip_missing,
-        "skip_phi_slope_max": skip_phi_slope_max,
-        "skip_z0_max": skip_z0_max,
-        "bridge_tolerance_xy": bridge_tolerance_xy,
-        "bridge_tolerance_rz": bridge_tolerance_rz,
-        "crossing_margin": crossing_margin,
-        "min_pt": min_pt,
-        "cell_features": cell_features,
+        **cuts,
         "node_features": tuple(name.strip() for name in node_features.split(",") if name.strip()),
         "edge_features": tuple(name.strip() for name in edge_features.split(",") if name.strip()),
-        "construction": construction,
-        "module_map": module_map,
     }
     try:
         config = GraphConfig(**options)

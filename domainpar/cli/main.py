@@ -44,23 +44,17 @@ class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._available(name)]
-
-    @staticmethod
-    def _available(name: str) -> bool:
-        return importlib.util.find_spec(COMMANDS[name][0]) is not None
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not self._available(name):
+        if name not in COMMANDS:
             return None
         module, attr, _ = COMMANDS[name]
         return _settling(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_text) for name, (_, _, help_text) in COMMANDS.items()])
 
 
 def _settling(command: click.Command) -> click.Command:
@@ -95,7 +89,7 @@ def _command_path(exc: click.ClickException, argv: list[str]) -> str:
     ctx = getattr(exc, "ctx", None)
     if ctx is not None and ctx.command_path:
         return ctx.command_path
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command(argv)
     return f"domainpar {command}" if command in COMMANDS else "domainpar"
 
 

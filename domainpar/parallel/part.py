@@ -6,23 +6,12 @@ local graph → exchange" exists once. The whole event on one process is the
 one-part plan through the same functions (:class:`IdentityExchange`, no
 halo); a rank of a domain group gets its part and a :class:`HaloExchange`.
 
-Three stages, so the slow ones can run ahead of the step that needs them
-(the trainer's prefetcher runs the first two in a background thread):
-
-1. :func:`load_host_part` — host memory, no collectives, thread-safe: read a
-   part file (only this rank's, O(E/P) bytes) or cut a part out of an
-   in-memory graph; validated (:meth:`PartData.validate`).
-2. :func:`stage` — tensors on the device in the compute dtype. On CUDA the host
-   arrays go through pinned memory and are copied with ``non_blocking`` on a
-   side stream, so the copy overlaps the running step.
-3. :func:`attach` — on the rank's main thread, in the same order on every rank
-   of the group (it is a collective for P > 1): wait for the copy, check with
-   one small all-reduce that the ranks of the group hold the parts of one plan
-   (same plan hash, same event, every part once, send and receive sizes that
-   match) and build the exchange.
-
-:func:`rank_part` chains the three. :meth:`RankPart.scatter_edges` puts
-per-edge outputs (logits, scores) back at their global edge ids.
+Three stages, so the slow ones can run ahead of the step that needs them (the
+trainer's prefetcher runs the first two in a background thread):
+:func:`load_host_part` (host memory, no collectives, thread-safe), :func:`stage`
+(tensors on the device, the copy overlapping the running step on CUDA) and
+:func:`attach` (the group check and the exchange: a collective for P > 1);
+:func:`rank_part` chains the three.
 
 Shapes: n_o owned nodes, n_h halo nodes, E_l local edges, E edges of the whole
 event, F / F_e node / edge features, H hidden width. Layering: ``train``,
