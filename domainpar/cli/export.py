@@ -12,29 +12,12 @@ from domainpar.cli.inputs import all_inputs
 from domainpar.output_paths import check_apart, check_name_length, check_output_file
 
 
-def _check_graph(path: Path):
-    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
-    from domainpar.data.graph_files import graph_files, load_graph
-    from domainpar.export.writer import CheckGraph
-
-    graph = load_graph(graph_files(path)[0])
-    return CheckGraph(name=str(path), x=graph.x, edge_index=graph.edge_index, edge_attr=graph.edge_attr)
-
-
 def _names(description: dict | None, kind: str) -> list[str] | None:
     features = None if description is None else description.get(kind)
     if not isinstance(features, list):
         return None
     names = [f.get("name") if isinstance(f, dict) else f for f in features]
     return names if all(isinstance(n, str) for n in names) else None
-
-
-def _graph_description_of(path: Path) -> dict | None:
-    """The feature names of a graph file, in a description's shape (names only)."""
-    from domainpar.data.graph_files import graph_files, read_graph_metadata
-
-    meta = read_graph_metadata(graph_files(path)[0])
-    return {kind: meta.get(kind) for kind in ("node_features", "edge_features")}
 
 
 def _same_features(what: str, given: dict | None, recorded: dict | None, whose: str, kinds: tuple[str, ...]) -> None:
@@ -81,11 +64,11 @@ def export(
     Models trained domain-parallel or with checkpointing export the same way:
     the export is the one-process model.
     """
-    # Imported when the command runs: 'domainpar export --help' takes 0.2 s instead of 5.7 s (torch).
-    from domainpar.data.graph_files import graph_files, read_graph_description
+    # Imported when the command runs: --help stays fast (torch).
+    from domainpar.data.graph_files import graph_files, load_graph, read_graph_description, read_graph_metadata
     from domainpar.export.source import find_filter, load_export_source, recorded_filter_hash
     from domainpar.export.sidecar import sidecar_path
-    from domainpar.export.writer import check_out_path, export_model
+    from domainpar.export.writer import CheckGraph, check_out_path, export_model
     from domainpar.export.writer import filter_path as exported_filter_path
     from domainpar.filter.edge_filter import load_filter
 
@@ -122,9 +105,12 @@ def export(
         source = dataclasses.replace(source, description=description)
     checked = None
     if check_graph is not None:
-        checked = _check_graph(check_graph)
-        _same_features(f"--check-graph {check_graph}", _graph_description_of(check_graph), source.description,
-                       f"{checkpoint}'s training graphs", kinds)  # fmt: skip
+        first_check = graph_files(check_graph)[0]
+        graph = load_graph(first_check)
+        checked = CheckGraph(name=str(check_graph), x=graph.x, edge_index=graph.edge_index, edge_attr=graph.edge_attr)
+        meta = read_graph_metadata(first_check)
+        _same_features(f"--check-graph {check_graph}", {kind: meta.get(kind) for kind in ("node_features", "edge_features")},
+                       source.description, f"{checkpoint}'s training graphs", kinds)  # fmt: skip
     edge_filter = None
     if filter_path is not None:
         edge_filter = load_filter(filter_path)

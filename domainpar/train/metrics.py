@@ -35,8 +35,6 @@ class EdgeMetrics:
     """Events counted."""
     num_edges: int
     """Edges counted."""
-    num_true_edges: int
-    """True edges counted."""
 
 
 class EdgeCounter:
@@ -104,7 +102,6 @@ class EdgeCounter:
             auc=roc_auc_from_histograms(self.hist_true.numpy(), self.hist_false.numpy()),
             num_events=int(events),
             num_edges=int(tp + fp + fn + tn),
-            num_true_edges=int(tp + fn),
         )
 
 

@@ -24,17 +24,10 @@ What is prepared (:func:`run_items`):
   from this very graph file (the manifest's graph digest and feature names),
   so plans of an earlier build of the graphs are refused, never trained on.
 
-After preparation every graph of the run (training and validation) must have
-the node and edge features of the first training graph, by width and by name.
-
 Who does it: :func:`prepare` on one machine (the ``--ranks`` launcher, or a
-single process) runs every event in a process pool; under torchrun/srun
-:func:`prepare_distributed` gives each rank the shard ``rank/world`` of the
-events (each in a pool of ``data.workers`` processes) and the ranks then wait
-for each other **through the rendezvous store, not a barrier**: no process
-group timeout bounds the preparation, a failure on any rank reaches every rank
-within a poll with that rank's message, and a rank that died silently is named
-after a heartbeat timeout (:mod:`domainpar.comm.failures`).
+single process); under torchrun/srun :func:`prepare_distributed`, each rank its
+shard of the events, the ranks waiting for each other through the rendezvous
+store, not a barrier.
 """
 
 from __future__ import annotations
@@ -140,11 +133,13 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
         roots[kind] = None if root is None else str(root)
         option = "--data" if kind == "train" else "--val"
         refuse_mixed_inputs(path, option)
-        if _is_raw(path):
+        raw = _is_raw(path)
+        if raw:
             prefixes = event_inputs(path)
             graphs = [graph_target(p, Path(config.run.out) / "graphs" / kind) for p in prefixes]
             sources = [str(p) for p in prefixes]
             ids = [int(Path(g).stem[len("event"):]) for g in graphs]
+            origins = [None] * len(graphs)
         elif has_graph_files(path):
             graphs = graph_files(path)
             origins: list[str | None] = [None] * len(graphs)
@@ -165,12 +160,7 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
                     )
                 seen[event_id] = graph
         else:
-            raise DomainparError(
-                f"{option} {path}: {GRAPHS_OR_EVENTS}, found neither"
-            )
-        raw = _is_raw(path)
-        if raw:
-            origins = [None] * len(graphs)
+            raise DomainparError(f"{option} {path}: {GRAPHS_OR_EVENTS}, found neither")
         for source, graph, event_id, origin in zip(sources, graphs, ids, origins):
             plan_dir = None if root is None else str(root / plan_dir_name(event_id))
             items.append(PrepItem(kind, source, raw, str(graph), plan_dir, make, origin))

@@ -31,8 +31,6 @@ class BucketSampler:
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.batch_events = int(batch_events)
         self.seed = int(seed)
-        if self.sizes.ndim != 1:
-            raise DomainparError(f"event sizes must be one-dimensional (got {self.sizes.ndim} dimensions)")
         if self.sizes.shape[0] < self.batch_events:
             raise DomainparError(
                 f"--batch-events {self.batch_events} needs at least that many training events (got {self.sizes.shape[0]})"

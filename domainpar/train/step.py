@@ -80,12 +80,6 @@ class StepRunner:
         self.events_per_replica = config.optim.batch_events // layout.num_replicas
         """Events each replica takes per step (the loss of each is divided by it)."""
 
-    def _forward_context(self) -> contextlib.ExitStack:
-        stack = contextlib.ExitStack()
-        if self.config.run.precision == "bf16":
-            stack.enter_context(torch.autocast(device_type=self.device.type, dtype=torch.bfloat16))
-        return stack
-
     def event_loss(self, part) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + this rank's loss share of one event.
 
@@ -95,7 +89,8 @@ class StepRunner:
         Returns:
             (scalar loss share, (E_local,) logits).
         """
-        with self._forward_context():
+        bf16 = self.config.run.precision == "bf16"
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             logits = self.model(part.graph, part.exchange)
         logits_for_loss = logits.float() if logits.dtype == torch.bfloat16 else logits
         if self.config.loss.weighting == "pos_weight":
@@ -107,12 +102,6 @@ class StepRunner:
         weight_sum = sum_values([float(weights.sum())], self.layout.domain_group, self.device)[0]
         weights_t = torch.as_tensor(weights, dtype=logits_for_loss.dtype, device=logits_for_loss.device)
         return edge_loss(logits_for_loss, part.graph, weights=weights_t, weight_sum=weight_sum), logits
-
-    def halo_bytes(self, exchange, backward: bool) -> float:
-        """Bytes this rank sends through ``exchange`` for one event (twice with the backward pass)."""
-        # What the exchange really sent (any model: rows of any width and dtype), not a hidden-width estimate.
-        sent = getattr(exchange, "bytes_sent", 0)
-        return float(sent * (2 if backward else 1))
 
     def train(self, parts: Iterable[tuple[object, float]], lr: float) -> StepResult:
         """One optimiser step over this rank's parts of the step's events.
@@ -137,7 +126,8 @@ class StepRunner:
                 loss, _ = self.event_loss(part)
             (loss / self.events_per_replica).backward()
             loss_share += float(loss.detach()) / self.events_per_replica
-            halo_bytes += self.halo_bytes(part.exchange, backward=True)
+            # What the exchange really sent (any model: rows of any width and dtype), twice with the backward pass.
+            halo_bytes += float(getattr(part.exchange, "bytes_sent", 0) * 2)
             del part  # the next event's activations need the room
         if layout.distributed:
             all_reduce_gradients(model, layout.domain_group, layout.replica_group)
