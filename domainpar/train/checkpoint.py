@@ -33,10 +33,8 @@ key and plain value, in a canonical order), not the zip container, so a file
 whose bytes were flipped anywhere that matters — weights, optimiser moments,
 step counters — is refused on every load (train ``--resume``/``--resume-from``,
 ``evaluate``, export), while the file stays an ordinary torch file. The digest
-is also the identity of a checkpoint between ranks: rank 0 resolves which file
-to resume and broadcasts its path and digest (:data:`DIGEST_KEY`), and every rank
-passes that as ``expected_digest`` to :func:`load_checkpoint`, so a file
-system that shows a rank another file under the same name is caught.
+is also the identity of a checkpoint between ranks (``expected_digest`` of
+:func:`load_checkpoint`).
 
 Files are ``<out>/checkpoints/step-00000042.pt``, written to a temporary name,
 fsynced, renamed, and the directory fsynced, so a process (or machine) killed

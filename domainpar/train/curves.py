@@ -22,7 +22,7 @@ def plot_curves(epoch_records: list[dict], step_records: list[dict], path: str |
         step_records: the ``steps.jsonl`` records (``step``, ``loss``).
         path: output PNG.
     """
-    # Imported on use: matplotlib.pyplot takes ~1.6 s to import; runs without curves skip it.
+    # Imported on use: matplotlib.pyplot is slow to import; runs without curves skip it.
     import matplotlib
 
     matplotlib.use("Agg")

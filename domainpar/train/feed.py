@@ -3,12 +3,10 @@
 The trainer knows the events of every future step (the sampler is a pure
 function of seed, epoch and sizes), so a :class:`Feeder` walks that order in a
 background thread: it reads this rank's part of each event (or takes it from
-the :class:`PartCache`), and stages it on the device — on CUDA through pinned
-memory with ``non_blocking`` copies on a side stream — up to ``depth`` events
+the :class:`PartCache`), and stages it on the device up to ``depth`` events
 ahead. The step then asks for the event it needs and only waits if the
 thread is behind; that wait is what ``steps.jsonl`` reports as
-``data_wait_seconds``. With ``depth=0`` parts are read when asked for (the
-wait is then the whole read).
+``data_wait_seconds``.
 
 Nothing here runs a collective: the exchange of a part (a collective for more
 than one part) is built on the main thread by

@@ -8,13 +8,8 @@ local is refused in one line naming the model and the tensor that differs, befor
 ``parallel.skip_locality_check`` (``--skip-locality-check``) skips it, for a model checked with
 ``domainpar verify``.
 
-Where it runs: in the process that spawns the ranks (``--ranks``), in a thread, while the ranks start
-(:class:`LocalityGate`: they wait for its verdict before their first step, :mod:`domainpar.train.gate`), so
-that it costs the run nothing when it is shorter than their start; a verdict reached before the ranks are
-spawned refuses the run before they start. In a torchrun/srun job it runs on rank 0, the other ranks
-following its verdict (:func:`~domainpar.comm.agreement.decide_on_rank0`: every rank refuses with the same
-line, exit status 2). When the run is given graph files it starts before the events are prepared
-(:func:`graph_given`), else once the preparation has built the first graph.
+Where it runs: in a thread of the process that spawns the ranks, while they start (:class:`LocalityGate`);
+in a torchrun/srun job on rank 0, the other ranks following its verdict (:func:`check_launched_run_locality`).
 """
 
 from __future__ import annotations

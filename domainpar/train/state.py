@@ -7,17 +7,11 @@ goes into it). On resume only rank 0 chooses the file and every rank loads
 that one (:func:`agreed_checkpoint`).
 
 A resume continues the run that wrote the checkpoint, so before the first step
-:func:`check_resume` compares the checkpoint's settings with this run's and
-refuses, naming the setting and both values, anything that would change what
-the weights mean or how they go on being trained: every model and loss
-setting, the optimiser and its schedule (the learning-rate schedule's length
-included, see ``--max-steps``), the seed, the precision, the training events
-(their content digests) and their features. The comparison is generic — every
-field of the config and of the model config takes part unless it is listed in
-:data:`RESUME_ELASTIC`, the settings that only say how the same computation
-runs (ranks, domain size, device, threads, activation checkpointing, where the
-plans come from) or what is written and shown; a field added later is compared
-by default.
+:func:`check_resume` refuses, naming the setting and both values, anything that
+would change what the weights mean or how they go on being trained. The
+comparison is generic — every field of the config and of the model config takes
+part unless it is listed in :data:`RESUME_ELASTIC` — so a field added later is
+compared by default.
 """
 
 from __future__ import annotations
