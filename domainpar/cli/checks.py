@@ -21,11 +21,6 @@ SEED = click.IntRange(0, 2**63 - 1)
 METIS_SEED = click.IntRange(0, 2**31 - 1)
 
 
-def count(minimum: int = 1, maximum: int | None = None) -> click.IntRange:
-    """An integer option of at least ``minimum`` (and at most ``maximum``)."""
-    return click.IntRange(minimum, maximum)
-
-
 class FiniteFloat(click.FloatRange):
     """A float option that must be finite (no ``nan``, ``inf``) and inside the range of :class:`click.FloatRange`."""
 
@@ -76,12 +71,6 @@ class DomainInt(_InDomain, click.IntRange):
         high = None if domain.high is None else int(domain.high)
         super().__init__(low, high, min_open=domain.low_open, max_open=domain.high_open)
         self.domain = domain
-
-
-def finite(minimum: float | None = None, maximum: float | None = None, *, min_open: bool = False,
-           max_open: bool = False) -> FiniteFloat:  # fmt: skip
-    """A finite float option, optionally bounded (open bounds exclude the value itself)."""
-    return FiniteFloat(minimum, maximum, min_open=min_open, max_open=max_open)
 
 
 def timeout_seconds() -> DomainFloat:

@@ -107,10 +107,9 @@ _USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EI
 
 def _os_error_line(exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
-    name = exc.filename if exc.filename is not None else None
-    if name is None:
+    if exc.filename is None:
         return reason
-    return f"{os.fsdecode(name)}: {reason[:1].lower() + reason[1:]}"
+    return f"{os.fsdecode(exc.filename)}: {reason[:1].lower() + reason[1:]}"
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())

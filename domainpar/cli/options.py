@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import click
 
-from domainpar.cli.checks import DomainFloat, DomainInt, finite
+from domainpar.cli.checks import DomainFloat, DomainInt, FiniteFloat
 from domainpar.domains import Domain
 
 #: Separates section and field in a generated option's destination (click destinations are identifiers).
@@ -122,7 +122,7 @@ def _click_type(annotation: Any, choices: Iterable[str] | None = None, domain: D
         kind = ShownChoices(choices)
     elif base is float:
         # Finite always (--lr inf, --timeout nan); in the field's domain when it has one (--lr 1e300, --eps -1).
-        kind = DomainFloat(domain) if domain is not None else finite()
+        kind = DomainFloat(domain) if domain is not None else FiniteFloat()
     elif base is int and domain is not None:
         kind = DomainInt(domain)
     else:
@@ -181,16 +181,13 @@ def dataclass_options(
             default = field.default if use_defaults and has_default else None
             shown = _default_text(field.default, flag, kind) if has_default and field.default != "" else False
             if kind is bool:
-                name = flag[2:]
-                decl = f"{flag}/--no-{name}"
-                function = click.option(decl, dest, default=default, help=help_text, show_default=shown, cls=FieldOption)(function)
+                decl, extra = f"{flag}/--no-{flag[2:]}", {"default": default, "show_default": shown}
             elif kind is dict:
                 # A mapping field: one KEY=VALUE per use of the flag (the config layer reads each VALUE as YAML).
-                function = click.option(flag, dest, multiple=True, metavar="KEY=VALUE", help=help_text, show_default="none",
-                                        cls=FieldOption)(function)
+                decl, extra = flag, {"multiple": True, "metavar": "KEY=VALUE", "show_default": "none"}
             else:
-                function = click.option(flag, dest, type=kind, default=default, help=help_text, show_default=shown,
-                                        cls=FieldOption)(function)
+                decl, extra = flag, {"type": kind, "default": default, "show_default": shown}
+            function = click.option(decl, dest, help=help_text, cls=FieldOption, **extra)(function)
         return function
 
     return decorate

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from domainpar.cli.checks import METIS_SEED, finite, local_ranks, timeout_seconds
+from domainpar.cli.checks import METIS_SEED, FiniteFloat, local_ranks, timeout_seconds
 from domainpar.inference.spec import PARTITION_METHODS
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
@@ -32,7 +32,7 @@ _OPTIONS = (
     click.option("--filter", "edge_filter", type=click.Path(path_type=Path), default=None,
                  help="With --checkpoint: the edge filter (filter.pt of a recipe run) the model's training graphs were "
                       "pruned with; it prunes graphs built from raw events and unpruned graph files."),
-    click.option("--threshold", type=finite(0, 1, min_open=True, max_open=True), default=None,
+    click.option("--threshold", type=FiniteFloat(0, 1, min_open=True, max_open=True), default=None,
                  help="Edge score cut (probability); default: the checkpoint's training threshold (else 0.5), or the "
                       "sidecar's."),
     click.option("--tracks", "track_method", type=click.Choice(list(METHODS)), default=None,

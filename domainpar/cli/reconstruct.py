@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from domainpar.cli.checks import count, local_ranks
+from domainpar.cli.checks import local_ranks
 from domainpar.cli.pipeline_options import pipeline_fields, pipeline_options
 from domainpar.errors import DomainparError
 from domainpar.output_paths import check_output_dir
@@ -26,14 +26,14 @@ from domainpar.output_paths import check_output_dir
                    "1 for graph files.")
 @click.option("--ranks", type=local_ranks(), default=None,
               help="Local processes in all: --workers x --parts (give one of --workers and --ranks).")
-@click.option("--prefetch", type=count(0, 8), default=None,
+@click.option("--prefetch", type=click.IntRange(0, 8), default=None,
               help="Events a preparing process reads and builds ahead of the one being scored (0: one process does "
                    "all). Default: 1 with one replica, 0 with several.")
 @click.option("--tracks-format", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
               help="Format of the tracks files (parquet needs pyarrow).")
 @click.option("--redo", is_flag=True,
               help="Redo every event, replacing the outputs in --out (also those of another pipeline, which are otherwise refused).")
-@click.option("--threads", type=count(1), default=None,
+@click.option("--threads", type=click.IntRange(1), default=None,
               help="torch threads per scoring process outside the event chain, whose arithmetic runs on one thread "
                    "so that the outputs are the same bytes on any machine (default: the cores left by the other "
                    "processes; --workers uses the cores).")

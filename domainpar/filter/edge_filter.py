@@ -357,9 +357,7 @@ def load_filter(path: str | os.PathLike) -> EdgeFilter:
     try:
         version = state["format_version"]
         meta = parse_json(state["meta"], str(path), "an edge filter's settings")
-    except DomainparError:
-        raise
-    except (KeyError, TypeError, IndexError) as exc:
+    except (KeyError, TypeError, IndexError) as exc:  # a DomainparError (a ValueError) of parse_json passes through
         found = f"keys {shorten(sorted(map(str, state)))}" if isinstance(state, dict) else f"a {type(state).__name__}"
         raise DomainparError(f"{path}: expected a domainpar edge filter, could not read it (found {found})") from None
     if version != FILTER_FORMAT_VERSION:

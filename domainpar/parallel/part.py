@@ -22,7 +22,7 @@ inference and verification import this package; it imports ``partition``,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -145,14 +145,7 @@ def stage(
                 if dtype is not None and name in ("x", "edge_attr"):
                     tensor = tensor.to(dtype)
             moved[name] = tensor
-        graph = LocalGraph(
-            num_owned=host.num_owned,
-            num_halo=host.num_halo,
-            num_interior_edges=host.num_interior_edges,
-            num_edges_global=host.num_edges_global,
-            num_positive_edges_global=host.num_positive_edges_global,
-            **moved,
-        )
+        graph = replace(host, **moved)
         ready = torch.cuda.Event()
         ready.record(stream)
     return StagedPart(data=data, graph=graph, ready=ready)
