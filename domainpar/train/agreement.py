@@ -36,7 +36,7 @@ from domainpar.data.dataset import event_inputs
 from domainpar.data.graph_files import graph_files, has_graph_files
 from domainpar.model.registry import model_source
 from domainpar.npzfile import archive_digest
-from domainpar.train.config import TrainConfig, domain_size_of
+from domainpar.train.config import TrainConfig, device_kind, domain_size_of
 
 #: Settings each rank may set for itself, and why: they change only how fast or how patiently this rank
 #: works, or what only rank 0 shows. Everything else must be rank 0's.
@@ -111,9 +111,7 @@ def run_settings(config: TrainConfig, world_size: int) -> dict[str, Setting]:
     flat = _flatten(config.to_dict())
     settings = {key: Setting(json.dumps(value, sort_keys=True), _shown(value)) for key, value in flat.items()
                 if key not in PER_RANK}  # fmt: skip
-    device = config.parallel.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = device_kind(config)
     settings["parallel.device"] = Setting(device, device)
     group = domain_size_of(config, world_size)
     settings["parallel.domain_size"] = Setting(str(group), str(group))

@@ -35,8 +35,8 @@ from domainpar.model.config import ModelConfig
 from domainpar.model.loss import LossConfig
 from domainpar.model.registry import build_model, check_config
 from domainpar.parsing import MAX_BYTES, parse_yaml
-from domainpar.train.sections import (DEVICES, LR_SCALINGS, MAX_LR, METHODS, MODES, PRECISIONS, SCHEDULES, TRACK_METHODS,
-                                      DataConfig, OptimConfig, ParallelConfig, RunConfig)
+from domainpar.train.schedule import replica_scale
+from domainpar.train.sections import FIELD_CHOICES, MAX_LR, DataConfig, OptimConfig, ParallelConfig, RunConfig
 from domainpar.workers import memory_bytes
 
 
@@ -338,25 +338,10 @@ def _require(ok: bool, message: str) -> None:
         raise DomainparError(message)
 
 
-def model_parameters(model: ModelConfig) -> int:
-    """Number of parameters of the model of ``model``, counted without allocating it (meta device)."""
-    with torch.device("meta"):
-        network = build_model(model)
-    return sum(p.numel() for p in network.parameters())
-
-
-def physical_memory_bytes() -> int | None:
-    """This machine's physical memory, None where it cannot be read."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_model_size(model: ModelConfig, precision: str = "fp32", copies: int = 4, options: str = "--hidden/--iterations/--mlp-layers") -> None:
+def check_model_size(model: ModelConfig, precision: str = "fp32", options: str = "--hidden/--iterations/--mlp-layers") -> None:
     """Refuse a model whose parameters alone cannot fit this machine's memory.
 
-    Training holds ``copies`` tensors per parameter (weights, gradients and
+    Training holds four tensors per parameter (weights, gradients and
     AdamW's two moments); a model that cannot even hold those is a typo in
     ``--hidden`` (or its friends), and would otherwise end in an allocation
     failure or the kernel's out-of-memory killer.
@@ -364,10 +349,14 @@ def check_model_size(model: ModelConfig, precision: str = "fp32", copies: int = 
     Raises:
         DomainparError: naming the options, the parameter count and the memory needed.
     """
-    parameters = model_parameters(model)
-    needed = parameters * copies * (8 if precision == "fp64" else 4)
-    memory = physical_memory_bytes()
-    if memory is not None and needed > memory:
+    with torch.device("meta"):  # counted without allocating the model
+        parameters = sum(p.numel() for p in build_model(model).parameters())
+    needed = 4 * parameters * (8 if precision == "fp64" else 4)  # four tensors, of 8 or 4 bytes each
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return  # this machine's memory cannot be read
+    if needed > memory:
         raise DomainparError(
             f"{options}: a model of hidden size {model.hidden}, {model.num_iterations} iterations and {model.mlp_layers}-layer "
             f"MLPs would have {parameters:.3g} "
@@ -387,67 +376,33 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     Raises:
         DomainparError: one line naming the first offending option.
     """
-    # Model fields are validated by ModelConfig itself when the config is built.
+    # The numeric fields' domains (FIELD_DOMAINS, and the model's own) are checked when the config is built.
     d, o, p, r = config.data, config.optim, config.parallel, config.run
-    _require(p.mode in MODES, f"--mode must be one of {', '.join(MODES)} (got {shorten(p.mode)})")
-    _require(r.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)} (got {shorten(r.precision)})")
-    _require(r.track_method in TRACK_METHODS,
-             f"--track-method must be one of {', '.join(TRACK_METHODS)} (got {shorten(r.track_method)})")
-    _require(d.method in METHODS, f"--method must be one of {', '.join(METHODS)} (got {shorten(d.method)})")
-    _require(o.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)} (got {shorten(o.schedule)})")
-    _require(o.lr_scaling in LR_SCALINGS, f"--lr-scaling must be one of {', '.join(LR_SCALINGS)} (got {shorten(o.lr_scaling)})")
-    _require(p.device in DEVICES, f"--device must be one of {', '.join(DEVICES)} (got {shorten(p.device)})")
-    _require(p.ranks >= 1, f"--ranks must be at least 1 (got {p.ranks})")
-    _require(p.domain_size is None or p.domain_size >= 1, f"--domain-size must be at least 1 (got {p.domain_size})")
+    for dotted in ("parallel.mode", "run.precision", "run.track_method", "data.method", "optim.schedule", "optim.lr_scaling",
+                   "parallel.device"):  # fmt: skip
+        section, _, name = dotted.partition(".")
+        value, choices = getattr(getattr(config, section), name), FIELD_CHOICES[dotted]
+        _require(value in choices, f"{flag_name(dotted)} must be one of {', '.join(choices)} (got {shorten(value)})")
     _require(
         not (p.mode == "single" and p.ranks > 1),
         f"--ranks must be 1 in single mode (got {p.ranks}); use --mode domain or sectors to train on several ranks",
     )
-    _require(p.threads is None or p.threads >= 1, f"--threads must be at least 1 (got {p.threads})")
     # torch creates every thread asked for (100000 crashes the process): a few per core is the useful range.
-    most_threads = 4 * (os.cpu_count() or 1)
+    four_per_core = 4 * (os.cpu_count() or 1)
     _require(
-        p.threads is None or p.threads <= most_threads,
-        f"--threads must be at most {most_threads} on this machine (4 per CPU core) (got {shorten(p.threads)})",
+        p.threads is None or p.threads <= four_per_core,
+        f"--threads must be at most {four_per_core} on this machine (4 per CPU core) (got {shorten(p.threads)})",
     )
-    _require(p.timeout_s > 0, f"--timeout must be positive seconds (got {p.timeout_s})")
-    _require(0 <= r.seed <= INT_LIMIT, f"--seed must be in [0, 2^63) (got {shorten(r.seed)})")
     m = config.model
     # Bounds far beyond any useful model, checked first so that counting the parameters stays cheap.
     for dotted, value, most in (("model.hidden", m.hidden, MAX_HIDDEN), ("model.num_iterations", m.num_iterations, MAX_ITERATIONS),
                                 ("model.mlp_layers", m.mlp_layers, MAX_MLP_LAYERS)):  # fmt: skip
         _require(value <= most, f"{flag_name(dotted)} must be at most {most} (got {shorten(value)})")
     check_model_size(m, "fp64" if r.precision == "fp64" else "fp32")
+    # Each preparing worker is a process holding an event: as for --threads a few per core is the useful range.
     _require(
-        2 <= p.heartbeat_s <= 86400,
-        f"--heartbeat must be between 2 and 86400 seconds (got {p.heartbeat_s}); ranks beat once a second",
-    )
-    _require(r.epochs >= 1, f"--epochs must be at least 1 (got {r.epochs})")
-    _require(r.max_steps is None or r.max_steps >= 1, f"--max-steps must be at least 1 (got {r.max_steps})")
-    _require(r.stop_after_steps is None or r.stop_after_steps >= 1, f"--stop-after-steps must be at least 1 (got {r.stop_after_steps})")
-    _require(o.lr > 0, f"--lr must be positive (got {o.lr})")
-    _require(o.weight_decay >= 0, f"--weight-decay must be non-negative (got {o.weight_decay})")
-    _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, f"AdamW betas must be in [0, 1) (got {o.beta1}, {o.beta2})")
-    _require(o.clip >= 0, f"--clip must be non-negative (got {o.clip}; 0 disables clipping)")
-    _require(o.pos_weight > 0, f"--pos-weight must be positive (got {o.pos_weight})")
-    _require(o.batch_events is None or o.batch_events >= 1, f"--batch-events must be at least 1 (got {o.batch_events})")
-    _require(o.warmup >= 0, f"--warmup must be non-negative steps (got {o.warmup})")
-    _require(0 <= o.min_lr_ratio <= 1, f"min_lr_ratio must be in [0, 1] (got {o.min_lr_ratio})")
-    _require(o.step_size >= 1, f"step_size must be at least 1 (got {o.step_size})")
-    _require(0 < o.gamma <= 1, f"gamma must be in (0, 1] (got {o.gamma})")
-    _require(r.checkpoint_every >= 0, f"--checkpoint-every must be non-negative steps (got {r.checkpoint_every})")
-    _require(r.checkpoint_every_epochs >= 1, f"checkpoint_every_epochs must be at least 1 (got {r.checkpoint_every_epochs})")
-    _require(r.keep >= 1, f"--keep must be at least 1 checkpoint (got {r.keep})")
-    _require(0 < r.threshold < 1, f"--threshold must be in (0, 1) (got {r.threshold})")
-    _require(d.prefetch >= 0, f"--prefetch must be a non-negative number of events (got {d.prefetch})")
-    _require(math.isfinite(d.cache_gb) and d.cache_gb >= 0, f"--cache-gb must be a non-negative number of GB (got {d.cache_gb})")
-    _require(d.workers is None or d.workers >= 1, f"--workers must be at least 1 (got {d.workers})")
-    # Each preparing worker is a process holding an event: as many as events were started (10,000 raw events,
-    # 10,000 processes), as for --threads a few per core is the useful range.
-    most_workers = 4 * (os.cpu_count() or 1)
-    _require(
-        d.workers is None or d.workers <= most_workers,
-        f"--workers must be at most {most_workers} on this machine (4 per CPU core: each holds an event) (got {shorten(d.workers)})",
+        d.workers is None or d.workers <= four_per_core,
+        f"--workers must be at most {four_per_core} on this machine (4 per CPU core: each holds an event) (got {shorten(d.workers)})",
     )
     memory = memory_bytes()
     if memory is not None:
@@ -491,14 +446,13 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     if p.mode == "single":
         _require(world_size == 1, f"--mode single runs one process (got {world_size} ranks); use --mode domain for several")
     group = domain_size_of(config, world_size)
-    _require(group >= 1, f"--domain-size must be at least 1 (got {group})")
     _require(
         world_size % group == 0,
         f"world size {world_size} must be divisible by --domain-size {group} (got remainder {world_size % group})",
     )
     replicas = world_size // group
     # The rate AdamW really uses is lr x the replica scale: the product must stay in lr's domain too.
-    scale = {"linear": float(replicas), "sqrt": math.sqrt(replicas)}.get(o.lr_scaling, 1.0)
+    scale = replica_scale(o.lr_scaling, replicas)
     peak = o.lr * scale
     _require(
         peak <= MAX_LR,
@@ -519,6 +473,13 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
         d.plans is None or p.mode == "domain",
         f"--plans is only used in domain mode (got --mode {p.mode}); sectors and single plans are made on the fly",
     )
+
+
+def device_kind(config: TrainConfig) -> str:
+    """The device a run trains on, ``"cuda"`` or ``"cpu"`` (``auto``: CUDA where torch sees one)."""
+    if config.parallel.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return config.parallel.device
 
 
 def domain_size_of(config: TrainConfig, world_size: int) -> int:

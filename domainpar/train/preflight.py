@@ -27,7 +27,7 @@ from domainpar.data.pyg_files import is_pyg_file
 from domainpar.errors import DomainparError
 from domainpar.partition.geometric import require_positions
 from domainpar.partition.io import read_manifest
-from domainpar.train.config import SettingError, TrainConfig, domain_size_of, validate_config
+from domainpar.train.config import SettingError, TrainConfig, device_kind, domain_size_of, validate_config
 from domainpar.train.events import plan_directory
 from domainpar.launch.env import LauncherEnv, detect
 
@@ -195,8 +195,7 @@ def local_ranks_fit_this_machine(view: RunInputsView) -> None:
             f"--ranks {view.world_size} starts that many local processes: at most {limit} on this machine "
             f"(4 per CPU core){where}; use torchrun or srun to run on several nodes"
         )
-    device = view.config.parallel.device
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+    if device_kind(view.config) == "cuda":
         gpus = torch.cuda.device_count()
         if view.world_size > gpus:
             raise DomainparError(
@@ -208,8 +207,7 @@ def local_ranks_fit_this_machine(view: RunInputsView) -> None:
 def torchrun_workers_fit_the_gpus(view: RunInputsView) -> None:
     """torchrun's workers of a node all see the node's GPUs: more workers than GPUs put two ranks on one."""
     launcher = view.launcher
-    device = view.config.parallel.device
-    if launcher.kind not in ("torchrun", "env") or not (device == "cuda" or (device == "auto" and torch.cuda.is_available())):
+    if launcher.kind not in ("torchrun", "env") or device_kind(view.config) != "cuda":
         return
     local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
     gpus = torch.cuda.device_count()

@@ -12,12 +12,8 @@ Three ways a run starts (:func:`~domainpar.launch.env.detect` reads which):
   names it;
 * otherwise (single mode, or one rank): training runs in this process.
 
-Whatever would fail only once ranks exist is checked before they start
-(:mod:`domainpar.train.preflight`); the ranks of a torchrun/srun job compare
-their configurations with rank 0's before their first collective
-(:mod:`domainpar.train.agreement`), and a model that is not a built-in
-proves its locality on the first graph before any rank trains
-(:mod:`domainpar.train.locality`).
+Before any rank trains: :mod:`domainpar.train.preflight`, :mod:`domainpar.train.agreement` (torchrun/srun) and
+:mod:`domainpar.train.locality`.
 """
 
 from __future__ import annotations
@@ -26,8 +22,6 @@ import os
 import sys
 from typing import Any
 
-import torch
-
 from domainpar.comm.watchdog import WatchdogConfig
 from domainpar.comm.watchdog import current as current_watchdog
 from domainpar.errors import DomainparError
@@ -35,7 +29,7 @@ from domainpar.launch import ranks, runlock
 from domainpar.launch.env import LauncherEnv, detect
 from domainpar.output_paths import check_output_dir
 from domainpar.train.agreement import agree_on_run
-from domainpar.train.config import TrainConfig
+from domainpar.train.config import TrainConfig, device_kind
 from domainpar.train.locality import LocalityGate, check_launched_run_locality, check_run_locality, graph_given
 from domainpar.train.preflight import check_run
 from domainpar.train.prepare import precheck_resume, prepare, prepare_distributed
@@ -49,12 +43,6 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _device_kind(config: TrainConfig) -> str:
-    if config.parallel.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return config.parallel.device
-
-
 def _payload(config: TrainConfig, inputs) -> dict[str, Any]:
     return {
         "config": config.to_dict(),
@@ -62,7 +50,7 @@ def _payload(config: TrainConfig, inputs) -> dict[str, Any]:
         "val_files": inputs.val_files,
         "train_plans": inputs.train_plans,
         "val_plans": inputs.val_plans,
-        "device": _device_kind(config),
+        "device": device_kind(config),
     }
 
 
@@ -80,18 +68,6 @@ def prepare_payload(config: TrainConfig, world_size: int, progress: bool = False
     return _payload(config, inputs)
 
 
-def _rank_error(exc: Exception) -> Exception:
-    """A spawned rank's failure as a one-line DomainparError when it was a user mistake, else unchanged."""
-    failure = getattr(exc, "failure", None)
-    if failure is not None and failure.user_error:
-        return DomainparError(failure.message)
-    return exc
-
-
-def _watchdog_config(config: TrainConfig):
-    return WatchdogConfig(dead_after_s=config.parallel.heartbeat_s)
-
-
 def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[str, Any]:
     """This process is one rank of a torchrun/srun job: join it, prepare its shard of the events, train.
 
@@ -101,7 +77,8 @@ def _train_as_launched_rank(config: TrainConfig, launcher: LauncherEnv) -> dict[
     """
     # Checked before joining: a mistake ends every rank at once with its line, not after the rendezvous.
     config = check_run(config, launcher.world_size, launcher)
-    env = ranks.init_from_env(config.parallel.timeout_s, device=_device_kind(config), watchdog=_watchdog_config(config))
+    watchdog = WatchdogConfig(dead_after_s=config.parallel.heartbeat_s)
+    env = ranks.init_from_env(config.parallel.timeout_s, device=device_kind(config), watchdog=watchdog)
     # Before any collective and any work: every rank runs the configuration rank 0 runs, or none trains.
     agree_on_run(config, env.world_size)
     lock = None
@@ -205,12 +182,12 @@ def train(config: TrainConfig, launcher: LauncherEnv | None = None) -> dict[str,
                 timeout_s=_SPAWN_JOB_LIMIT_S,
                 backend=backend,
                 num_threads=threads,
-                watchdog=_watchdog_config(config),
+                watchdog=WatchdogConfig(dead_after_s=config.parallel.heartbeat_s),
             )
         except ranks.SpawnError as exc:
             gate.raise_if_refused()  # the ranks stopped at the gate: the check's own line, said once
-            converted = _rank_error(exc)
-            if converted is exc:
+            failure = getattr(exc, "failure", None)
+            if failure is None or not failure.user_error:
                 raise
-            raise converted from None
+            raise DomainparError(failure.message) from None  # a rank's user mistake: its one line
     return results[0]
