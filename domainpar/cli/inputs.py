@@ -19,14 +19,6 @@ _GRAPH_SUFFIXES = (".npz", ".pyg", ".pt")
 _EVENT_FILE = re.compile(r"event\d+-[A-Za-z_]+\.csv(\.gz)?")
 
 
-def _members(directory: Path) -> list[Path]:
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        return []
-    return [e for e in entries if e.suffix in _GRAPH_SUFFIXES or _EVENT_FILE.fullmatch(e.name)]
-
-
 def inputs_of(option: str, path: str | os.PathLike | None) -> list[tuple[str, Path]]:
     """``(option, path)`` of ``path`` and of the files a command reads through it (none when not given)."""
     if path is None or str(path) == "":
@@ -34,7 +26,11 @@ def inputs_of(option: str, path: str | os.PathLike | None) -> list[tuple[str, Pa
     path = Path(path)
     found = [(option, path)]
     if path.is_dir():
-        found += [(option, member) for member in _members(path)]
+        try:
+            entries = list(path.iterdir())
+        except OSError:
+            entries = []
+        found += [(option, e) for e in entries if e.suffix in _GRAPH_SUFFIXES or _EVENT_FILE.fullmatch(e.name)]
     elif not path.exists() and path.parent.is_dir():
         # An event prefix: data/event000000001 stands for data/event000000001-<part>.csv[.gz].
         found += [(option, part) for part in path.parent.glob(glob_escape(path.name) + "-*") if _EVENT_FILE.fullmatch(part.name)]
