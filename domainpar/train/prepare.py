@@ -109,13 +109,6 @@ def plan_root(config: TrainConfig, kind: str, group_size: int) -> tuple[Path | N
     return Path(config.run.out) / "plans" / kind / f"{method}-{group_size}parts-seed{config.run.seed}", True
 
 
-def _sources(config: TrainConfig) -> list[tuple[str, Path]]:
-    sources = [("train", Path(config.data.train))]
-    if config.data.val:
-        sources.append(("val", Path(config.data.val)))
-    return sources
-
-
 def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], RunInputs]:
     """Every event of the run (training then validation) and the run's inputs once prepared.
 
@@ -128,7 +121,9 @@ def list_items(config: TrainConfig, world_size: int) -> tuple[list[PrepItem], Ru
     items: list[PrepItem] = []
     files: dict[str, list[str]] = {}
     roots: dict[str, str | None] = {}
-    for kind, path in _sources(config):
+    given = [("train", config.data.train)] + ([("val", config.data.val)] if config.data.val else [])
+    for kind, text in given:
+        path = Path(text)
         root, make = plan_root(config, kind, group)
         roots[kind] = None if root is None else str(root)
         option = "--data" if kind == "train" else "--val"
