@@ -212,10 +212,6 @@ class RunLogs:
                     self._writer.add_scalar(f"epoch/{key}", value, record["epoch"])
             self._writer.flush()
 
-    def last_epoch_record(self) -> dict | None:
-        """The last ``metrics.jsonl`` record (a resumed run that had nothing left to train reports it)."""
-        return self.metrics[-1] if self.metrics else None
-
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()

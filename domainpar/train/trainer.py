@@ -460,9 +460,8 @@ class Trainer:
         last_record: dict | None = None
         last_checkpoint: Path | None = resume_path
         steps_this_run = 0
-        stop = p.global_step >= self.total_steps
-        paused = not stop and self._pause_due()
-        stop = stop or paused
+        paused = self._pause_due()  # never at or past the end of the schedule
+        stop = paused or p.global_step >= self.total_steps
         if not stop:
             self._train_feed = self._feeder(self.train_parts, self._train_order(), "train")
         while p.epoch < config.run.epochs and not stop:
@@ -521,7 +520,7 @@ class Trainer:
         if main:
             self._start_outputs()
         if main and last_record is None and resume_path is not None:
-            last_record = self.logs.last_epoch_record()
+            last_record = self.logs.metrics[-1] if self.logs.metrics else None  # resumed with nothing left to train
         model_path = self.save_model(last_record) if main and not paused else None
         wall = time.perf_counter() - run_start
         return {
