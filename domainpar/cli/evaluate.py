@@ -106,8 +106,8 @@ def evaluate(
     parts = num_parts if num_parts is not None else (ranks if ranks is not None else 1)
     config = EvaluateConfig(data=data, events_dir=events_dir, losses=losses, progress=not quiet,
                             **pipeline_fields(pipeline, parts))  # fmt: skip
-    written_to = (("--json", json_path, "file"), ("--plots", plots_dir, "dir"), ("--submissions", submissions_dir, "dir"),
-                  ("--write-scores", scores_dir, "dir"))  # fmt: skip
+    written_to = (("--json", json_path, "file"), ("--plots", plots_dir, "dir"),
+                  ("--submissions", submissions_dir, "dir"), ("--write-scores", scores_dir, "dir"))  # fmt: skip
     for option, path, kind in written_to:
         if path is not None:
             (check_output_file if kind == "file" else check_output_dir)(path, option)

@@ -109,8 +109,9 @@ def export(
         graph = load_graph(first_check)
         checked = CheckGraph(name=str(check_graph), x=graph.x, edge_index=graph.edge_index, edge_attr=graph.edge_attr)
         meta = read_graph_metadata(first_check)
-        _same_features(f"--check-graph {check_graph}", {kind: meta.get(kind) for kind in ("node_features", "edge_features")},
-                       source.description, f"{checkpoint}'s training graphs", kinds)  # fmt: skip
+        check_names = {kind: meta.get(kind) for kind in ("node_features", "edge_features")}
+        _same_features(f"--check-graph {check_graph}", check_names, source.description, f"{checkpoint}'s training graphs",
+                       kinds)  # fmt: skip
     edge_filter = None
     if filter_path is not None:
         edge_filter = load_filter(filter_path)

@@ -81,7 +81,9 @@ def verify(
         if json_path is not None:
             check_output_file(json_path, "--json")
             check_apart("--json", json_path, "file", inputs_of("--graph", graph_path))
-        for option, value, most in (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN), ("--iterations", iterations, MAX_ITERATIONS)):
+        limits = (("--parts", num_parts, None), ("--hidden", hidden, MAX_HIDDEN),
+                  ("--iterations", iterations, MAX_ITERATIONS))  # fmt: skip
+        for option, value, most in limits:
             if value < 1:
                 raise DomainparError(f"{option} must be at least 1 (got {value})")
             if most is not None and value > most:

@@ -439,7 +439,7 @@ def _logs_record(value: Any) -> bool:
 
 
 def _validate_fields(path: Path, state: dict[str, Any], resumable: bool, advice: str) -> None:
-    """Type and range of every entry (resumable: the full set training needs); ``advice`` ends a damaged record's line."""
+    """Type and range of every entry (resumable: the full set training needs; ``advice`` ends a record's refusal)."""
     non_negative = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
     positive = (lambda v: _is_int(v) and v >= 1, "a positive integer")
     _check(path, state, "step", *non_negative, required=resumable)

@@ -378,8 +378,8 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     """
     # The numeric fields' domains (FIELD_DOMAINS, and the model's own) are checked when the config is built.
     d, o, p, r = config.data, config.optim, config.parallel, config.run
-    for dotted in ("parallel.mode", "run.precision", "run.track_method", "data.method", "optim.schedule", "optim.lr_scaling",
-                   "parallel.device"):  # fmt: skip
+    for dotted in ("parallel.mode", "run.precision", "run.track_method", "data.method", "optim.schedule",
+                   "optim.lr_scaling", "parallel.device"):  # fmt: skip
         section, _, name = dotted.partition(".")
         value, choices = getattr(getattr(config, section), name), FIELD_CHOICES[dotted]
         _require(value in choices, f"{flag_name(dotted)} must be one of {', '.join(choices)} (got {shorten(value)})")
@@ -402,7 +402,8 @@ def validate_config(config: TrainConfig, world_size: int | None = None, cuda_ava
     # Each preparing worker is a process holding an event: as for --threads a few per core is the useful range.
     _require(
         d.workers is None or d.workers <= four_per_core,
-        f"--workers must be at most {four_per_core} on this machine (4 per CPU core: each holds an event) (got {shorten(d.workers)})",
+        f"--workers must be at most {four_per_core} on this machine (4 per CPU core: each holds an event) "
+        f"(got {shorten(d.workers)})",
     )
     memory = memory_bytes()
     if memory is not None:

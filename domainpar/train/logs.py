@@ -110,9 +110,10 @@ def check_resumable_logs(out: Path, resumed_at: tuple[int, int], source: Path | 
         DomainparError: naming the log file and its first damaged line or missing record.
     """
     step, epoch = resumed_at
-    metrics = _needed_lines(out / "metrics.jsonl", lambda r: r.get("epoch", 0) <= epoch, "epoch", list(range(1, epoch + 1)),
-                            source)  # fmt: skip
-    steps = _needed_lines(out / "steps.jsonl", lambda r: r.get("step", 0) <= step, "step", list(range(1, step + 1)), source)
+    metrics = _needed_lines(out / "metrics.jsonl", lambda r: r.get("epoch", 0) <= epoch, "epoch",
+                            list(range(1, epoch + 1)), source)  # fmt: skip
+    steps = _needed_lines(out / "steps.jsonl", lambda r: r.get("step", 0) <= step, "step",
+                          list(range(1, step + 1)), source)  # fmt: skip
     return metrics, steps
 
 
