@@ -3,7 +3,7 @@
 The Exa.TrkX and acorn (GNN4ITk) pipelines store one event per file, a
 ``torch_geometric.data.Data`` written with ``torch.save`` (``event<id>.pyg``,
 ``event<id>-graph.pyg``, ``*.pt``, or Exa.TrkX's bare event numbers).
-:func:`load_pyg_graph` reads such a file into an :class:`EventGraph`, so the
+:func:`load_pyg_file` reads such a file into an :class:`EventGraph`, so the
 rest of the engine never sees the difference; :func:`save_pyg_graph` writes
 ours in their layout (``domainpar build --format pyg``).
 
