@@ -84,6 +84,8 @@ class GraphConfig:
     """Phi-slope cut of the edges that jump a layer, rad/mm (tighter: they only recover missed hits of pT > ~1 GeV tracks)."""
     skip_z0_max: float = 120.0
     """z0 cut of the edges that jump a layer, mm."""
+    skip_dphi_margin: float | None = None
+    """Constant |dphi| allowance of the edges that jump a layer, rad; None: ``dphi_margin`` (graphs built before it)."""
     bridge_tolerance_xy: float = 5.0
     """A hit bridges a layer-jumping edge when within this transverse distance (mm) of its straight line..."""
     bridge_tolerance_rz: float = 10.0
@@ -123,9 +125,11 @@ class GraphConfig:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise DomainparError(f"GraphConfig.{name} must be a positive finite number (got {value})")
-        for name in ("crossing_margin", "dphi_margin", "min_pt"):
+        for name in ("crossing_margin", "dphi_margin", "min_pt", "skip_dphi_margin"):
             value = getattr(self, name)
-            if not (np.isfinite(value) and value >= 0):
+            if name == "skip_dphi_margin" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (np.isfinite(value) and value >= 0):
                 raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value})")
         if self.construction not in CONSTRUCTIONS:
             raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
@@ -152,9 +156,17 @@ class GraphConfig:
         """Whether building needs the event's cells table."""
         return any(n in feature_catalogue.CELL_NODE_FEATURES for n in self.node_feature_names)
 
+    @property
+    def skip_margin(self) -> float:
+        """The |dphi| allowance the layer-jumping edges are built with (:attr:`skip_dphi_margin`, else
+        :attr:`dphi_margin`)."""
+        return self.dphi_margin if self.skip_dphi_margin is None else self.skip_dphi_margin
+
     def to_dict(self) -> dict:
         """Plain dict (JSON- and YAML-safe; tuples become lists)."""
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if self.skip_dphi_margin is None:
+            values.pop("skip_dphi_margin")  # what graphs built before the setting existed record (same hashes)
         if self.construction == "cuts":
             # Graphs built with the cuts record what they recorded before the module map existed (same JSON, same hashes).
             for name in ("construction", "module_map", "module_map_hash"):
@@ -294,6 +306,7 @@ def _search_edges(
             float(config.deta_max),
             float(config.skip_phi_slope_max),
             float(config.skip_z0_max),
+            float(config.skip_margin),
             bool(config.skip_missing),
             node,
             # Room for the segments of ~8 per inner hit and pair (a full event's average is 6): rarely grown.

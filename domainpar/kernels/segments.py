@@ -226,6 +226,7 @@ def find_segments(
     deta_max: float,
     skip_phi_slope_max: float,
     skip_z0_max: float,
+    skip_margin: float,
     allow_skip: bool,
     node: np.ndarray,
     capacity: int,
@@ -259,7 +260,8 @@ def find_segments(
         dphi_margin: see above (rad).
         z0_max: keep lines whose r = 0 intercept has |z0| <= z0_max (mm), pointing outward (dr > 0).
         deta_max: on disc → disc pairs also keep only |deta| <= deta_max.
-        skip_phi_slope_max, skip_z0_max: the same cuts for segments that cross one layer.
+        skip_phi_slope_max, skip_z0_max, skip_margin: the phi slope, z0 and dphi margin cuts of segments that cross
+            one layer.
         allow_skip: keep segments that cross one layer at all.
         node: (N,) int64 node index of every sorted position (what the keys hold).
         capacity: keys the output holds before it grows (a guess: any value gives the same keys).
@@ -287,6 +289,7 @@ def find_segments(
         last_between = between_start[p + 1]
         slope_cut = skip_phi_slope_max if pair_jumps[p] else phi_slope_max
         z0_cut = skip_z0_max if pair_jumps[p] else z0_max
+        margin = skip_margin if pair_jumps[p] else dphi_margin
         for a in range(items[item, 1], items[item, 2]):
             r_a = r[a]
             z_a = z[a]
@@ -310,7 +313,7 @@ def find_segments(
             dr_reach = r_far - r_a
             if not dr_reach > 0.0:
                 continue
-            half_width = slope_cut * dr_reach + dphi_margin
+            half_width = slope_cut * dr_reach + margin
             if half_width >= math.pi:
                 first_bin = 0
                 num_bins = num_phi_bins
@@ -328,7 +331,7 @@ def find_segments(
                     continue
                 lo_bin = lo
                 if narrow:
-                    lo_bin = max(lo, _disc_bin_start(phi_a, r_a, first_bin + k, bin_width, slope_cut, dphi_margin))
+                    lo_bin = max(lo, _disc_bin_start(phi_a, r_a, first_bin + k, bin_width, slope_cut, margin))
                     if lo_bin > hi:
                         continue
                 j = _lower_bound(secondary, start, stop, lo_bin)
@@ -338,7 +341,7 @@ def find_segments(
                     dphi = abs(_wrap_angle(phi[j] - phi_a))
                     # |z0| = |z_a - r_a dz/dr|, written without dividing by a tiny dr.
                     z0_times_dr = abs(z_a * dr - r_a * dz)
-                    keep = dr > 0.0 and dphi <= slope_cut * dr + dphi_margin and z0_times_dr <= z0_cut * dr
+                    keep = dr > 0.0 and dphi <= slope_cut * dr + margin and z0_times_dr <= z0_cut * dr
                     if keep and both_discs:
                         keep = abs(eta[j] - eta[a]) <= deta_max
                     crossed = 0
@@ -351,7 +354,7 @@ def find_segments(
                         if crossed == 1:
                             keep = (
                                 allow_skip
-                                and dphi <= skip_phi_slope_max * dr + dphi_margin
+                                and dphi <= skip_phi_slope_max * dr + skip_margin
                                 and z0_times_dr <= skip_z0_max * dr
                             )
                         elif crossed > 1:
