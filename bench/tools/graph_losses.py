@@ -48,7 +48,7 @@ CAUSES = ("loops back", "no layer pair", "jumps a layer", "phi slope, prompt", "
           "other")  # fmt: skip
 
 
-def _particles(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def graph_particles(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(row (N,), pt (P,), layers (P,))``: every node's particle row (-1: noise), each particle's pT and layers."""
     pid = graph.particle_id
     ids = np.unique(pid[pid != 0])
@@ -63,7 +63,7 @@ def _particles(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _causes(graph, segments, config) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Every particle whose built chain is broken: ``(its row (K,), its pT (K,), the cause of its first unbuilt
     segment)``, particles on >= 3 layers only."""
-    row, pt, layers = _particles(graph)
+    row, pt, layers = graph_particles(graph)
     joined = chain_joined(row.size, segments.segments, segments.built, row, pt.size)
     # Segments come grouped by particle, in order along its path: the first unbuilt one of each particle.
     unbuilt = np.flatnonzero(~segments.built)
@@ -114,7 +114,7 @@ def study(config: EvaluateConfig) -> dict:
     causes = [Counter() for _ in names]
     for source in list_sources(config.data, truth=True):
         event = prepare_event(source, pipeline.graphs, prune, truth=True, segments=True)
-        _, pt, layers = _particles(event.graph)
+        _, pt, layers = graph_particles(event.graph)
         where = bin_of(pt[layers >= 3])
         particles += np.bincount(where[where >= 0], minlength=len(names))
         _, pt, cause = _causes(event.graph, event.segments, pipeline.graphs.graph_config)

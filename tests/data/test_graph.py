@@ -295,6 +295,48 @@ def test_only_a_hit_on_the_line_bridges_a_layer_jump(offset_z, bridged):
     assert stats.efficiency == (9 / 10 if bridged else 1.0)
 
 
+def _edges(graph) -> set[tuple[int, int]]:
+    return {(int(graph.hit_id[a]), int(graph.hit_id[b])) for a, b in zip(*graph.edge_index)}
+
+
+def test_the_skip_margin_widens_only_the_layer_jumps():
+    """Particle 33 misses layer 3; its outer hit turned by 0.04 rad is past the jump's window of dphi_margin (0.003 +
+    0.0003 x 100 mm), within that of skip_dphi_margin 0.02, and every other edge stays as it was."""
+    hits, truth, particles = _hand_made_event()
+    outer = hits.hit_id == 12
+    phi = np.arctan2(hits.y[outer], hits.x[outer]) + 0.04
+    hits.loc[outer, "x"], hits.loc[outer, "y"] = 172.0 * np.cos(phi), 172.0 * np.sin(phi)
+    default, _ = build_graph(hits, truth, particles)
+    same, _ = build_graph(hits, truth, particles, config=GraphConfig(skip_dphi_margin=GraphConfig().dphi_margin))
+    wide, _ = build_graph(hits, truth, particles, config=GraphConfig(skip_dphi_margin=0.02))
+    assert (11, 12) not in _edges(default) and _edges(same) == _edges(default)
+    assert _edges(wide) == _edges(default) | {(11, 12)}
+
+
+def test_the_bridge_test_keeps_the_tight_margin():
+    """A noise hit on layer 3, 0.02 rad off particle 33's line (2.3 mm: within the bridge's 5 mm), joins both of its
+    hits through the main cuts but not through the bridge's (0.0003 x 44 mm + 0.003 rad): the jump stays, whatever the
+    skip margin (a bridge test with the skip margin would drop the true segment)."""
+    hits, truth, particles = _hand_made_event()
+    noise = {"hit_id": 14, "x": 116.0 * np.cos(-1.48), "y": 116.0 * np.sin(-1.48), "z": 116.0, "volume_id": 8,
+             "layer_id": 6, "module_id": 1}  # fmt: skip
+    hits = pd.concat([hits, pd.DataFrame([noise])], ignore_index=True)
+    truth = pd.concat([truth, pd.DataFrame([{"hit_id": 14, "particle_id": 0}])], ignore_index=True)
+    for config in (GraphConfig(), GraphConfig(skip_dphi_margin=0.02)):
+        edges = _edges(build_graph(hits, truth, particles, config=config)[0])
+        assert {(11, 14), (14, 12), (11, 12)} <= edges
+
+
+def test_the_skip_margin_is_recorded_only_when_set():
+    assert "skip_dphi_margin" not in GraphConfig().to_dict()  # the graphs and hashes of before it existed
+    config = GraphConfig(skip_dphi_margin=0.04)
+    assert config.to_dict()["skip_dphi_margin"] == 0.04 and config.skip_margin == 0.04
+    assert GraphConfig.from_dict(config.to_dict()) == config and GraphConfig().skip_margin == GraphConfig().dphi_margin
+    for bad in (-0.01, float("nan"), "0.02"):
+        with pytest.raises(DomainparError, match=r"GraphConfig.skip_dphi_margin must be a non-negative number"):
+            GraphConfig(skip_dphi_margin=bad)
+
+
 def test_true_segments_follow_the_track_order():
     hits, truth, particles = _hand_made_event()
     pos = hits[["x", "y", "z"]].to_numpy(np.float64)
