@@ -29,13 +29,13 @@ class TrackConfig:
     """Added in quadrature to every hit's resolution (pitch / sqrt(12) of its layer's modules) in the helix fits (mm)."""
     ms: float = 0.02
     """Multiple-scattering term of the helix fits (mm GeV): every hit's variance grows by (ms / pT)^2."""
-    seed_threshold: float = 0.05
+    seed_threshold: float = 0.02
     """Seeding: seed triplets are two edges both scored above it (best first, so the GNN's surest tracks start)."""
     seed_bucket: float = 0.5
     """Seeding: seeds are taken in bands of their weaker edge's score this wide, nearest the beam line first within a band (0: by score alone)."""
     extend_threshold: float = 0.02
     """Following: edges scored above it may extend a track (the fit judges them)."""
-    seeds_per_hit: int = 3
+    seeds_per_hit: int = 4
     """Seeding: the best-scored inner and outer edges of a hit that make seed triplets with it."""
     reach: int = 3
     """Following: candidates come from the neighbours of this many hits at the growing end."""
@@ -77,9 +77,9 @@ class TrackConfig:
     short_layers: int = 3
     """Selection: a candidate on at most this many layers is short, and kept only when it passes the three cuts
     below (0: no cut). Three hits fix a circle, so its fit can hardly tell a particle from a chance triplet."""
-    short_min_score: float = 0.05
+    short_min_score: float = 0.1
     """Selection: lowest mean edge score of a short candidate's layer crossings (a missing edge counts 0): the GNN must back it."""
-    short_min_pt: float = 0.2
+    short_min_pt: float = 0.15
     """Selection: lowest fitted pT (GeV) of a short candidate: chance triplets of the dense low-pT hits curl."""
     short_max_chi2_ndf: float = 3.0
     """Selection: largest helix-fit chi2/ndf of a short candidate (tighter than ``max_chi2_ndf``: it has few hits)."""

@@ -118,12 +118,11 @@ def _chance_event(chance: dict, score: float) -> HandEvent:
 
 
 #: The chance triplets, with the settings they are judged by: a tight curl the GNN scores fairly (0.3), and a
-#: stiff helix the GNN barely scores (0.06). The default ``short_min_score`` (0.05) equals the seeding threshold,
-#: so a seeded triplet passes it and the score cut bites on steps without an edge or below the seeds' threshold
-#: only; the score cut is shown on its own at 0.1, above this triplet's mean.
+#: stiff helix the GNN barely scores (0.06: seeded, above the seeding threshold 0.02, and below the default
+#: ``short_min_score`` 0.1).
 CHANCE = {
     "a tight curl (pT 0.1 GeV)": (dict(pt=0.1, phi0=2.2, charge=1, cot=0.8), 0.3, {}),
-    "weakly scored edges (0.06, short_min_score 0.1)": (dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06, {"short_min_score": 0.1}),
+    "weakly scored edges (0.06)": (dict(pt=1.0, phi0=2.2, charge=1, cot=0.8), 0.06, {}),
 }
 
 
@@ -165,8 +164,8 @@ def test_a_long_candidate_is_not_judged_by_the_short_cut():
 
 def test_a_short_particle_with_double_hits_is_judged_by_its_layer_crossings():
     # Overlapping modules give a particle two hits on a layer, and the graph joins layers only: the step between
-    # the two hits has no edge. The GNN backs this particle's every crossing (0.08, above short_min_score 0.05);
-    # counting its within-layer steps as 0 (mean 0.04) dropped it, as it dropped true particles of event 21000.
+    # the two hits has no edge. The GNN backs this particle's every crossing (0.15, above short_min_score 0.1);
+    # counting its within-layer steps as 0 (mean 0.075) dropped it, as it dropped true particles of event 21000.
     ev = HandEvent()
     long = ev.track(1, pt=2.0, phi0=0.5, charge=1, cot=0.4, layers=PIXEL)
     ev.chain([long[c] for c in PIXEL], 0.95)
@@ -177,7 +176,7 @@ def test_a_short_particle_with_double_hits_is_judged_by_its_layer_crossings():
     for inner, outer in zip(layers[:-1], layers[1:]):
         for a in inner:
             for b in outer:
-                ev.edge(a, b, 0.08)
+                ev.edge(a, b, 0.15)
     track_id, particle = _build(ev, TrackConfig())
     assert whole(track_id, particle, 2) and whole(track_id, particle, 1)
     assert np.count_nonzero(track_id == track_id[short[7]]) == 5
