@@ -19,7 +19,7 @@ close to the line between them bridges its two ends (see :func:`_unbridged`).
 Layer pairs that are never consecutive along a traced trajectory are searched
 with the tighter skip cuts altogether.
 
-Cuts (all edges; the skip cuts replace the first two for layer-jumping ones):
+Cuts (all edges; the skip cuts, and ``skip_dphi_margin`` when set, replace the first two for layer-jumping ones):
 
 * phi slope: ``|dphi| <= phi_slope_max * dr + dphi_margin`` (a track of
   transverse momentum pT bends by ``dphi ~= 0.0003 dr / pT[GeV]`` in 2 T, so
@@ -130,7 +130,7 @@ class GraphConfig:
             if name == "skip_dphi_margin" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (np.isfinite(value) and value >= 0):
-                raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value})")
+                raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value!r})")
         if self.construction not in CONSTRUCTIONS:
             raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
         if self.construction == "module_map":
@@ -338,7 +338,9 @@ def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | 
     a -> c. The tight cuts and tolerances keep a random hit from bridging the
     true segment of a particle that really missed that layer, while the hit
     b of a track that did leave one still bridges the fake jumps from its
-    earlier hits.
+    earlier hits. The test keeps ``dphi_margin`` when ``skip_dphi_margin``
+    widens the jumps themselves: a wider bridge lets chance hits drop true
+    jumps (docs/tracks.md).
 
     Args:
         src, dst: (E,) int64 node indices of every candidate, sorted by (src, dst).

@@ -600,6 +600,11 @@ def _(ws):
     return _build(ws, ws.base.events) + ["--crossing-margin", "-1"]
 
 
+@case("build-skip-dphi-margin-nan", "--skip-dphi-margin must be a non-negative number (got nan)")
+def _(ws):
+    return _build(ws, ws.base.events) + ["--skip-dphi-margin", "nan"]
+
+
 @case("build-min-pt-without-truth", "event000000001: --min-pt 1 keeps hits by truth pT, so it needs the event's truth file")
 def _(ws):
     return _build(ws, ws.event(parts=("hits",))) + ["--min-pt", "1"]
