@@ -30,7 +30,7 @@ from domainpar.data.graph import GraphConfig, build_graph
 from domainpar.errors import DomainparError
 from domainpar.inference.events import read_raw_event
 from domainpar.inference.sources import list_sources
-from domainpar.tracks.losses import chain_joined, event_segments, loss_bins
+from domainpar.tracks.losses import chain_joined, event_segments, loss_bin_index, loss_bins
 
 
 def recorded_build(checkpoint: Path) -> GraphConfig:
@@ -82,8 +82,8 @@ def measure(config: GraphConfig, events: list) -> dict:
         vertex_r = np.zeros(ids.size)
         vertex_r[row[real]] = np.hypot(graph.particle_vertex[real, 0], graph.particle_vertex[real, 1])
         joined = chain_joined(row.size, found.segments, found.built, row, ids.size)
-        at = np.where(pt > edges[-1], len(names) - 1, np.minimum(np.searchsorted(edges, pt, side="right") - 1, len(names) - 2))
-        counted = (layers >= 3) & (pt >= edges[0])
+        at = loss_bin_index(pt, edges)
+        counted = (layers >= 3) & (at >= 0)
         particles += np.bincount(at[counted], minlength=len(names))
         broken += np.bincount(at[counted & ~joined], minlength=len(names))
         weight = raw.truth.groupby("particle_id")["weight"].sum() / raw.truth["weight"].sum()

@@ -42,7 +42,7 @@ from domainpar.inference.events import prepare_event
 from domainpar.inference.pipeline import load_pipeline
 from domainpar.inference.sources import list_sources
 from domainpar.inference.spec import EvaluateConfig
-from domainpar.tracks.losses import chain_joined, loss_bins
+from domainpar.tracks.losses import chain_joined, loss_bin_index, loss_bins
 
 CAUSES = ("loops back", "no layer pair", "jumps a layer", "phi slope, prompt", "phi slope, displaced", "z0", "eta window",
           "other")  # fmt: skip
@@ -106,19 +106,15 @@ def study(config: EvaluateConfig) -> dict:
     prune = pipeline.graphs.prune()
     edges, names = loss_bins(config.pt_min)
 
-    def bin_of(pt: np.ndarray) -> np.ndarray:
-        at = np.where(pt > edges[-1], len(names) - 1, np.searchsorted(edges, pt, side="right") - 1)
-        return np.where(pt < edges[0], -1, np.where(pt == edges[-1], len(names) - 2, at))
-
     particles = np.zeros(len(names), dtype=np.int64)
     causes = [Counter() for _ in names]
     for source in list_sources(config.data, truth=True):
         event = prepare_event(source, pipeline.graphs, prune, truth=True, segments=True)
         _, pt, layers = graph_particles(event.graph)
-        where = bin_of(pt[layers >= 3])
+        where = loss_bin_index(pt[layers >= 3], edges)
         particles += np.bincount(where[where >= 0], minlength=len(names))
         _, pt, cause = _causes(event.graph, event.segments, pipeline.graphs.graph_config)
-        for b, c in zip(bin_of(pt), cause):
+        for b, c in zip(loss_bin_index(pt, edges), cause):
             if b >= 0:
                 causes[b][c] += 1
     return {"bins": names, "particles": particles.tolist(), "broken": [sum(c.values()) for c in causes],

@@ -30,7 +30,7 @@ import pandas as pd
 
 from domainpar.data.trackml import load_event
 from domainpar.errors import DomainparError
-from domainpar.tracks.losses import loss_bins
+from domainpar.tracks.losses import loss_bin_index, loss_bins
 from domainpar.tracks.score import analyze_tracks
 
 #: A particle produced further than this from the beam line (mm) is displaced.
@@ -68,9 +68,8 @@ def particle_weights(truth: pd.DataFrame, particles: pd.DataFrame, submission: p
 def pt_bin_names(pt: np.ndarray) -> np.ndarray:
     """The losses table's pT bin of every particle (``evaluate --losses``); below its first edge: ``<0.1``."""
     edges, names = loss_bins(1.0)
-    at = np.searchsorted(edges, pt, side="right") - 1
-    at = np.where(pt > edges[-1], len(names) - 1, np.minimum(at, len(names) - 2))
-    return np.where(pt < edges[0], f"<{edges[0]:g}", np.array(names, dtype=object)[np.maximum(at, 0)])
+    at = loss_bin_index(pt, edges)
+    return np.where(at < 0, f"<{edges[0]:g}", np.array(names, dtype=object)[np.maximum(at, 0)])
 
 
 def chain_stages(weights: pd.DataFrame, scores: Path, checkpoint: Path, edge_filter: Path | None, events: Path) -> pd.Series:

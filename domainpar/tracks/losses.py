@@ -193,6 +193,16 @@ def loss_bins(pt_min: float = 1.0) -> tuple[np.ndarray, list[str]]:
     return edges, [f"{lo:g}-{hi:g}" for lo, hi in zip(edges[:-1], edges[1:])] + [f">{pt_min:g}"]
 
 
+def loss_bin_index(pt: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(P,) int64 the bin of :func:`loss_bins` ``edges`` every pT falls in: [low, high) below ``edges[-1]`` (pT equal
+    to it in the last of those), above it the last bin; -1 below ``edges[0]``."""
+    pt = np.asarray(pt)
+    where = np.searchsorted(edges, pt, side="right") - 1
+    where[pt == edges[-1]] = edges.size - 2  # pT exactly pt_min: not above it, the last bin below
+    where[pt < edges[0]] = -1
+    return where
+
+
 def losses_vs_pt(
     losses: list[ParticleLosses], follow_threshold: float, threshold: float, pt_min: float = 1.0, min_layers: int = 3
 ) -> dict:
@@ -213,9 +223,8 @@ def losses_vs_pt(
     stage = (ParticleLosses(np.zeros(0), pool["pt"], pool["nlayers"], pool["matched"].astype(bool),
                             pool["perfect"].astype(bool), pool["chain_lost"].astype(np.int8)).stage)  # fmt: skip
     pt = pool["pt"]
-    where = np.searchsorted(edges, pt, side="right") - 1
-    where[pt == edges[-1]] = edges.size - 2  # pT exactly pt_min: not above it, the last bin below
-    where[(pool["nlayers"] < min_layers) | (pt < edges[0])] = -1
+    where = loss_bin_index(pt, edges)
+    where[pool["nlayers"] < min_layers] = -1
     matched, perfect = pool["matched"].astype(bool), pool["perfect"].astype(bool)
     bins = range(len(names))
     count = [int(np.count_nonzero(where == b)) for b in bins]
