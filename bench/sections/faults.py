@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench.common.report import Column, Section, ratio
 from bench.common.timing import load_average
-from domainpar.launch.jobs import LAUNCHERS, error_lines, running, start
+from bench.common.jobs import LAUNCHERS, error_lines, running, start
 
 
 def _graphs(directory: Path) -> Path:

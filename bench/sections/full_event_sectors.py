@@ -7,7 +7,7 @@ earlier full_event run): the recipe's GNN is trained again in ``sectors`` mode
 with 8 and with 16 φ-wedge sectors (each sector on its own rank, its cut edges
 dropped), with the same model, seed and number of optimiser steps, and every
 model is judged on the held-out events the same way
-(:func:`domainpar.pipeline.sectors.compare_sectors`): whole events with
+(:func:`bench.common.sectors.compare_sectors`): whole events with
 partitioned inference, and — the naive pipeline end to end — each sector
 alone. Tracking efficiency of particles whose hits cross a sector boundary
 and of those that do not, with the gap to halo exchange and its paired
@@ -18,7 +18,7 @@ a smaller one, train the 16-sector model first under torchrun, as the section
 would (``sectors/8/train/config.yaml`` with ``ranks``/``domain_size`` 16 and
 ``out`` ``sectors/16/train``: ``torchrun --standalone --nproc-per-node 16 -m
 domainpar train --config FILE``); the section reuses a model trained exactly
-as it would train it (:func:`domainpar.pipeline.sectors.compare_sectors`).
+as it would train it (:func:`bench.common.sectors.compare_sectors`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def run(run_dir: Path, quick: bool = False, device: str = "cpu", recipe_path: Pa
     import json
 
     from domainpar.pipeline.recipe import load_recipe
-    from domainpar.pipeline.sectors import compare_sectors
+    from bench.common.sectors import compare_sectors
 
     start = time.perf_counter()
     name = "full_event_sectors"

@@ -61,29 +61,36 @@ def recipe_graph():
     return GraphConfig.from_dict(yaml.safe_load(RECIPE.read_text())["graph"], source=str(RECIPE))
 
 
-def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out: Path, seed: int | None) -> dict:
-    """Learn incrementally; write ``map_n{N}_m{margin}.npz`` for every size and margin. Returns {(N, m): path}."""
+def add_event(learner, prefix: str) -> None:
+    """Add the true segments of the simulated event at ``prefix`` (hits, particles and truth) to a ``MapLearner``."""
     from domainpar.data.detector import layer_index_of
     from domainpar.data.hit_truth import truth_per_hit
-    from domainpar.data.module_map import MapLearner, module_keys
-    from domainpar.data.trackml import load_event
+    from domainpar.data.module_map import module_keys
+    from domainpar.data.trackml import has_truth, load_event
     from domainpar.data.true_segments import true_segments
+
+    if not has_truth(prefix):
+        raise DomainparError(f"{prefix}: expected a truth file to learn the module map from (found none)")
+    hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
+    layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
+    particle_id, _, vertex = truth_per_hit(hits, truth, particles)
+    pos = hits[["x", "y", "z"]].to_numpy(np.float64)
+    learner.add(module_keys(layer, hits["module_id"].to_numpy()), pos, true_segments(particle_id, layer, pos, vertex), Path(prefix).name)
+
+
+def learn_maps(prefixes: list[str], sizes: list[int], margins: list[float], out: Path, seed: int | None) -> dict:
+    """Learn incrementally; write ``map_n{N}_m{margin}.npz`` for every size and margin. Returns {(N, m): path}."""
+    from domainpar.data.module_map import MapLearner, save_module_map
 
     out.mkdir(parents=True, exist_ok=True)
     learner, paths, start = MapLearner(), {}, time.perf_counter()
     for index, prefix in enumerate(prefixes[: max(sizes)], start=1):
-        hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
-        layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-        particle_id, _, vertex = truth_per_hit(hits, truth, particles)
-        pos = hits[["x", "y", "z"]].to_numpy(np.float64)
-        learner.add(module_keys(layer, hits["module_id"].to_numpy()), pos, true_segments(particle_id, layer, pos, vertex), Path(prefix).name)
+        add_event(learner, prefix)
         if index in sizes:
             for margin in margins:
                 module_map = learner.finish(margin, _provenance(seed))
                 path = out / f"map_n{index}_m{margin:g}.npz"
-                from domainpar.data.module_map import save_module_map as _save
-
-                _save(module_map, path)
+                save_module_map(module_map, path)
                 paths[(index, margin)] = path
                 print(f"learned {path.name}: {module_map.provenance['num_pairs']} pairs from {index} events "
                       f"({time.perf_counter() - start:.1f} s so far), hash {module_map.content_hash}", file=sys.stderr, flush=True)
@@ -206,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "learn":
             prefixes = _prefixes(args.events)
             prefixes = prefixes[: args.num_events] if args.num_events else prefixes
-            from domainpar.data.module_map import learn_from_files, save_module_map
+            from domainpar.data.module_map import MapLearner, save_module_map
 
-            module_map = learn_from_files(prefixes, args.margin, _provenance(args.seed))
+            learner = MapLearner()
+            for prefix in prefixes:
+                add_event(learner, prefix)
+            module_map = learner.finish(args.margin, _provenance(args.seed))
             save_module_map(module_map, args.out)
             print(f"{args.out}: {module_map.provenance['num_pairs']} pairs, hash {module_map.content_hash}")
             return 0

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 from bench.common.report import REPO_ROOT  # noqa: E402
 from domainpar.atomic import atomic_path  # noqa: E402
 from domainpar.data.detector import layer_table  # noqa: E402
-from domainpar.sim.occupancy import ETA_BINS, NHITS_BINS, PT_BINS, SECONDARY_P_BINS, VERTEX_R_BINS, VOLUMES  # noqa: E402
+from bench.tools.occupancy import ETA_BINS, NHITS_BINS, PT_BINS, SECONDARY_P_BINS, VERTEX_R_BINS, VOLUMES  # noqa: E402
 
 STYLE = {
     "real": {"color": "black", "label": "real event 21000"},

@@ -3,7 +3,7 @@
     python -m bench.tools.sim_vs_real [--data DIR] [--recipe examples/full_event.yaml] [--events 4]
         [--before DIR] [--json docs/figures/sim_vs_real.json] [--table FILE]
 
-Counts (:mod:`domainpar.sim.occupancy`) on three kinds of event, the same way:
+Counts (:mod:`bench.tools.occupancy`) on three kinds of event, the same way:
 
 * the real event 21000 whole (``event000021000-*``: all nine volumes, no truth);
 * its pixel detector with truth (``pixel/event000021000-*``);
@@ -30,7 +30,7 @@ from domainpar.atomic import atomic_path
 from domainpar.data.trackml import event_prefixes, load_event
 from domainpar.pipeline.recipe import load_recipe
 from domainpar.sim.event import simulate_event
-from domainpar.sim.occupancy import PIXEL_VOLUMES, add_counts, event_counts, occupancy_summary, region
+from bench.tools.occupancy import PIXEL_VOLUMES, add_counts, event_counts, occupancy_summary, region
 
 #: Where the JSON goes by default (beside the figure it draws).
 DEFAULT_JSON = REPO_ROOT / "docs" / "figures" / "sim_vs_real.json"

@@ -4,7 +4,7 @@ For one raw event (the full event 21000 by default), in one warm process:
 
 * the machine: float32 matrix-multiply FLOP/s (``torch.mm``, 2048², the best a dense kernel reaches here) and
   memory bandwidth (a 512 MiB ``copy_``: bytes read + written per second), on 1 thread and on every core;
-* per stage, with the chain's own functions (:func:`domainpar.inference.measure.stages_alone`'s calls):
+* per stage, with the chain's own functions (:func:`bench.tools.measure.stages_alone`'s calls):
 
   - **build** (numba kernels): hits in, edges out, bytes written (edge index and features);
   - **filter** and **GNN inference** (torch): FLOPs of every matrix product (``torch.utils.flop_counter``)

@@ -36,7 +36,7 @@ import numpy as np
 from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.errors import DomainparError
 from domainpar.tracks.candidates import build_candidates
-from domainpar.tracks.compare import _parse_setting
+from bench.tools.compare_builders import _parse_setting
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 from domainpar.tracks.plots import plot_track_examples
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--scores", required=True, type=Path, help="directory of graphs written by evaluate --write-scores")
     t.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     t.add_argument("--repeat", type=int, default=3, help="timed builds per event and method")
-    t.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrackConfig (repeatable), as in domainpar.tracks.compare")
+    t.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrackConfig (repeatable), as in bench.tools.compare_builders")
     e = sub.add_parser("examples", help="figure of built tracks whole, broken and fake")
     e.add_argument("--scores", required=True, type=Path, help="one graph written by evaluate --write-scores")
     e.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS, help="track builder")

@@ -308,29 +308,3 @@ def map_edges(module_map: ModuleMap, module: np.ndarray, pos: np.ndarray) -> np.
     src, dst = src[unique_rows], dst[unique_rows]
     sort = np.argsort(src * n + dst, kind="stable")
     return np.stack([src[sort], dst[sort]])
-
-
-def learn_from_files(prefixes: list[str], margin: float, provenance: dict | None = None) -> ModuleMap:
-    """Learn a map from the TrackML events at ``prefixes`` (each needs hits, particles and truth).
-
-    Args:
-        prefixes: event paths without the part suffix; simulated events only (real ones are for evaluation).
-        margin: relative window padding.
-        provenance: extra record entries (seed, simulator config hash...).
-    """
-    from domainpar.data.detector import layer_index_of
-    from domainpar.data.hit_truth import truth_per_hit
-    from domainpar.data.trackml import has_truth, load_event
-    from domainpar.data.true_segments import true_segments
-
-    learner = MapLearner()
-    for prefix in prefixes:
-        if not has_truth(prefix):
-            raise DomainparError(f"{prefix}: expected a truth file to learn the module map from (found none)")
-        hits, particles, truth = load_event(prefix, parts=("hits", "particles", "truth"))
-        layer = layer_index_of(hits["volume_id"].to_numpy(), hits["layer_id"].to_numpy())
-        particle_id, _, vertex = truth_per_hit(hits, truth, particles)
-        pos = hits[["x", "y", "z"]].to_numpy(np.float64)
-        segments = true_segments(particle_id, layer, pos, vertex)
-        learner.add(module_keys(layer, hits["module_id"].to_numpy()), pos, segments, Path(prefix).name)
-    return learner.finish(margin, provenance or {})

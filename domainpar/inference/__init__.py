@@ -15,8 +15,9 @@ Read in this order:
   ``domainpar evaluate``, the chain judged against the truth, its plots, submissions and scored graphs;
 * :mod:`~domainpar.inference.products`, :mod:`~domainpar.inference.preparer`, :mod:`~domainpar.inference.manifest`,
   :mod:`~domainpar.inference.reconstruct`: ``domainpar reconstruct``, the chain over a dataset without truth as a
-  production job;
-* :mod:`~domainpar.inference.measure`: its speed on one real event, stage by stage and chained.
+  production job.
+
+Its speed, stage by stage and chained, is measured outside the package: ``python -m bench.tools.measure``.
 
 Names are imported lazily so that ``import domainpar.inference`` stays light.
 """

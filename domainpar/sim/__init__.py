@@ -16,8 +16,9 @@ result compares with the real event 21000 (held by ``tests/sim/test_simulate.py`
 
 Modules, in the order an event is made (:func:`domainpar.sim.event.simulate_event`): ``config``, ``particles``,
 ``geometry``, ``material``, ``propagation``, ``interactions``, ``sensors``, ``noise``, ``truth``, ``clusters``,
-``measurement``, ``event``, then ``dataset`` (many events as TrackML files); ``calibration``, ``cluster_fit`` and
-``occupancy`` hold the simulation to real events. Each module's docstring says what it does.
+``measurement``, ``event``, then ``dataset`` (many events as TrackML files); ``calibration`` and ``cluster_fit``
+fit the simulation to real events, and ``bench/tools/occupancy.py`` and ``bench/tools/calibration.py`` count and
+compare it against them. Each module's docstring says what it does.
 
 Nothing in :mod:`domainpar.data` depends on this package.
 """

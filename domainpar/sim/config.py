@@ -91,7 +91,7 @@ class SimulationConfig:
     misaligned layer (the resolution scale multiplies that layer's measurement errors)."""
     hit_efficiency: float = 0.983
     """Probability that a layer crossing produces a hit (effective: includes gaps between modules). Fitted to
-    real event 1 (:func:`domainpar.sim.calibration.layer_response`)."""
+    real event 1 (:func:`bench.tools.calibration.layer_response`)."""
     noise_fraction: float = 0.142
     """Noise hits as a fraction of all hits."""
     module_overlaps: bool = True

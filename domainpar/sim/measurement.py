@@ -3,7 +3,7 @@
 Two models (:attr:`~domainpar.sim.config.SimulationConfig.resolution`):
 ``"measured"`` draws the residuals from the real event 1's per-volume
 distributions by cluster size (``resources/measurement_model.json``, made by
-:func:`domainpar.sim.calibration.residual_quantiles`); ``"pitch"`` is a
+:func:`bench.tools.calibration.residual_quantiles`); ``"pitch"`` is a
 Gaussian of sigma pitch / sqrt(12).
 """
 

@@ -3,8 +3,9 @@
 * :mod:`domainpar.tracks.candidates` — hits → track candidates (its docstring lists the stages of the track finder);
 * :mod:`domainpar.tracks.submission` and :mod:`domainpar.tracks.score` — TrackML submissions and the challenge's
   score, exactly;
-* :mod:`domainpar.tracks.efficiency` and :mod:`domainpar.tracks.plots` — edge and track figures, and their plots;
-* :mod:`domainpar.tracks.compare` — the builders side by side on scored events.
+* :mod:`domainpar.tracks.efficiency` and :mod:`domainpar.tracks.plots` — edge and track figures, and their plots.
+
+The builders side by side on scored events: ``python -m bench.tools.compare_builders``.
 
 Same layer as :mod:`domainpar.data`: numpy/pandas only, no torch.distributed.
 """

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from domainpar.launch.jobs import error_lines, running, start
+from bench.common.jobs import error_lines, running, start
 
 from fixtures import write_graphs
 

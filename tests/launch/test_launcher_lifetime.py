@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from domainpar.launch.jobs import running, start, train_args
+from bench.common.jobs import running, start, train_args
 
 from fixtures import write_graphs
 

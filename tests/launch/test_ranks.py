@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from domainpar.errors import DomainparError
-from domainpar.launch.jobs import free_port
+from bench.common.jobs import free_port
 from domainpar.launch.ranks import SpawnError, backend_for, device_for_local_rank, init_from_env, spawn
 
 pytestmark = pytest.mark.distributed

@@ -1,9 +1,9 @@
 """The simulator against the real labelled event, layer by layer and layer pair by layer pair.
 
 Per layer: hit efficiency, resolution along u and v (measured − true), compared
-by :func:`domainpar.sim.calibration.compare_layers`; per layer pair: the
+by :func:`bench.tools.calibration.compare_layers`; per layer pair: the
 true segments' Δr, |Δz| and |Δφ| distributions, compared by
-:func:`~domainpar.sim.calibration.compare_segments`. The undisturbed simulation
+:func:`~bench.tools.calibration.compare_segments`. The undisturbed simulation
 passes; an inefficient layer or volume, one layer with twice the resolution,
 or flat ideal layers (hits on the cylinders and discs instead of the module
 planes) each fail, so the comparison would catch such a drift.
@@ -18,15 +18,8 @@ import pytest
 
 from domainpar.data.trackml import load_event
 from domainpar.errors import DomainparError
-from domainpar.sim.calibration import (
-    Margins,
-    compare_layers,
-    compare_segments,
-    event_truth,
-    layer_response,
-    residual_quantiles,
-    segment_table,
-)
+from bench.tools.calibration import Margins, compare_layers, compare_segments, layer_response, residual_quantiles, segment_table
+from domainpar.sim.calibration import event_truth
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.event import simulate_event
 from domainpar.sim.measurement import measurement_model

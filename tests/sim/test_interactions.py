@@ -5,7 +5,7 @@ The real event's figures (tests/sim/occupancy_event000021000.json, written by
 alone: TrackML's particle_id carries every particle's generation, so decay
 daughters (displaced, generation 0), secondaries of interactions (generation
 >= 1) and the interactions' vertices are counted without truth, the same way on
-simulated events (:mod:`domainpar.sim.occupancy`).
+simulated events (:mod:`bench.tools.occupancy`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from domainpar.sim.event import simulate_event
 from domainpar.sim.geometry import detector_geometry
 from domainpar.sim.interactions import transport
 from domainpar.sim.material import material_group, material_surfaces, surface_groups
-from domainpar.sim.occupancy import add_counts, event_counts, occupancy_summary
+from bench.tools.occupancy import add_counts, event_counts, occupancy_summary
 from domainpar.sim.particles import (
     GENERATION_SHIFT,
     K0S_MASS,

@@ -1,4 +1,4 @@
-"""Occupancy counts (domainpar.sim.occupancy) on a hand-made event, and a default simulated event against the real one.
+"""Occupancy counts (bench.tools.occupancy) on a hand-made event, and a default simulated event against the real one.
 
 The real event 21000's figures are in tests/sim/occupancy_event000021000.json
 (``python -m bench.tools.sim_vs_real --reference``): the whole event counted
@@ -20,7 +20,7 @@ from domainpar.data.graph import GraphConfig, build_graph
 from domainpar.errors import DomainparError
 from domainpar.sim.config import SimulationConfig
 from domainpar.sim.event import simulate_event
-from domainpar.sim.occupancy import PIXEL_VOLUMES, add_counts, event_counts, occupancy_summary, region
+from bench.tools.occupancy import PIXEL_VOLUMES, add_counts, event_counts, occupancy_summary, region
 
 REFERENCE = json.loads((Path(__file__).parent / "occupancy_event000021000.json").read_text())
 

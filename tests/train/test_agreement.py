@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from domainpar.comm.agreement import RanksRefused, _leave_together, agree
-from domainpar.launch.jobs import TORCHRUN, free_port
+from bench.common.jobs import TORCHRUN, free_port
 from domainpar.launch.ranks import spawn
 from domainpar.train.agreement import ADVICE, PER_RANK, inputs_setting, run_settings
 from domainpar.train.config import load_config

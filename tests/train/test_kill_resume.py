@@ -19,7 +19,7 @@ import time
 import pytest
 import torch
 
-from domainpar.launch.jobs import error_lines, start, train_args
+from bench.common.jobs import error_lines, start, train_args
 from domainpar.train.checkpoint import checkpoint_files
 
 from fixtures import write_graphs

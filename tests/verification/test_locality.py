@@ -24,7 +24,7 @@ from domainpar.cli.main import main
 from domainpar.data.event_graph import save_graph
 from domainpar.errors import DomainparError
 from domainpar.launch import ranks
-from domainpar.launch.jobs import free_port
+from bench.common.jobs import free_port
 from domainpar.model.config import ModelConfig
 from domainpar.model.registry import is_builtin
 from domainpar.train.gate import GateRefused, wait_at_gate

@@ -5,9 +5,9 @@ hold their truth, builds tracks with every method (or settings) asked for, and j
 (:mod:`domainpar.tracks.efficiency`, :mod:`domainpar.tracks.score`), with the builder's seconds per event. Tuning
 builder settings on saved scores costs no inference::
 
-    python -m domainpar.tracks.compare --scores runs/scores/real --events data/trackml/pixel \\
+    python -m bench.tools.compare_builders --scores runs/scores/real --events data/trackml/pixel \\
         --methods components,walk,ckf,ambiguity --json compare.json
-    python -m domainpar.tracks.compare --scores runs/scores/sim --events runs/events/val \\
+    python -m bench.tools.compare_builders --scores runs/scores/sim --events runs/events/val \\
         --methods ambiguity --set hit_chi2=9 --set window=6
 """
 
@@ -132,7 +132,7 @@ def _parse_setting(text: str) -> tuple[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m domainpar.tracks.compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.compare_builders", description=__doc__.splitlines()[0])
     parser.add_argument("--scores", required=True, type=Path, help="graphs written by evaluate --write-scores")
     parser.add_argument("--events", required=True, type=Path, help="the raw events with their truth")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")

@@ -1,6 +1,6 @@
 """How fast a reconstruction is, stage by stage: every stage alone, then the whole chain, on one real event.
 
-``python -m domainpar.inference.measure --checkpoint model.pt --filter filter.pt --event DIR/event000021000 --out DIR``
+``python -m bench.tools.measure --checkpoint model.pt --filter filter.pt --event DIR/event000021000 --out DIR``
 
 1. *Stages alone*: in one warm process (one untimed pass first: imports, the model, numba's caches), the
    event's stages one after the other, each timed on its own, ``--repeats`` times (medians): read (hits and cells,
@@ -13,7 +13,7 @@
 3. *Throughput*: ``domainpar reconstruct`` over ``--copies`` copies of the event (linked under other event
    numbers): events per hour, start-up included, and in steady state (from the run's own per-event times).
 
-``python -m domainpar.inference.measure --startup --event tests/data/trackml/event000000001`` measures instead a
+``python -m bench.tools.measure --startup --event tests/data/trackml/event000000001`` measures instead a
 process's start-up to its first event (imports, graph, one model step forward and backward, tracks; wall and CPU
 seconds, and the numba kernels it compiled), in a first and then in a second process sharing a fresh numba cache.
 

@@ -13,7 +13,7 @@ from domainpar.inference.model_io import load_model
 from domainpar.inference.runner import whole_graph_logits
 from domainpar.parallel.part import rank_part
 from domainpar.partition import partition_graph
-from domainpar.pipeline.sectors import SectorScorer, crossing, gap_with_error
+from bench.common.sectors import SectorScorer, crossing, gap_with_error
 
 from fixtures import EVENT1, trained_event1_checkpoint
 
@@ -78,7 +78,7 @@ def test_sector_inference_scores_each_sector_alone_and_never_a_cut_edge(tmp_path
 def test_a_sectors_model_is_reused_only_when_trained_as_asked(tmp_path):
     """More sectors than a machine may spawn ranks for are trained under torchrun first; the comparison reuses that
     model only when it is the run it would have made (data, model, optimiser, seed, sectors, steps)."""
-    from domainpar.pipeline.sectors import _trained_as
+    from bench.common.sectors import _trained_as
     from domainpar.train.config import load_config
 
     config = load_config(None, {"data.train": "g", "parallel.mode": "sectors", "parallel.ranks": 4,
