@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,40 @@ def _link_event(prefix: Path, directory: Path, event_id: int) -> None:
             (directory / f"event{event_id:09d}-{part}").symlink_to(path.resolve())
 
 
+def chain_stages(checkpoint: Path | None, model: Path | None, edge_filter: Path | None, parts: int = 1,
+                 method: str = "metis") -> tuple[Any, Any, Any]:  # fmt: skip
+    """The pipeline as the chain restores it, its pruning function, and its graph stage without the filter: the build
+    timed apart from the filter, the filter applied after it."""
+    from domainpar.inference.pipeline import load_pipeline
+    from domainpar.inference.spec import PipelineSpec
+
+    pipeline = load_pipeline(PipelineSpec(checkpoint=checkpoint, model=model, edge_filter=edge_filter, num_parts=parts,
+                                          method=method))  # fmt: skip
+    return pipeline, pipeline.graphs.prune(), replace(pipeline.graphs, filter_hash=None, edge_filter=None, exported_model=None)
+
+
+def chain_pass(runner: Any, build: Any, prune: Any, source: Any, raw: Any) -> tuple[dict[str, float], Any, Any, Any]:
+    """One pass of a read event through build, filter, GNN and tracks, each timed around the chain's own call.
+
+    Returns:
+        (seconds by stage, the graph before the filter, the graph after it, the tracks result).
+    """
+    from domainpar.inference.events import PreparedEvent
+
+    t0 = time.perf_counter()
+    built = build.from_raw(None, raw.hits, raw.cells, raw.event_id, str(source.path))
+    t1 = time.perf_counter()
+    graph = prune(built.graph) if prune is not None else built.graph
+    t2 = time.perf_counter()
+    logits, partition = runner.scorer.logits(graph)
+    t3 = time.perf_counter()
+    event = PreparedEvent(source, raw.event_id, graph, np.sort(raw.hits["hit_id"].to_numpy(np.int64)), raw.inputs,
+                          built.num_edges_built)  # fmt: skip
+    result = runner.tracks(event, logits, partition)
+    t4 = time.perf_counter()
+    return {"build": t1 - t0, "filter": t2 - t1, "inference": t3 - t2, "tracks": t4 - t3}, built.graph, graph, result
+
+
 def stages_alone(checkpoint: Path | None, model: Path | None, edge_filter: Path | None, prefix: Path, parts: int,
                  method: str, repeats: int, threads: int) -> dict:  # fmt: skip
     """Median seconds of every stage run alone in a warm process (see the module docstring): the event chain's own
@@ -62,18 +97,11 @@ def stages_alone(checkpoint: Path | None, model: Path | None, edge_filter: Path 
     import torch
 
     from domainpar.inference import products
-    from domainpar.inference.events import PreparedEvent
-    from domainpar.inference.pipeline import load_pipeline
     from domainpar.inference.runner import EventRunner, open_scorer
     from domainpar.inference.sources import EventSource, read_raw_event
-    from domainpar.inference.spec import PipelineSpec
 
     torch.set_num_threads(threads)
-    pipeline = load_pipeline(PipelineSpec(checkpoint=checkpoint, model=model, edge_filter=edge_filter, num_parts=parts,
-                                          method=method))  # fmt: skip
-    prune = pipeline.graphs.prune()
-    # The build timed apart from the filter: the same stage without its filter, the filter applied after it.
-    build = replace(pipeline.graphs, filter_hash=None, edge_filter=None, exported_model=None)
+    pipeline, prune, build = chain_stages(checkpoint, model, edge_filter, parts, method)
     source = EventSource(prefix.name, prefix, "raw")
     times: dict[str, list[float]] = {s: [] for s in STAGES}
     counts: dict = {}
@@ -81,28 +109,20 @@ def stages_alone(checkpoint: Path | None, model: Path | None, edge_filter: Path 
     try:
         with EventRunner(pipeline, open_scorer(pipeline)) as runner:
             for attempt in range(repeats + 1):
-                t0 = time.perf_counter()
+                started = time.perf_counter()
                 raw = read_raw_event(source, build.needs_cells)
-                t1 = time.perf_counter()
-                built = build.from_raw(None, raw.hits, raw.cells, raw.event_id, str(prefix))
-                t2 = time.perf_counter()
-                graph = prune(built.graph) if prune is not None else built.graph
-                t3 = time.perf_counter()
-                logits, partition = runner.scorer.logits(graph)
-                t4 = time.perf_counter()
-                event = PreparedEvent(source, raw.event_id, graph, np.sort(raw.hits["hit_id"].to_numpy(np.int64)), raw.inputs,
-                                      built.num_edges_built)  # fmt: skip
-                result = runner.tracks(event, logits, partition)
-                t5 = time.perf_counter()
+                seconds = {"read": time.perf_counter() - started}
+                passed, built, graph, result = chain_pass(runner, build, prune, source, raw)
+                started = time.perf_counter()
                 products.write_event(out, products.event_outputs(result, "measure", pipeline.threshold, "csv"), "csv")
-                t6 = time.perf_counter()
+                seconds.update(passed, write=time.perf_counter() - started)
                 if attempt == 0:
-                    counts = {"hits": int(raw.hits.shape[0]), "edges_built": int(built.graph.num_edges),
+                    counts = {"hits": int(raw.hits.shape[0]), "edges_built": int(built.num_edges),
                               "edges": int(graph.num_edges),
                               "candidates_3plus": int((result.candidates.sizes() >= 3).sum())}  # fmt: skip
                     continue  # warm-up: imports, caches, the first call of every kernel
-                for name, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
-                    times[name].append(seconds)
+                for name in STAGES:
+                    times[name].append(seconds[name])
     finally:
         shutil.rmtree(out, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in times.items()}

@@ -30,10 +30,8 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -115,36 +113,21 @@ def _counted(fn, *args):
 def measure(checkpoint: Path | None, model: Path | None, edge_filter: Path | None, prefix: Path, repeats: int,
             threads: int) -> dict:  # fmt: skip
     """Work and median seconds of build, filter, inference and tracks on one event (one process, ``threads``)."""
-    from domainpar.inference.events import PreparedEvent
-    from domainpar.inference.pipeline import load_pipeline
+    from bench.tools.measure import chain_pass, chain_stages
     from domainpar.inference.runner import EventRunner, open_scorer
     from domainpar.inference.sources import EventSource, read_raw_event
-    from domainpar.inference.spec import PipelineSpec
 
     torch.set_num_threads(threads)
-    pipeline = load_pipeline(PipelineSpec(checkpoint=checkpoint, model=model, edge_filter=edge_filter, num_parts=1))
-    prune = pipeline.graphs.prune()
-    build = replace(pipeline.graphs, filter_hash=None, edge_filter=None, exported_model=None)
+    pipeline, prune, build = chain_stages(checkpoint, model, edge_filter)
     source = EventSource(prefix.name, prefix, "raw")
     times: dict[str, list[float]] = {"build": [], "filter": [], "inference": [], "tracks": []}
     work: dict = {}
     with EventRunner(pipeline, open_scorer(pipeline)) as runner:
         raw = read_raw_event(source, build.needs_cells)
         for attempt in range(repeats + 1):
-            t0 = time.perf_counter()
-            built = build.from_raw(None, raw.hits, raw.cells, raw.event_id, str(prefix))
-            t1 = time.perf_counter()
-            graph = prune(built.graph) if prune is not None else built.graph
-            t2 = time.perf_counter()
-            logits, partition = runner.scorer.logits(graph)
-            t3 = time.perf_counter()
-            event = PreparedEvent(source, raw.event_id, graph, np.sort(raw.hits["hit_id"].to_numpy(np.int64)), raw.inputs,
-                                  built.num_edges_built)  # fmt: skip
-            runner.tracks(event, logits, partition)
-            t4 = time.perf_counter()
+            seconds, g, graph, _ = chain_pass(runner, build, prune, source, raw)
             if attempt == 0:
                 # Untimed: the counting modes slow every op; the counts are of the same calls.
-                g = built.graph
                 edge_bytes = g.edge_index.nbytes + g.edge_attr.nbytes
                 _, filter_flops, filter_bytes = _counted(prune, g) if prune is not None else (None, 0, 0)
                 if pipeline.graphs.edge_filter is not None:
@@ -163,8 +146,8 @@ def measure(checkpoint: Path | None, model: Path | None, edge_filter: Path | Non
                     "gnn_bytes": int(gnn_bytes),
                 }
                 continue
-            for name, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                times[name].append(seconds)
+            for name in times:
+                times[name].append(seconds[name])
     return {"work": work, "seconds": {k: statistics.median(v) for k, v in times.items()}, "all": times}
 
 
