@@ -44,6 +44,7 @@ ORDER = (
     "physics",
     "full_event",
     "full_event_sectors",
+    "pixel_event",
 )
 
 T = TypeVar("T")

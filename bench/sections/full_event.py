@@ -130,9 +130,11 @@ def run(
     columns += [Column("target", "target (simulated)", "{:.3g}"), Column("real", "real event 1 (final check)", "{:.4f}")]
     sim = recipe.simulation
     model = recipe.train.model
+    region = f"events cut to volumes {list(sim.volumes)}" if sim.volumes else "full events"
     section = Section(
-        name="full_event",
-        title=f"Full events: the {recipe.name} recipe ({device}), trained domain-parallel on simulated full events",
+        name=recipe.name,
+        title=f"{'Full events' if not sim.volumes else 'Detector regions'}: the {recipe.name} recipe ({device}), "
+              f"trained domain-parallel on simulated {region}",
         columns=columns,
         rows=rows,
     )

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from domainpar.data.graph import GraphConfig
 from domainpar.data.subset import check_volumes
-from domainpar.errors import DomainparError, not_a_file
+from domainpar.errors import DomainparError, not_a_file, shorten
 from domainpar.filter.edge_filter import FilterConfig
 from domainpar.inference.spec import PARTITION_METHODS, PipelineSpec
 from domainpar.parsing import load_yaml
@@ -73,8 +73,13 @@ class SimulationSection:
     cluster_variation: float = 0.0
     """Domain randomisation of the training events' clusters (SimulationConfig.cluster_variation); the
     validation events use the calibrated model."""
+    volumes: tuple[int, ...] = ()
+    """Detector volumes every event of the recipe keeps, simulated and real, before its graph is built (the pixel
+    detector: [7, 8, 9], as the pixel-only studies train and judge); empty: the whole detector."""
 
     def __post_init__(self) -> None:
+        if self.volumes != ():
+            object.__setattr__(self, "volumes", check_volumes(self.volumes, "simulation.volumes"))
         for name in ("cluster_variation", "particles_spread"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -339,22 +344,48 @@ def load_recipe(path: str | os.PathLike, device: str = "cpu") -> Recipe:
         DomainparError: missing or malformed file, any invalid setting in the recipe or in any profile,
             or a device the recipe has no profile for (one line).
     """
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise not_a_file(path, "recipe file")
-    try:
-        nested = load_yaml(path, "a YAML recipe")
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DomainparError(f"{path}: expected a YAML recipe, could not parse it ({first})") from None
-    recipe = recipe_from_dict(nested if nested is not None else {}, source=str(path))
+    recipe = recipe_from_dict(_read_recipe(path, ()), source=str(path))
     if device == "cpu":
         return recipe
     if device not in recipe.profiles:
         raise DomainparError(f"{path}: the recipe has no profile for device {device!r} (it has {sorted(recipe.profiles) or 'none'})")
     return recipe.profiles[device]
+
+
+def _read_recipe(path: Path, bases: tuple[Path, ...]) -> dict:
+    """The recipe mapping of ``path``, on top of its ``base`` recipe when it names one: every section the file gives
+    replaces the base's keys of that section one by one (as a profile does), its ``profiles`` replace the base's."""
+    import yaml
+
+    if not path.is_file():
+        raise not_a_file(path, "recipe file" if not bases else f"base recipe of {bases[-1]}")
+    try:
+        nested = load_yaml(path, "a YAML recipe")
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DomainparError(f"{path}: expected a YAML recipe, could not parse it ({first})") from None
+    nested = {} if nested is None else nested
+    if not isinstance(nested, Mapping) or "base" not in nested:
+        return nested
+    base = nested["base"]
+    if not isinstance(base, str) or not base:
+        raise DomainparError(f"{path}: base must name another recipe file, relative to this one (got {shorten(base)})")
+    base_path = (path.parent / base).resolve()
+    if base_path in bases or base_path == path.resolve():
+        raise DomainparError(f"{path}: base {base} leads back to a recipe that names it (expected a chain that ends)")
+    sections = {k: v for k, v in nested.items() if k not in ("base", "name", "profiles")}
+    for section, keys in sections.items():
+        if not isinstance(keys, Mapping):
+            raise DomainparError(f"{path}: section {section!r} must be a mapping of settings over its base's (got {shorten(keys)})")
+    base_nested = _read_recipe(base_path, (*bases, path.resolve()))
+    if not isinstance(base_nested, Mapping):
+        raise DomainparError(f"{base_path}: expected a YAML mapping of sections (got {type(base_nested).__name__})")
+    merged = with_profile(base_nested, sections)
+    merged["name"] = nested.get("name", path.stem)
+    if "profiles" in nested:
+        merged["profiles"] = nested["profiles"]
+    return merged
 
 
 def packaged_recipe_path(name: str = "physics") -> Path:

@@ -21,6 +21,7 @@ import pytest
 
 from bench.sections import full_event, full_event_sectors
 from domainpar.inference.model_io import load_model
+from domainpar.pipeline.recipe import load_recipe
 
 from fixtures import EVENT1
 
@@ -103,6 +104,10 @@ def test_sections_are_registered():
 
     assert sections.ORDER.index("full_event") < sections.ORDER.index("full_event_sectors")
     assert sections.devices("full_event") == ("cpu", "cuda")
+    # The same run on the pixel detector: its own section, its own recipe file (on the full-event one).
+    pixel = sections.load("pixel_event")
+    assert "pixel_event" in sections.ORDER and sections.devices("pixel_event") == ("cpu", "cuda")
+    assert pixel.RECIPE.name == "pixel_event.yaml" and load_recipe(pixel.RECIPE).simulation.volumes == (7, 8, 9)
 
 
 @pytest.mark.timeout(900)

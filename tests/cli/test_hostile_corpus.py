@@ -1904,6 +1904,23 @@ for _flag, _value, _expect in [
     case(f"demo-option{_flag}={_value}", _expect)(_make)
 
 
+@case("demo-recipe-base-loops", "WS/b.yaml: base a.yaml leads back to a recipe that names it")
+def _(ws):
+    ws.write("b.yaml", "base: a.yaml\n")
+    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("a.yaml", "base: b.yaml\n")]
+
+
+@case("demo-recipe-base-is-a-directory", "base recipe of WS/r.yaml")
+def _(ws):
+    ws.path("dir").mkdir()
+    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "base: dir\n")]
+
+
+@case("demo-recipe-volumes-unknown", "simulation.volumes: expected a non-empty list of integer volume ids")
+def _(ws):
+    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "simulation:\n  volumes: [pixel]\n")]
+
+
 @case("demo-out-is-file", "file: expected a directory")
 def _(ws):
     return ["demo", "--out", ws.write("file", "x")]

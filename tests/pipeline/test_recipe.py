@@ -157,3 +157,45 @@ def test_profile_and_evaluation_mistakes_are_one_line(tmp_path, change, message)
 def test_a_device_without_profile_is_refused():
     with pytest.raises(DomainparError, match="no profile for device 'cuda'"):
         load_recipe(RECIPE, device="cuda")
+
+
+PIXEL_EVENT = REPO / "examples" / "pixel_event.yaml"
+
+
+def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
+    pixel, full = load_recipe(PIXEL_EVENT), load_recipe(FULL_EVENT)
+    assert pixel.name == "pixel_event" and pixel.simulation.volumes == (7, 8, 9) and pixel.evaluation.subsets == {}
+    # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
+    assert replace(pixel.simulation, volumes=()) == full.simulation and pixel.graph == full.graph
+    assert pixel.filter == full.filter and pixel.train == full.train and pixel.tracks == full.tracks
+    gpu, full_gpu = load_recipe(PIXEL_EVENT, device="cuda"), load_recipe(FULL_EVENT, device="cuda")
+    assert gpu.simulation.volumes == (7, 8, 9) and gpu.train == full_gpu.train and gpu.evaluation.subsets == {}
+    assert full.simulation.volumes == () and recipe_from_dict(pixel.to_dict(), source="round trip") == pixel
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("base: 3\n", "base must name another recipe file"),
+        ("base: none.yaml\n", "base recipe of"),
+        ("base: recipe.yaml\n", "leads back to a recipe that names it"),
+        ("base: full.yaml\nsimulation: 4\n", "section 'simulation' must be a mapping"),
+        ("base: full.yaml\nsimulation:\n  volumes: [7, 99]\n", "simulation.volumes"),
+        ("base: full.yaml\nsimulation:\n  volumes: []\n", "simulation.volumes"),
+        ("base: full.yaml\nsimulation:\n  regions: [7]\n", "unknown simulation settings ['regions']"),
+    ],
+)
+def test_a_recipe_on_a_base_names_its_mistakes_in_one_line(tmp_path, text, message):
+    (tmp_path / "full.yaml").write_text(FULL_EVENT.read_text())
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    with pytest.raises(DomainparError) as caught:
+        load_recipe(path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_base_chain_that_loops_is_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(DomainparError, match="leads back to a recipe that names it"):
+        load_recipe(tmp_path / "a.yaml")
