@@ -130,10 +130,10 @@ def run(
     columns += [Column("target", "target (simulated)", "{:.3g}"), Column("real", "real event 1 (final check)", "{:.4f}")]
     sim = recipe.simulation
     model = recipe.train.model
-    region = f"events cut to volumes {list(sim.volumes)}" if sim.volumes else "full events"
+    region = f"events cut to volumes {list(recipe.graph.volumes)}" if recipe.graph.volumes else "full events"
     section = Section(
         name=recipe.name,
-        title=f"{'Full events' if not sim.volumes else 'Detector regions'}: the {recipe.name} recipe ({device}), "
+        title=f"{'Full events' if not recipe.graph.volumes else 'Detector regions'}: the {recipe.name} recipe ({device}), "
               f"trained domain-parallel on simulated {region}",
         columns=columns,
         rows=rows,

@@ -37,6 +37,7 @@ _DEFAULTS = GraphConfig()
 @click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
 @click.option("--construction", type=click.Choice(["cuts", "module_map"]), default=_DEFAULTS.construction, show_default=True, help="How edges are found: the geometric cuts above, or a module map learned from simulated truth (--module-map).")
 @click.option("--module-map", default=_DEFAULTS.module_map, help="Module map .npz for --construction module_map (python -m bench.tools.module_map learn); its hash is recorded in every graph.")
+@click.option("--volumes", default="", help="Comma-separated detector volume ids whose hits are the graph's nodes (the pixel detector: 7,8,9; default: every hit); recorded in every graph.")
 @click.option("--format", "fmt", type=click.Choice(["npz", "pyg"]), default="npz", show_default=True, help="npz: domainpar graph files; pyg: PyTorch Geometric Data files (event<id>.pyg) in the Exa.TrkX/acorn layout.")
 @click.option("--node-features", default=",".join(_DEFAULTS.node_features), show_default=True,
               help="Comma-separated node features (r, phi, z, eta, cell_count, cell_charge, cluster_u, cluster_v; cluster ones need cells files).")
@@ -70,6 +71,7 @@ def build(
     # The options named after GraphConfig fields (the cuts, --construction, --module-map, --cell-features) are its own.
     options = {
         **cuts,
+        "volumes": _volume_ids(cuts.pop("volumes")),
         "node_features": tuple(name.strip() for name in node_features.split(",") if name.strip()),
         "edge_features": tuple(name.strip() for name in edge_features.split(",") if name.strip()),
     }
@@ -119,6 +121,15 @@ def build(
     click.echo(f"wrote {len(all_stats)} graphs to {out_dir}{where}")
     if summary is not None:
         raise DomainparError(_option_names(summary, options))
+
+
+def _volume_ids(text: str) -> tuple:
+    """``--volumes`` as a tuple (GraphConfig checks the ids; a word that is not a number is named here)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    bad = [item for item in items if not item.lstrip("-").isdigit()]
+    if bad:
+        raise DomainparError(f"--volumes: expected comma-separated volume ids (got {bad[0]!r})")
+    return tuple(int(item) for item in items)
 
 
 def _option_names(message: str, options: dict) -> str:

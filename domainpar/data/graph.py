@@ -112,8 +112,16 @@ class GraphConfig:
     """Path of the module map .npz (``construction: module_map`` only)."""
     module_map_hash: str = ""
     """Content hash of that map; empty: read from the file. A build given a map of another hash refuses it."""
+    volumes: tuple[int, ...] = ()
+    """Detector volumes whose hits are the graph's nodes (the pixel detector: [7, 8, 9], as the pixel-only studies
+    build); empty: every hit. Recorded like every setting, so a model trained on a region builds that region of
+    any event it is given."""
 
     def __post_init__(self) -> None:
+        if self.volumes != ():
+            from domainpar.data.subset import check_volumes
+
+            object.__setattr__(self, "volumes", check_volumes(self.volumes, "GraphConfig.volumes"))
         for name in ("node_features", "edge_features"):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (tuple, list)):
@@ -167,6 +175,8 @@ class GraphConfig:
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         if self.skip_dphi_margin is None:
             values.pop("skip_dphi_margin")  # what graphs built before the setting existed record (same hashes)
+        if not self.volumes:
+            values.pop("volumes")  # the same: whole-detector graphs record what they recorded before
         if self.construction == "cuts":
             # Graphs built with the cuts record what they recorded before the module map existed (same JSON, same hashes).
             for name in ("construction", "module_map", "module_map_hash"):
@@ -422,12 +432,17 @@ def build_graph(
 
     Returns:
         ``(graph, stats)``. Nodes keep the order of ``hits`` (after the
-        optional truth-pT filter); edges are sorted by (src, dst).
+        optional volume and truth-pT filters); edges are sorted by (src, dst).
     """
     start = time.perf_counter()
     _require_columns(hits, "hits", ("hit_id", "x", "y", "z", "volume_id", "layer_id"))
     if hits.shape[0] == 0:
         raise DomainparError("hits must contain at least one hit (got an empty table)")
+    if config.volumes:
+        inside = hits["volume_id"].isin(config.volumes).to_numpy()
+        if not inside.any():
+            raise DomainparError(f"hits: expected hits in the graph's volumes {list(config.volumes)} (found none)")
+        hits = hits[inside]  # the region's hits are the nodes, in their order; truth and cells are joined by hit_id
     if config.min_pt > 0 and truth is None:
         raise DomainparError(f"GraphConfig.min_pt={config.min_pt} filters by truth pT, so it needs truth (got none)")
     if config.needs_cells and cells is None:

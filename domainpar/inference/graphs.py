@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from domainpar.data.detector import layer_table
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph import GraphConfig, build_graph
 from domainpar.errors import DomainparError
@@ -186,6 +187,14 @@ class GraphStage:
                 or one to prune with no filter given.
         """
         self.check_inputs(graph, source)
+        region = () if self.graph_config is None else self.graph_config.volumes
+        if region:
+            held = np.unique(layer_table()["volume_id"].to_numpy()[graph.layer])
+            if not set(held.tolist()) <= set(region):
+                raise DomainparError(
+                    f"{source}: {self.whose} was trained on graphs of detector volumes {list(region)} and this graph holds "
+                    f"hits of volumes {held.tolist()}; give the raw event (it is cut to the model's volumes) or a graph of them"
+                )
         found = filter_hash_of(graph.build_config)
         if found == self.filter_hash:
             return graph

@@ -200,11 +200,12 @@ def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[s
         )  # fmt: skip
         if events_cache is not None:
             (root / "complete").write_text("")
-    if sim.volumes:
-        # The cache holds whole events (the same simulation): the recipe's region is cut from them here.
+    if recipe.graph.volumes:
+        # A graph of a detector region is judged on that region's truth: the events themselves are cut to it (the
+        # cache holds the whole events simulated).
         for kind in ("train", "val"):
-            events[kind] = volume_subset_dir(events[kind], out / "events" / f"{kind}_volumes", sim.volumes)
-        echo(f"   every event restricted to volumes {list(sim.volumes)}")
+            events[kind] = volume_subset_dir(events[kind], out / "events" / f"{kind}_volumes", recipe.graph.volumes)
+        echo(f"   every event restricted to the graph's volumes {list(recipe.graph.volumes)}")
     for name, volumes in recipe.evaluation.subsets.items():
         events[f"val_{name}"] = volume_subset_dir(events["val"], out / "events" / f"val_{name}", volumes)
         echo(f"   held-out events restricted to {name} (volumes {list(volumes)}): {events[f'val_{name}']}")
@@ -262,7 +263,7 @@ def prepare_graphs(
     sources = _simulate(recipe, out, events_cache, echo, progress)
     real_dir = None if real is None else Path(real)
     if real_dir is not None and real_dir.is_dir() and any(real_dir.glob("event*-truth.csv*")):
-        volumes = recipe.simulation.volumes
+        volumes = recipe.graph.volumes
         sources["real"] = real_dir if not volumes else volume_subset_dir(real_dir, out / "events" / "real_volumes", volumes)
     record["timings"]["simulate"] = _timed(begin, cpu_begin)
 
@@ -400,9 +401,7 @@ def _simulation_key(recipe: Recipe) -> str:
     import hashlib
     from dataclasses import asdict
 
-    # The region (volumes) is cut from the cached whole events: not part of what was simulated.
-    settings = {k: v for k, v in asdict(recipe.simulation).items() if k != "volumes"}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps(asdict(recipe.simulation), sort_keys=True).encode())
     digest.update(simulator_digest().encode())
     return f"events-{digest.hexdigest()[:16]}"
 

@@ -73,13 +73,8 @@ class SimulationSection:
     cluster_variation: float = 0.0
     """Domain randomisation of the training events' clusters (SimulationConfig.cluster_variation); the
     validation events use the calibrated model."""
-    volumes: tuple[int, ...] = ()
-    """Detector volumes every event of the recipe keeps, simulated and real, before its graph is built (the pixel
-    detector: [7, 8, 9], as the pixel-only studies train and judge); empty: the whole detector."""
 
     def __post_init__(self) -> None:
-        if self.volumes != ():
-            object.__setattr__(self, "volumes", check_volumes(self.volumes, "simulation.volumes"))
         for name in ("cluster_variation", "particles_spread"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

@@ -83,7 +83,7 @@ def compare_unlabelled(
     prune = pipeline.graphs.prune()
     result = {}
     with tempfile.TemporaryDirectory(prefix="domainpar-unlabelled-") as tmp, EventRunner(pipeline, open_scorer(pipeline)) as runner:
-        region = recipe.simulation.volumes  # the recipe's events, real ones too, keep only these volumes
+        region = recipe.graph.volumes  # judged on the region the graphs hold, as the held-out events are
         sets = {"real": [subset_event(p, Path(tmp) / "volumes", region) if region else Path(p) for p in prefixes]}
         for name, volumes in recipe.evaluation.subsets.items():
             sets[f"real_{name}"] = [subset_event(prefix, Path(tmp) / name, volumes) for prefix in prefixes]

@@ -107,7 +107,7 @@ def test_sections_are_registered():
     # The same run on the pixel detector: its own section, its own recipe file (on the full-event one).
     pixel = sections.load("pixel_event")
     assert "pixel_event" in sections.ORDER and sections.devices("pixel_event") == ("cpu", "cuda")
-    assert pixel.RECIPE.name == "pixel_event.yaml" and load_recipe(pixel.RECIPE).simulation.volumes == (7, 8, 9)
+    assert pixel.RECIPE.name == "pixel_event.yaml" and load_recipe(pixel.RECIPE).graph.volumes == (7, 8, 9)
 
 
 @pytest.mark.timeout(900)

@@ -605,6 +605,16 @@ def _(ws):
     return _build(ws, ws.base.events) + ["--skip-dphi-margin", "nan"]
 
 
+@case("build-volumes-unknown", "--volumes: expected distinct volume ids of the detector")
+def _(ws):
+    return _build(ws, ws.base.events) + ["--volumes", "7,99"]
+
+
+@case("build-volumes-not-numbers", "--volumes: expected comma-separated volume ids (got 'pixel')")
+def _(ws):
+    return _build(ws, ws.base.events) + ["--volumes", "pixel"]
+
+
 @case("build-min-pt-without-truth", "event000000001: --min-pt 1 keeps hits by truth pT, so it needs the event's truth file")
 def _(ws):
     return _build(ws, ws.event(parts=("hits",))) + ["--min-pt", "1"]
@@ -1916,9 +1926,9 @@ def _(ws):
     return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "base: dir\n")]
 
 
-@case("demo-recipe-volumes-unknown", "simulation.volumes: expected a non-empty list of integer volume ids")
+@case("demo-recipe-volumes-unknown", "GraphConfig.volumes: expected a non-empty list of integer volume ids")
 def _(ws):
-    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "simulation:\n  volumes: [pixel]\n")]
+    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "graph:\n  volumes: [pixel]\n")]
 
 
 @case("demo-out-is-file", "file: expected a directory")

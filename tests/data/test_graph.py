@@ -544,3 +544,31 @@ def test_layer_pairs_are_the_walk_of_every_traced_trajectory(max_skip):
     assert [sorted(layers[start[p] : start[p + 1]].tolist()) for p in range(len(pairs))] == [
         sorted(between.get(key, ())) for key in expected
     ]
+
+
+# --- a detector region ------------------------------------------------------------------------
+
+
+def test_a_graph_of_some_volumes_is_the_graph_of_the_event_cut_to_them(small_event, tmp_path):
+    """``GraphConfig.volumes`` builds, from a whole event, exactly the graph of the event cut to those volumes
+    (:func:`domainpar.data.subset.subset_event`): the same nodes, edges, features and labels."""
+    from domainpar.data.subset import subset_event
+
+    hits, truth, particles, cells = small_event
+    config = GraphConfig(volumes=[9, 8, 7], node_features=("r", "phi", "z", "cell_count"))
+    assert config.volumes == (7, 8, 9) and config.to_dict()["volumes"] == [7, 8, 9]
+    region, _ = build_graph(hits, truth, particles, cells, config=config, event_id=1)
+    cut = subset_event(SMALL_EVENT, tmp_path, (7, 8, 9))
+    cut_hits, cut_truth, cut_particles, cut_cells = load_event(cut, parts=("hits", "truth", "particles", "cells"))
+    expected, _ = build_graph(cut_hits, cut_truth, cut_particles, cut_cells,
+                              config=GraphConfig(node_features=config.node_features), event_id=1)  # fmt: skip
+    assert 0 < region.num_nodes < hits.shape[0]
+    for name in ("hit_id", "pos", "layer", "x", "edge_index", "edge_attr", "y", "particle_id", "particle_nhits"):
+        np.testing.assert_array_equal(getattr(region, name), getattr(expected, name), err_msg=name)
+    assert json.loads(region.build_config)["volumes"] == [7, 8, 9]
+    # The whole detector records what it recorded before the setting existed (the same graphs and hashes).
+    assert "volumes" not in GraphConfig().to_dict() and GraphConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(DomainparError, match=r"GraphConfig.volumes"):
+        GraphConfig(volumes=[7, 99])
+    with pytest.raises(DomainparError, match=r"expected hits in the graph's volumes \[12\]"):
+        build_graph(hits[hits["volume_id"] != 12], config=GraphConfig(volumes=[12]))

@@ -1,4 +1,4 @@
-"""The recipe's data stages on a detector region: every event it touches is cut to ``simulation.volumes``."""
+"""The recipe's data stages on a detector region: every event it touches is cut to ``graph.volumes``."""
 
 from __future__ import annotations
 

@@ -164,13 +164,13 @@ PIXEL_EVENT = REPO / "examples" / "pixel_event.yaml"
 
 def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     pixel, full = load_recipe(PIXEL_EVENT), load_recipe(FULL_EVENT)
-    assert pixel.name == "pixel_event" and pixel.simulation.volumes == (7, 8, 9) and pixel.evaluation.subsets == {}
+    assert pixel.name == "pixel_event" and pixel.graph.volumes == (7, 8, 9) and pixel.evaluation.subsets == {}
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
-    assert replace(pixel.simulation, volumes=()) == full.simulation and pixel.graph == full.graph
+    assert replace(pixel.graph, volumes=()) == full.graph and pixel.simulation == full.simulation
     assert pixel.filter == full.filter and pixel.train == full.train and pixel.tracks == full.tracks
     gpu, full_gpu = load_recipe(PIXEL_EVENT, device="cuda"), load_recipe(FULL_EVENT, device="cuda")
-    assert gpu.simulation.volumes == (7, 8, 9) and gpu.train == full_gpu.train and gpu.evaluation.subsets == {}
-    assert full.simulation.volumes == () and recipe_from_dict(pixel.to_dict(), source="round trip") == pixel
+    assert gpu.graph.volumes == (7, 8, 9) and gpu.train == full_gpu.train and gpu.evaluation.subsets == {}
+    assert full.graph.volumes == () and recipe_from_dict(pixel.to_dict(), source="round trip") == pixel
 
 
 @pytest.mark.parametrize(
@@ -180,8 +180,8 @@ def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
         ("base: none.yaml\n", "base recipe of"),
         ("base: recipe.yaml\n", "leads back to a recipe that names it"),
         ("base: full.yaml\nsimulation: 4\n", "section 'simulation' must be a mapping"),
-        ("base: full.yaml\nsimulation:\n  volumes: [7, 99]\n", "simulation.volumes"),
-        ("base: full.yaml\nsimulation:\n  volumes: []\n", "simulation.volumes"),
+        ("base: full.yaml\ngraph:\n  volumes: [7, 99]\n", "GraphConfig.volumes"),
+        ("base: full.yaml\ngraph:\n  volumes: []\n", "GraphConfig.volumes"),
         ("base: full.yaml\nsimulation:\n  regions: [7]\n", "unknown simulation settings ['regions']"),
     ],
 )
