@@ -165,8 +165,9 @@ PIXEL_EVENT = REPO / "examples" / "pixel_event.yaml"
 def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     pixel, full = load_recipe(PIXEL_EVENT), load_recipe(FULL_EVENT)
     assert pixel.name == "pixel_event" and pixel.graph.volumes == (7, 8, 9) and pixel.evaluation.subsets == {}
+    assert pixel.graph.skip_dphi_margin == 0.04 and full.graph.skip_dphi_margin is None
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
-    assert replace(pixel.graph, volumes=()) == full.graph and pixel.simulation == full.simulation
+    assert replace(pixel.graph, volumes=(), skip_dphi_margin=None) == full.graph and pixel.simulation == full.simulation
     assert pixel.filter == full.filter and pixel.train == full.train and pixel.tracks == full.tracks
     gpu, full_gpu = load_recipe(PIXEL_EVENT, device="cuda"), load_recipe(FULL_EVENT, device="cuda")
     assert gpu.graph.volumes == (7, 8, 9) and gpu.train == full_gpu.train and gpu.evaluation.subsets == {}
