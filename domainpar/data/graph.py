@@ -114,8 +114,8 @@ class GraphConfig:
     """Content hash of that map; empty: read from the file. A build given a map of another hash refuses it."""
     volumes: tuple[int, ...] = ()
     """Detector volumes whose hits are the graph's nodes (the pixel detector: [7, 8, 9], as the pixel-only studies
-    build); empty: every hit. Recorded like every setting, so a model trained on a region builds that region of
-    any event it is given."""
+    build); not given (the default): every hit, and an empty list given is refused. Recorded like every setting, so
+    a model trained on a region builds that region of any event it is given."""
 
     def __post_init__(self) -> None:
         if self.volumes != ():
