@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # training ranks import GraphConfig only: pandas and the numb
     import pandas as pd
 
 #: Edge constructions of :attr:`GraphConfig.construction`.
-CONSTRUCTIONS = ("cuts", "module_map")
+CONSTRUCTIONS = ("cuts", "module_map", "cuts+module_map")
 #: Names of the extra node features appended with ``GraphConfig(cell_features=True)``.
 CELL_FEATURES = ("cell_count", "cell_charge")
 
@@ -107,9 +107,10 @@ class GraphConfig:
     edge_features: tuple[str, ...] = ("dr", "dphi", "dz", "dR")
     """Names of the edge features (columns of edge_attr), see :data:`domainpar.data.features.EDGE_FEATURES`."""
     construction: str = "cuts"
-    """How the edges are found: ``cuts`` (the geometric cuts above) or ``module_map`` (:mod:`domainpar.data.module_map`)."""
+    """How the edges are found: ``cuts`` (the geometric cuts above), ``module_map`` (:mod:`domainpar.data.module_map`)
+    or ``cuts+module_map`` (the union of both edge sets)."""
     module_map: str = ""
-    """Path of the module map .npz (``construction: module_map`` only)."""
+    """Path of the module map .npz (the constructions with ``module_map`` only)."""
     module_map_hash: str = ""
     """Content hash of that map; empty: read from the file. A build given a map of another hash refuses it."""
     volumes: tuple[int, ...] = ()
@@ -141,15 +142,15 @@ class GraphConfig:
                 raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value!r})")
         if self.construction not in CONSTRUCTIONS:
             raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
-        if self.construction == "module_map":
+        if self.construction != "cuts":
             if not self.module_map:
-                raise DomainparError("GraphConfig.module_map must name the module map .npz for construction 'module_map' (got none)")
+                raise DomainparError(f"GraphConfig.module_map must name the module map .npz for construction {self.construction!r} (got none)")
             if not self.module_map_hash:
                 from domainpar.data.module_map import map_hash_of
 
                 object.__setattr__(self, "module_map_hash", map_hash_of(self.module_map))
         elif self.module_map or self.module_map_hash:
-            raise DomainparError(f"GraphConfig.module_map is for construction 'module_map' (got construction {self.construction!r})")
+            raise DomainparError(f"GraphConfig.module_map is for the constructions with a module map (got construction {self.construction!r})")
         if not (isinstance(self.num_phi_bins, (int, np.integer)) and 1 <= self.num_phi_bins <= 4096):
             raise DomainparError(f"GraphConfig.num_phi_bins must be an integer in [1, 4096] (got {self.num_phi_bins})")
 
@@ -470,10 +471,13 @@ def build_graph(
     r = np.hypot(pos[:, 0], pos[:, 1])
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
-    if config.construction == "module_map":
-        edge_index = _map_edges(hits, keep if truth is not None and config.min_pt > 0 else None, layer, pos, config)
-    else:
-        edge_index = _search_edges(r, phi, z, layer, config)
+    edge_index = np.zeros((2, 0), np.int64) if config.construction == "module_map" else _search_edges(r, phi, z, layer, config)
+    if config.construction != "cuts":
+        found = _map_edges(hits, keep if truth is not None and config.min_pt > 0 else None, layer, pos, config)
+        # Both sets are inner → outer: one directed key per edge, sorted, is the (src, dst) order of either alone.
+        n = np.int64(pos.shape[0])
+        keys = np.union1d(edge_index[0] * n + edge_index[1], found[0].astype(np.int64) * n + found[1])
+        edge_index = np.stack([keys // n, keys % n])
     x, edge_attr = feature_catalogue.compute_features(
         config.node_feature_names, config.edge_features, hit_id, pos, edge_index, cells if config.needs_cells else None
     )
