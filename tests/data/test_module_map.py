@@ -75,3 +75,32 @@ def test_graph_records_the_map_and_a_build_given_another_map_refuses_it(tmp_path
     save_module_map(other, path)  # another map at the recorded path
     with pytest.raises(DomainparError, match=f"expected the module map of hash {module_map.content_hash}"):
         build_graph(event["hits"], event["truth"], event["particles"], config=recorded)
+
+
+def test_union_construction_holds_the_cuts_and_the_map_edges_directed_inner_to_outer(tmp_path):
+    event, _, _, _, module_map, _ = _event()
+    path = tmp_path / "map.npz"
+    save_module_map(module_map, path)
+    args = (event["hits"], event["truth"], event["particles"])
+    cuts, _ = build_graph(*args, config=GraphConfig(phi_slope_max=0.0002))
+    mapped, _ = build_graph(*args, config=GraphConfig(phi_slope_max=0.0002, construction="module_map", module_map=str(path)))
+    both, stats = build_graph(*args, config=GraphConfig(phi_slope_max=0.0002, construction="cuts+module_map", module_map=str(path)))
+    n = both.num_nodes
+
+    def directed(graph):
+        return set((graph.edge_index[0] * n + graph.edge_index[1]).tolist())
+
+    assert directed(cuts) - directed(mapped) and directed(mapped) - directed(cuts)  # each adds edges of its own
+    assert directed(both) == directed(cuts) | directed(mapped)
+    keys = both.edge_index[0] * n + both.edge_index[1]
+    assert (np.diff(keys) > 0).all()  # sorted by (src, dst), no edge twice
+    # Every edge keeps its own features and label: the ones of the construction that found it.
+    at = {k: i for i, k in enumerate((cuts.edge_index[0] * n + cuts.edge_index[1]).tolist())}
+    rows = np.array([at.get(k, -1) for k in keys.tolist()])
+    assert np.array_equal(both.edge_attr[rows >= 0], cuts.edge_attr[rows[rows >= 0]])
+    assert np.array_equal(both.y[rows >= 0], cuts.y[rows[rows >= 0]])
+    assert stats.efficiency == 1.0
+    recorded = GraphConfig.from_dict(json.loads(both.build_config))
+    assert (recorded.construction, recorded.module_map_hash) == ("cuts+module_map", module_map.content_hash)
+    with pytest.raises(DomainparError, match="must name the module map .npz for construction 'cuts\\+module_map'"):
+        GraphConfig(construction="cuts+module_map")
