@@ -10,7 +10,7 @@ import click
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import local_ranks
 from domainpar.data.dataset import build_graph_files, build_workers, event_inputs
-from domainpar.data.graph import GraphConfig
+from domainpar.data.graph import CONSTRUCTIONS, GraphConfig
 from domainpar.errors import DomainparError
 from domainpar.cli.inputs import inputs_of
 from domainpar.output_paths import check_apart, check_output_dir, check_output_file, no_empty_directories_left
@@ -35,8 +35,8 @@ _DEFAULTS = GraphConfig()
 @click.option("--crossing-margin", type=float, default=_DEFAULTS.crossing_margin, show_default=True, help="A segment crosses a layer between its hits only this far inside the layer's extent, mm.")
 @click.option("--min-pt", type=float, default=_DEFAULTS.min_pt, show_default=True, help="Keep only hits of particles with truth pT >= this, GeV (0: all hits; needs truth).")
 @click.option("--cell-features", is_flag=True, default=_DEFAULTS.cell_features, help="Append cell count and charge to the node features (needs cells files).")
-@click.option("--construction", type=click.Choice(list(CONSTRUCTIONS)), default=_DEFAULTS.construction, show_default=True, help="How edges are found: the geometric cuts above, or a module map learned from simulated truth (--module-map).")
-@click.option("--module-map", default=_DEFAULTS.module_map, help="Module map .npz for --construction module_map (python -m bench.tools.module_map learn); its hash is recorded in every graph.")
+@click.option("--construction", type=click.Choice(list(CONSTRUCTIONS)), default=_DEFAULTS.construction, show_default=True, help="How edges are found: the geometric cuts above, a module map learned from simulated truth (--module-map), or the union of both.")
+@click.option("--module-map", default=_DEFAULTS.module_map, help="Module map .npz for the constructions with module_map (python -m bench.tools.module_map learn); its hash is recorded in every graph.")
 @click.option("--volumes", default="", help="Comma-separated detector volume ids whose hits are the graph's nodes (the pixel detector: 7,8,9; default: every hit); recorded in every graph.")
 @click.option("--format", "fmt", type=click.Choice(["npz", "pyg"]), default="npz", show_default=True, help="npz: domainpar graph files; pyg: PyTorch Geometric Data files (event<id>.pyg) in the Exa.TrkX/acorn layout.")
 @click.option("--node-features", default=",".join(_DEFAULTS.node_features), show_default=True,

@@ -109,12 +109,14 @@ def build_sidecar(
     verification: dict[str, Any],
     filter_stage: dict[str, Any] | None = None,
     track_method: str | None = None,
+    track_settings: dict | None = None,
 ) -> dict[str, Any]:
     """The sidecar dict of a freshly written model file (see the module docstring).
 
     Args:
         filter_stage: the ``edge_filter`` stage of the pipeline (its file, threshold, ...), None without a filter.
         track_method: the track builder the training run recorded, None when it records none.
+        track_settings: its other settings the training run recorded (``run.track_settings``).
     """
     node_features = list(description["node_features"])
     edge_features = list(description["edge_features"]) if model_config.edge_inputs else []
@@ -180,7 +182,7 @@ def build_sidecar(
         "threshold": threshold,
         "threshold_source": threshold_source,
         "graph": {"builder": description.get("builder"), "cuts": description.get("cuts")},
-        "tracks": {"method": track_method},
+        "tracks": {"method": track_method, "settings": dict(track_settings or {})},
         "acts": {
             "stage": "TorchEdgeClassifier" if fmt == "torchscript" else "OnnxEdgeClassifier",
             "cut": threshold,

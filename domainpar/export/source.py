@@ -45,6 +45,8 @@ class ExportSource:
     """The score threshold of the training run (``run.threshold``), None if the checkpoint has no run config."""
     track_method: str | None
     """The track builder the training run recorded (``run.track_method``), None when it records none."""
+    track_settings: dict | None
+    """Its other settings the training run recorded (``run.track_settings``), None when it records none."""
     description: dict | None
     """What the input columns are and how the training graphs were built (:mod:`domainpar.data.features`), None if unknown."""
 
@@ -72,6 +74,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     if isinstance(run, dict) and isinstance(run.get("threshold"), (int, float)):
         threshold = float(run["threshold"])
     track_method = run.get("track_method") if isinstance(run, dict) and run.get("track_method") in TRACK_METHODS else None
+    track_settings = run.get("track_settings") if isinstance(run, dict) and isinstance(run.get("track_settings"), dict) else None
     description = state.get("data")
     if description is not None and not isinstance(description, dict):
         raise DomainparError(f"{path}: checkpoint entry 'data' must be a dict describing the input features")
@@ -90,6 +93,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
         step=int(step) if isinstance(step, int) else None,
         threshold=threshold,
         track_method=track_method,
+        track_settings=track_settings,
         description=description,
     )
 

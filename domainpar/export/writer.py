@@ -394,6 +394,7 @@ def export_model(
             verification=verification,
             filter_stage=filter_stage,
             track_method=source.track_method,
+            track_settings=source.track_settings,
         )
         # The model file records the digest of everything its sidecar says: a sidecar edited afterwards is refused.
         record(tmp_model, sidecar_digest(sidecar))

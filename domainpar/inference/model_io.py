@@ -35,6 +35,8 @@ class LoadedModel:
     """The checkpoint's verified content digest (what scores written by evaluate record)."""
     track_method: str | None = None
     """The track builder the training run recorded (``run.track_method``), when it records one."""
+    track_settings: dict | None = None
+    """Its other settings the training run recorded (``run.track_settings``)."""
 
 
 def load_model(path: str | os.PathLike) -> LoadedModel:
@@ -62,7 +64,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         first = str(exc).strip().splitlines()[0]
         raise DomainparError(f"{path}: checkpoint weights do not fit its model_config ({first})") from None
     model.eval()
-    threshold = track_method = None
+    threshold = track_method = track_settings = None
     config = state.get("config")
     run = config.get("run") if isinstance(config, dict) else None
     if isinstance(run, dict) and ("threshold" in run or "track_method" in run):
@@ -70,12 +72,13 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         recorded = config_from_dict(config, source=f"{path}: config").run
         threshold = recorded.threshold if "threshold" in run else None
         track_method = recorded.track_method if "track_method" in run else None
+        track_settings = recorded.track_settings
         if threshold is not None and not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None
     return LoadedModel(
         model=model, dtype=dtype, threshold=threshold, step=step, graph=training_graph_record(state), model_config=model_config,
-        sha256=str(state["sha256"]), track_method=track_method,
+        sha256=str(state["sha256"]), track_method=track_method, track_settings=track_settings,
     )
 
 

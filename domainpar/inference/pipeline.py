@@ -22,7 +22,7 @@ from domainpar.errors import DomainparError, shorten
 from domainpar.inference.graphs import GraphStage, filter_hash_of
 from domainpar.inference.spec import PipelineSpec
 from domainpar.parsing import parse_json
-from domainpar.tracks.config import TrackConfig
+from domainpar.tracks.config import TrackConfig, recorded_tracks
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 
 
@@ -89,12 +89,13 @@ def load_pipeline(spec: PipelineSpec) -> Pipeline:
                         loaded.graph, whose)  # fmt: skip
     threshold = spec.threshold if spec.threshold is not None else (loaded.threshold or 0.5)
     method = spec.track_method or loaded.track_method or DEFAULT_METHOD
-    return Pipeline(spec, loaded, None, graphs, threshold, TrackConfig(method=method, threshold=threshold), loaded.step)
+    tracks = recorded_tracks(method, threshold, loaded.track_settings, f"{spec.checkpoint}: checkpoint entry config.run.track_settings")
+    return Pipeline(spec, loaded, None, graphs, threshold, tracks, loaded.step)
 
 
 def _load_exported(spec: PipelineSpec) -> Pipeline:
     from domainpar.export.runtime import load_exported
-    from domainpar.export.sidecar import feature_names
+    from domainpar.export.sidecar import feature_names, sidecar_path
 
     exported = load_exported(spec.model)
     sidecar = exported.sidecar
@@ -112,10 +113,10 @@ def _load_exported(spec: PipelineSpec) -> Pipeline:
                         graph_meta, f"model {Path(spec.model).name}")  # fmt: skip
     threshold = spec.threshold if spec.threshold is not None else exported.threshold
     # The sidecar's record of the training run's builder (older sidecars have none: the default).
-    recorded = (sidecar.get("tracks") or {}).get("method")
-    method = spec.track_method or (recorded if recorded in METHODS else None) or DEFAULT_METHOD
-    return Pipeline(spec, None, exported, graphs, threshold, TrackConfig(method=method, threshold=threshold),
-                    sidecar.get("source", {}).get("step"))  # fmt: skip
+    recorded = sidecar.get("tracks") or {}
+    method = spec.track_method or (recorded.get("method") if recorded.get("method") in METHODS else None) or DEFAULT_METHOD
+    tracks = recorded_tracks(method, threshold, recorded.get("settings"), f"{sidecar_path(spec.model)}: tracks.settings")
+    return Pipeline(spec, None, exported, graphs, threshold, tracks, sidecar.get("source", {}).get("step"))
 
 
 def _recorded_build(source: Path, node_features: int, graph_meta: dict | None) -> tuple[GraphConfig, str | None]:

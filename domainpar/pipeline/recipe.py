@@ -40,6 +40,7 @@ from domainpar.filter.edge_filter import FilterConfig
 from domainpar.inference.spec import PARTITION_METHODS, PipelineSpec
 from domainpar.parsing import load_yaml
 from domainpar.sim.config import SimulationConfig
+from domainpar.tracks.config import recorded_tracks
 from domainpar.tracks.methods import DEFAULT_METHOD, METHODS
 from domainpar.train.config import RunConfig, TrainConfig, config_from_dict
 
@@ -95,12 +96,18 @@ class TracksSection:
     """Track building: one of :data:`~domainpar.tracks.methods.METHODS` (docs/tracks.md)."""
     threshold: float = RunConfig.threshold
     """Edge score cut: the working point of edge efficiency and purity, and of track building."""
+    settings: dict = field(default_factory=dict)
+    """The builder's other settings where they differ from the defaults (:class:`~domainpar.tracks.config.TrackConfig`
+    fields, ``window: 8``), recorded in the checkpoint with the method: every command that runs the model uses them."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise DomainparError(f"tracks.method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not 0 < self.threshold < 1:
             raise DomainparError(f"tracks.threshold must be a number in (0, 1) (got {self.threshold!r})")
+        if not isinstance(self.settings, Mapping):
+            raise DomainparError(f"tracks.settings must be a mapping of track builder settings (got {self.settings!r})")
+        recorded_tracks(self.method, self.threshold, self.settings, "tracks.settings")
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,7 @@ def recipe_from_dict(nested: Mapping[str, Any], source: str = "recipe") -> Recip
     train = config_from_dict({k: v for k, v in train_nested.items() if v is not None}, source=source)
     # One working point and one builder: the training metrics and the evaluation use the same cut, and the checkpoint
     # records both, so every command that runs the trained model builds its tracks as the recipe does.
-    train = train.replace(**{"run.threshold": tracks.threshold, "run.track_method": tracks.method})
+    train = train.replace(**{"run.threshold": tracks.threshold, "run.track_method": tracks.method, "run.track_settings": dict(tracks.settings)})
     try:
         return Recipe(
             name=name, simulation=simulation, graph=graph, filter=edge_filter, train=train, tracks=tracks, evaluation=evaluation

@@ -7,7 +7,7 @@ The recipe's ``tracks:`` section and the options of ``domainpar evaluate`` and `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -117,6 +117,24 @@ class TrackConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")
+
+
+def recorded_tracks(method: str, threshold: float, settings: dict | None, source: str | None = None) -> TrackConfig:
+    """The builder a trained model records: ``method`` and ``threshold`` with ``settings`` (the other fields of
+    :class:`TrackConfig`, e.g. ``{"window": 8}``) replaced.
+
+    Raises:
+        DomainparError: a setting that is not a field, is ``method`` or ``threshold``, or is out of its range.
+    """
+    settings = dict(settings or {})
+    allowed = sorted(f.name for f in fields(TrackConfig) if f.name not in ("method", "threshold"))
+    unknown = sorted(str(k) for k in settings if k not in allowed)
+    try:
+        if unknown:
+            raise DomainparError(f"unknown track builder settings {unknown} (expected some of {allowed})")
+        return TrackConfig(method=method, threshold=threshold, **settings)
+    except DomainparError as exc:
+        raise DomainparError(f"{source}: {exc}" if source else str(exc)) from None
 
 
 def _check_number(name: str, value, low: float | None, high: float | None, low_open: bool = True, high_open: bool = False) -> None:

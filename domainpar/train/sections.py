@@ -9,11 +9,11 @@ are written once here, checked alike by the dataclasses (a config file) and by c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from domainpar.domains import FLOAT32_MAX, LOSS_WEIGHT_WHY, MAX_LOSS_WEIGHT, MAX_TIMEOUT_S, Domain, check_domains
-from domainpar.errors import FieldError, shorten
+from domainpar.errors import DomainparError, FieldError, shorten
 from domainpar.kernels import compile as compiler
 from domainpar.model.config import ACTIVATIONS
 from domainpar.model.loss import LOSS_DOMAINS
@@ -154,6 +154,8 @@ class RunConfig:
     """Score threshold for efficiency and purity."""
     track_method: str = DEFAULT_TRACK_METHOD
     """Track builder of the trained model (recorded in its checkpoint: evaluate and reconstruct build tracks with it)."""
+    track_settings: dict = field(default_factory=dict, hash=False)
+    """Its other settings (fields of domainpar.tracks.config.TrackConfig, e.g. window=8), recorded like it."""
     tensorboard: bool = False
     """Also write TensorBoard scalars to <out>/tensorboard (needs the tensorboard package)."""
     progress: bool = True
@@ -163,6 +165,13 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_section(self, "run")
+        if self.track_settings:
+            from domainpar.tracks.config import recorded_tracks
+
+            try:
+                recorded_tracks(self.track_method, self.threshold, self.track_settings)
+            except DomainparError as exc:
+                raise FieldError("track_settings", f"must hold track builder settings: {exc}") from None
 
 
 #: Fields with a fixed set of values (checked by :func:`~domainpar.train.config.validate_config` and the dataclasses;

@@ -78,6 +78,34 @@ def test_the_recorded_builder_and_threshold_decide_in_both_commands(walk_checkpo
     assert deployed["track_method"] == "walk" and deployed["threshold"] == 0.4
 
 
+def test_the_recorded_builder_settings_decide_in_both_commands_and_the_deployed_model(events, tmp_path):
+    """The builder's other settings a checkpoint records (``run.track_settings``, a recipe's ``tracks.settings``) are
+    the ones evaluate, reconstruct and the exported model build tracks with."""
+    from domainpar.export.sidecar import sidecar_path
+    from domainpar.inference import EvaluateConfig, evaluate
+
+    settings = {"min_hits": 7, "first_pass_hits": 7}
+    plain = evaluate(EvaluateConfig(checkpoint=trained_event1_checkpoint(tmp_path / "plain"), data=events, progress=False))
+    checkpoint = trained_event1_checkpoint(tmp_path / "long", **{"run.track_settings": settings})
+    report = evaluate(EvaluateConfig(checkpoint=checkpoint, data=events, progress=False))
+    (evaluation,) = report.evaluations
+    lengths = evaluation.submission.groupby("track_id").size()
+    assert lengths[lengths > 1].min() >= 7 and report.summary["trackml_score"] != plain.summary["trackml_score"]
+    code, err = _cli(["reconstruct", "--data", events, "--out", tmp_path / "out", "--checkpoint", checkpoint, "--quiet"])
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "reconstruct.json").read_text())["pipeline"]
+    assert (manifest["tracks"]["min_hits"], manifest["tracks"]["first_pass_hits"]) == (7, 7)
+    written = (tmp_path / "out" / "submissions" / "event000000001-submission.csv").read_text()
+    assert written.splitlines()[1:] == [f"1,{h},{t}" for h, t in zip(evaluation.submission["hit_id"], evaluation.submission["track_id"])]
+    assert _cli(["build", "--input", events, "--out", tmp_path / "graphs", "--workers", "1", "--quiet"])[0] == 0
+    exported = tmp_path / "export" / "model.pt"
+    assert _cli(["export", "--checkpoint", checkpoint, "--format", "torchscript", "--out", exported, "--graphs",
+                 tmp_path / "graphs"])[0] == 0  # fmt: skip
+    assert json.loads(sidecar_path(exported).read_text())["tracks"]["settings"] == settings
+    deployed = evaluate(EvaluateConfig(model=exported, data=events, progress=False)).summary
+    assert deployed["trackml_score"] == report.summary["trackml_score"]
+
+
 def test_pruned_graph_files_need_no_filter_and_raw_events_need_it_in_both_commands(pruned_run, tmp_path):
     """The checkpoint records the filter its training graphs were pruned with: graph files pruned by it are the
     model's input as they are, raw events must be pruned by it (so --filter must name it)."""
@@ -143,8 +171,9 @@ def test_a_recipes_defaults_are_the_packages():
     assert (tracks.method, tracks.threshold) == (RunConfig().track_method, RunConfig().threshold)
     assert (evaluation.parts, evaluation.method) == (spec.num_parts, spec.method)
     # What a recipe's tracks section says is what its trained checkpoint records.
-    recipe = recipe_from_dict({"name": "r", "tracks": {"method": "walk", "threshold": 0.3}}, source="r.yaml")
-    assert (recipe.train.run.track_method, recipe.train.run.threshold) == ("walk", 0.3)
+    recipe = recipe_from_dict({"name": "r", "tracks": {"method": "walk", "threshold": 0.3, "settings": {"window": 8}}}, source="r.yaml")
+    assert (recipe.train.run.track_method, recipe.train.run.threshold, recipe.train.run.track_settings) == ("walk", 0.3, {"window": 8})
+    assert recipe_from_dict(recipe.to_dict(), source="again") == recipe
 
 
 @pytest.mark.timeout(900)
