@@ -99,6 +99,16 @@ def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--lr", "fast", *TINY_TRAIN]
 
 
+@case("train-track-settings-unknown-name", "--track-settings must hold track builder settings: unknown track builder settings ['windw']")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--track-settings", "windw=8", *TINY_TRAIN]
+
+
+@case("train-track-settings-text-for-integer", "--track-settings must hold track builder settings: tracks.window: expected an integer >= 3, got 'abc'")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--track-settings", "window=abc", *TINY_TRAIN]
+
+
 @case("cli-bool-flag-given-value", "Option '--quiet' does not take a value")
 def _(ws):
     return ["build", "--input", ws.base.events, "--out", ws.path("g"), "--quiet=yes"]
