@@ -147,7 +147,8 @@ def run(
         f"{sim.seed}, {sim.val_seed}); model hidden {model.hidden}, {model.num_iterations} iterations, trained in "
         f"{recipe.train.parallel.mode} mode on {recipe.train.parallel.ranks} ranks; {recipe.train.run.epochs} epochs "
         f"({train['steps']} steps); evaluated with {recipe.evaluation.parts} parts per event ({recipe.evaluation.method}, "
-        f"halo exchange); tracks: {recipe.tracks.method} at score > {recipe.tracks.threshold}.",
+        f"halo exchange); tracks: {recipe.tracks.method} at score > {recipe.tracks.threshold}"
+        f"{''.join(f', {k} {v}' for k, v in recipe.tracks.settings.items())}.",
         f"Graph stage, held-out simulated events (mean per event): built {mean(graphs['val'], 'num_edges'):,.0f} edges, "
         f"pT > 1 GeV segments kept {mean(graphs['val'], 'efficiency_pt1'):.4f}, all {mean(graphs['val'], 'efficiency'):.4f}"
         + (f"; after the edge filter {mean(filtered['val'], 'num_edges'):,.0f} edges, true edges kept "
