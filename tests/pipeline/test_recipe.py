@@ -172,9 +172,14 @@ def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     assert pixel.graph.skip_dphi_margin == 0.04 and full.graph.skip_dphi_margin is None
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
     assert replace(pixel.graph, volumes=(), skip_dphi_margin=None) == full.graph and pixel.simulation == full.simulation
-    assert pixel.filter == full.filter and pixel.train == full.train and pixel.tracks == full.tracks
+    # ... but the GNN's width and the builder's settings, tuned for the pixel detector and recorded in the checkpoint.
+    settings = {"window": 10, "ms": 0.03, "max_chi2_ndf": 8.0, "hole_ratio": 1.5}
+    assert (pixel.train.model.hidden, full.train.model.hidden, pixel.train.run.track_settings) == (64, 32, settings)
+    assert pixel.train == full.train.replace(**{"model.hidden": 64, "run.track_settings": settings})
+    assert pixel.filter == full.filter and pixel.tracks == replace(full.tracks, settings=settings)
     gpu, full_gpu = load_recipe(PIXEL_EVENT, device="cuda"), load_recipe(FULL_EVENT, device="cuda")
-    assert gpu.graph.volumes == (7, 8, 9) and gpu.train == full_gpu.train and gpu.evaluation.subsets == {}
+    assert gpu.graph.volumes == (7, 8, 9) and gpu.evaluation.subsets == {}
+    assert gpu.train == full_gpu.train.replace(**{"run.track_settings": settings})  # the GPU profile's width
     assert full.graph.volumes == () and recipe_from_dict(pixel.to_dict(), source="round trip") == pixel
 
 
