@@ -107,8 +107,7 @@ class GraphConfig:
     edge_features: tuple[str, ...] = ("dr", "dphi", "dz", "dR")
     """Names of the edge features (columns of edge_attr), see :data:`domainpar.data.features.EDGE_FEATURES`."""
     construction: str = "cuts"
-    """How the edges are found: ``cuts`` (the geometric cuts above), ``module_map`` (:mod:`domainpar.data.module_map`)
-    or ``cuts+module_map`` (the union of both edge sets)."""
+    """How edges are found: ``cuts`` (the cuts above), ``module_map`` (:mod:`domainpar.data.module_map`) or ``cuts+module_map`` (both)."""
     module_map: str = ""
     """Path of the module map .npz (the constructions with ``module_map`` only)."""
     module_map_hash: str = ""
@@ -474,8 +473,7 @@ def build_graph(
     edge_index = np.zeros((2, 0), np.int64) if config.construction == "module_map" else _search_edges(r, phi, z, layer, config)
     if config.construction != "cuts":
         found = _map_edges(hits, keep if truth is not None and config.min_pt > 0 else None, layer, pos, config)
-        # Both sets are inner → outer: one directed key per edge, sorted, is the (src, dst) order of either alone.
-        n = np.int64(pos.shape[0])
+        n = np.int64(pos.shape[0])  # both sets inner → outer: one directed key per edge, sorted, is (src, dst) order
         keys = np.union1d(edge_index[0] * n + edge_index[1], found[0].astype(np.int64) * n + found[1])
         edge_index = np.stack([keys // n, keys % n])
     x, edge_attr = feature_catalogue.compute_features(

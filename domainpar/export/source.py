@@ -74,7 +74,6 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
     if isinstance(run, dict) and isinstance(run.get("threshold"), (int, float)):
         threshold = float(run["threshold"])
     track_method = run.get("track_method") if isinstance(run, dict) and run.get("track_method") in TRACK_METHODS else None
-    track_settings = run.get("track_settings") if isinstance(run, dict) and isinstance(run.get("track_settings"), dict) else None
     description = state.get("data")
     if description is not None and not isinstance(description, dict):
         raise DomainparError(f"{path}: checkpoint entry 'data' must be a dict describing the input features")
@@ -93,7 +92,7 @@ def load_export_source(path: str | os.PathLike) -> ExportSource:
         step=int(step) if isinstance(step, int) else None,
         threshold=threshold,
         track_method=track_method,
-        track_settings=track_settings,
+        track_settings=run.get("track_settings") if isinstance(run, dict) and isinstance(run.get("track_settings"), dict) else None,
         description=description,
     )
 

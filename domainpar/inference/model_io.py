@@ -71,8 +71,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         # load_checkpoint checked the entries convert; their ranges are checked here, where they are used.
         recorded = config_from_dict(config, source=f"{path}: config").run
         threshold = recorded.threshold if "threshold" in run else None
-        track_method = recorded.track_method if "track_method" in run else None
-        track_settings = recorded.track_settings
+        track_method, track_settings = (recorded.track_method if "track_method" in run else None), recorded.track_settings
         if threshold is not None and not 0.0 < threshold < 1.0:
             raise DomainparError(f"{path}: checkpoint entry config.run.threshold must be in (0, 1) (got {threshold})")
     step = int(state["step"]) if "step" in state else None

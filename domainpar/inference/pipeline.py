@@ -89,7 +89,7 @@ def load_pipeline(spec: PipelineSpec) -> Pipeline:
                         loaded.graph, whose)  # fmt: skip
     threshold = spec.threshold if spec.threshold is not None else (loaded.threshold or 0.5)
     method = spec.track_method or loaded.track_method or DEFAULT_METHOD
-    tracks = recorded_tracks(method, threshold, loaded.track_settings, f"{spec.checkpoint}: checkpoint entry config.run.track_settings")
+    tracks = recorded_tracks(method, threshold, loaded.track_settings, f"{spec.checkpoint}: config.run.track_settings")
     return Pipeline(spec, loaded, None, graphs, threshold, tracks, loaded.step)
 
 

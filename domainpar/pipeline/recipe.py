@@ -105,8 +105,6 @@ class TracksSection:
             raise DomainparError(f"tracks.method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not 0 < self.threshold < 1:
             raise DomainparError(f"tracks.threshold must be a number in (0, 1) (got {self.threshold!r})")
-        if not isinstance(self.settings, Mapping):
-            raise DomainparError(f"tracks.settings must be a mapping of track builder settings (got {self.settings!r})")
         recorded_tracks(self.method, self.threshold, self.settings, "tracks.settings")
 
 

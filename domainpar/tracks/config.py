@@ -120,19 +120,16 @@ class TrackConfig:
 
 
 def recorded_tracks(method: str, threshold: float, settings: dict | None, source: str | None = None) -> TrackConfig:
-    """The builder a trained model records: ``method`` and ``threshold`` with ``settings`` (the other fields of
-    :class:`TrackConfig`, e.g. ``{"window": 8}``) replaced.
-
-    Raises:
-        DomainparError: a setting that is not a field, is ``method`` or ``threshold``, or is out of its range.
-    """
-    settings = dict(settings or {})
+    """The builder a trained model records: ``method``, ``threshold`` and ``settings`` (its other fields, e.g.
+    ``{"window": 8}``); a setting that is no other field or is out of its range is a DomainparError."""
     allowed = sorted(f.name for f in fields(TrackConfig) if f.name not in ("method", "threshold"))
-    unknown = sorted(str(k) for k in settings if k not in allowed)
     try:
+        if not isinstance(settings or {}, dict):
+            raise DomainparError(f"expected a mapping of track builder settings (got {settings!r})")
+        unknown = sorted(str(k) for k in (settings or {}) if k not in allowed)
         if unknown:
             raise DomainparError(f"unknown track builder settings {unknown} (expected some of {allowed})")
-        return TrackConfig(method=method, threshold=threshold, **settings)
+        return TrackConfig(method=method, threshold=threshold, **(settings or {}))
     except DomainparError as exc:
         raise DomainparError(f"{source}: {exc}" if source else str(exc)) from None
 

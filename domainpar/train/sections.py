@@ -166,8 +166,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_section(self, "run")
         if self.track_settings:
-            from domainpar.tracks.config import recorded_tracks
-
+            from domainpar.tracks.config import recorded_tracks  # tracks imports no training code
             try:
                 recorded_tracks(self.track_method, self.threshold, self.track_settings)
             except DomainparError as exc:

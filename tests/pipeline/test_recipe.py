@@ -83,7 +83,7 @@ def _write(tmp_path: Path, change) -> Path:
         (lambda d: d["tracks"].update(threshold=1.0), "tracks.threshold must be a number in (0, 1)"),
         (lambda d: d["tracks"].update(settings={"windw": 8}), "tracks.settings: unknown track builder settings ['windw']"),
         (lambda d: d["tracks"].update(settings={"window": 2}), "tracks.settings: tracks.window: expected an integer >= 3"),
-        (lambda d: d["tracks"].update(settings=[8]), "tracks.settings must be a mapping of track builder settings"),
+        (lambda d: d["tracks"].update(settings=[8]), "tracks.settings: expected a mapping of track builder settings"),
         (lambda d: d["run"].update(track_settings={"ms": -1}), "run.track_settings must hold track builder settings"),
         (lambda d: d.update(data={"train": "x"}), "unknown sections ['data']"),
     ],
