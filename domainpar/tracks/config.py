@@ -124,7 +124,7 @@ def recorded_tracks(method: str, threshold: float, settings: dict | None, source
     ``{"window": 8}``); a setting that is no other field or is out of its range is a DomainparError."""
     allowed = sorted(f.name for f in fields(TrackConfig) if f.name not in ("method", "threshold"))
     try:
-        if not isinstance(settings or {}, dict):
+        if settings is not None and not isinstance(settings, dict):
             raise DomainparError(f"expected a mapping of track builder settings (got {settings!r})")
         unknown = sorted(str(k) for k in (settings or {}) if k not in allowed)
         if unknown:
