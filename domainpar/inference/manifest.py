@@ -110,8 +110,10 @@ def plan_run(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventS
     return Plan(todo, skipped, digest, record)
 
 
-def run_summary(config: ReconstructConfig, plan: Plan, outcomes: list[Outcome], wall: float, world: int, threads: int) -> dict:
-    """``summary.json``'s content: the settings, events done, skipped and failed, and every stage's time."""
+def run_summary(config: ReconstructConfig, plan: Plan, outcomes: list[Outcome], wall: float, world: int, threads: int,
+                start: str | None = None) -> dict:  # fmt: skip
+    """``summary.json``'s content: the settings, events done, skipped and failed, and every stage's time (``start``:
+    how the local ranks were started, ``"fork"`` or ``"spawn"``; None without local ranks)."""
     done = [o for o in outcomes if o.ok]
     stages = {s: [o.seconds.get(s, 0.0) for o in done] for s in (*STAGES, "wait")}
     per_event = [{"event": o.name, **{k: round(v, 4) for k, v in o.seconds.items()}, **o.counts} for o in done]
@@ -124,7 +126,7 @@ def run_summary(config: ReconstructConfig, plan: Plan, outcomes: list[Outcome], 
         "out": str(config.out),
         "settings": {"num_parts": config.num_parts, "method": config.method if config.num_parts > 1 else None,
                      "workers": config.workers, "processes": world, "prefetch": config.prefetch, "threads": threads,
-                     "tracks_format": config.tracks_format, "cores": available_cores()},  # fmt: skip
+                     "tracks_format": config.tracks_format, "cores": available_cores(), "start": start},  # fmt: skip
         "events": {"total": len(plan.todo) + len(plan.skipped), "done": len(done), "skipped": len(plan.skipped),
                    "failed": len(outcomes) - len(done)},  # fmt: skip
         "failed": [{"event": o.name, "error": o.error} for o in outcomes if not o.ok],

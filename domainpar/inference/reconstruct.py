@@ -290,6 +290,7 @@ def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[Eve
     config = _resolved(config, plan.todo)
     world = config.workers * config.num_parts
     scoring_threads, prepare_threads = _threads(config, world)
+    start = None
     if world == 1:
         import torch
 
@@ -300,36 +301,45 @@ def _run_locked(config: ReconstructConfig, pipeline: Pipeline, sources: list[Eve
         finally:
             bar.close()
     else:
-        outcomes = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
-    summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads)
+        outcomes, start = _spawn_ranks(config, plan, pipeline, world, scoring_threads, prepare_threads)
+    summary = run_summary(config, plan, outcomes, time.perf_counter() - started, world, scoring_threads, start)
     products.write_json(Path(config.out) / SUMMARY, summary)
     return RunResult(outcomes, plan.skipped, summary)
 
 
-def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, world: int, threads: int, prepare_threads: int) -> list[Outcome]:
-    """Run the job on ``world`` spawned local ranks; progress and failure lines come back through a queue."""
+def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, world: int, threads: int,
+                 prepare_threads: int) -> tuple[list[Outcome], str]:  # fmt: skip
+    """Run the job on ``world`` local ranks; progress and failure lines come back through a queue. Returns the
+    outcomes and how the ranks were started (copies of this process where that is sound: ``launch.ranks.can_fork``)."""
     from domainpar.launch.ranks import SpawnError, spawn, spawn_failure
 
     context = mp.get_context("spawn")
     messages = context.Queue()
-    # Read by a thread of its own: a rank killed mid-message leaves that thread stuck, never the relay (spawn names
-    # the death).
-    inbox = Inbox(messages, "domainpar-reconstruct-messages")
-    report, bar = _reporter(config, len(plan.todo))
     stop = threading.Event()
+    # Made once the ranks are started: a thread of this process running when it is copied would leave its locks
+    # held in every copy.
+    relay: dict[str, Any] = {}
 
-    def relay() -> None:
-        # Until the end, and then until nothing is left in the pipe or the inbox (a half message of a killed rank
-        # never leaves the pipe: the join below gives up on it).
-        while not stop.is_set() or not inbox.empty() or not messages.empty():
-            try:
-                outcome = inbox.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            report(outcome)
+    def started(how: str) -> None:
+        # Read by a thread of its own: a rank killed mid-message leaves that thread stuck, never the relay (spawn
+        # names the death).
+        inbox = Inbox(messages, "domainpar-reconstruct-messages")
+        report, bar = _reporter(config, len(plan.todo))
 
-    relay_thread = threading.Thread(target=relay, name="domainpar-reconstruct-progress", daemon=True)
-    relay_thread.start()
+        def forward() -> None:
+            # Until the end, and then until nothing is left in the pipe or the inbox (a half message of a killed
+            # rank never leaves the pipe: the join below gives up on it).
+            while not stop.is_set() or not inbox.empty() or not messages.empty():
+                try:
+                    outcome = inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                report(outcome)
+
+        thread = threading.Thread(target=forward, name="domainpar-reconstruct-progress", daemon=True)
+        thread.start()
+        relay.update(how=how, inbox=inbox, bar=bar, thread=thread)
+
     try:
         # A checkpoint's built-in model travels to the ranks as loaded (its files are not read again). An exported
         # pipeline holds runtime sessions, and a user's model may live in a module imported from a file path that a
@@ -338,7 +348,7 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
 
         shared = pipeline if pipeline.exported is None and is_builtin(pipeline.loaded.model_config.name) else None
         per_rank = spawn(_rank_main, world, (config, plan, shared, threads, prepare_threads, messages),
-                         timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads)  # fmt: skip
+                         timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads, fork=True, started=started)  # fmt: skip
     except SpawnError as exc:
         failure = spawn_failure(exc, "reconstruction")
         if failure is exc:
@@ -346,11 +356,12 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
         raise failure from None
     finally:
         stop.set()
-        relay_thread.join(5.0)
-        inbox.close()
-        bar.close()
+        if relay:
+            relay["thread"].join(5.0)
+            relay["inbox"].close()
+            relay["bar"].close()
         messages.close()
-    return [outcome for outcomes in per_rank for outcome in outcomes]
+    return [outcome for outcomes in per_rank for outcome in outcomes], relay["how"]
 
 
 def _rank_work(config: ReconstructConfig, plan: Plan, pipeline: Pipeline | None, layout: Any, threads: int,

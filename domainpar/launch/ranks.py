@@ -1,7 +1,7 @@
 """Starting the processes of a domain-parallel job, and ending all of them when one fails.
 
 * :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` spawned local processes (a FileStore
-  rendezvous in a private temp dir, so no port is ever fixed). When a rank fails, it stops the others and raises
+  rendezvous in a private temp dir, so no port is ever fixed), or forked ones where a copy is sound (:func:`can_fork`). When a rank fails, it stops the others and raises
   :class:`SpawnError` naming the job's *first* failure in one line; a job that outlives ``timeout_s`` is killed.
 * :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``; :func:`fail_rank` ends such a rank
   after an exception, naming the job's first failure once on stderr (and in torchrun's error file).
@@ -440,6 +440,26 @@ def _verdict(
     return SpawnError(message, ranks, traceback_text, failure)
 
 
+def can_fork(num_threads: int | None) -> bool:
+    """Whether ranks may start as copies of this process (``fork``): no interpreter start, no imports (~2 s of a
+    core a rank for torch's), no arguments pickled.
+
+    Only where the copy is sound: on Linux; from the main thread with no other Python thread (a copy holds every lock
+    another thread held); before any CUDA context, process group or numba thread pool of this process (none of
+    them survives a fork); and with ranks that run torch on one thread, so that none enters an OpenMP parallel
+    region (GNU OpenMP's pool does not survive a fork either: a copy of a process that used it would wait in its
+    first parallel region for threads that are not there).
+    """
+    if not sys.platform.startswith("linux") or num_threads != 1:
+        return False
+    if threading.current_thread() is not threading.main_thread() or threading.active_count() != 1:
+        return False
+    if torch.cuda.is_initialized() or dist.is_initialized():
+        return False
+    numba_pool = sys.modules.get("numba.np.ufunc.parallel")
+    return not getattr(numba_pool, "_is_initialized", False)
+
+
 def spawn(
     fn: Callable[..., Any],
     nprocs: int,
@@ -450,6 +470,8 @@ def spawn(
     num_threads: int | None = None,
     watchdog: WatchdogConfig | None = WatchdogConfig(),
     settle_s: float = 5.0,
+    fork: bool = False,
+    started: Callable[[str], None] | None = None,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``nprocs`` spawned processes, which die with this one.
 
@@ -465,6 +487,9 @@ def spawn(
         num_threads: torch intra-op threads per child (None leaves torch's default).
         watchdog: heartbeat and liveness settings of the ranks (None: no watchdog).
         settle_s: after the first failure, how long to wait for every rank's report.
+        fork: start the ranks as copies of this process where that is sound (:func:`can_fork`); spawned otherwise.
+        started: called once every rank is started, with how (``"fork"`` or ``"spawn"``): where the caller starts
+            its own threads, after the copies are made.
 
     Returns:
         ``fn``'s return values in rank order.
@@ -475,6 +500,7 @@ def spawn(
     """
     if nprocs < 1:
         raise DomainparError(f"nprocs must be at least 1 (got {nprocs})")
+    how = "fork" if fork and can_fork(num_threads) else "spawn"
     ctx = mp.get_context("spawn")
     start_resource_tracker()  # before the queue registers its semaphores with it
     results = ctx.Queue()
@@ -483,7 +509,7 @@ def spawn(
     init_method = "file://" + os.path.join(store_dir, "store")
     processes = []
     for rank in range(nprocs):
-        process = RankProcess(
+        process = (mp.get_context("fork").Process if how == "fork" else RankProcess)(
             target=_child,
             args=(rank, nprocs, fn, args, init_method, backend, timeout_s, num_threads, results, os.getpid(), watchdog),
             daemon=False,
@@ -522,6 +548,8 @@ def spawn(
                 rank, code = failed_start
                 line = _died(rank, nprocs, code, reasons().get(rank), starting=True)
                 raise SpawnError(line, [rank], failure=Failure(rank, line, "died", -1))
+            if started is not None:
+                started(how)
             deadline = time.monotonic() + timeout_s
             # Read by a thread: a rank killed mid-message must not hold this process in a read for ever.
             inbox = Inbox(results, "domainpar-spawn-results")

@@ -162,6 +162,24 @@ def test_parts_and_workers_write_the_bytes_of_one_process(checkpoint, simulated_
             np.testing.assert_allclose(a["edge_score"], b["edge_score"], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="replicas are copies of their parent only on Linux")
+def test_replicas_copied_from_the_command_write_the_bytes_of_one_process(checkpoint, simulated_dir, tmp_path):
+    """A command's replicas of one thread each start as copies of it (no interpreter, no imports): the same bytes
+    as one process, and summary.json says how they started."""
+    events = tmp_path / "events"
+    events.mkdir()
+    for path in sorted(simulated_dir.glob("event00000000[1-3]-*")):
+        shutil.copy(path, events)
+    common = ["reconstruct", "--data", str(events), "--checkpoint", str(checkpoint), "--prefetch", "0", "--quiet"]
+    assert _cli([*common, "--out", str(tmp_path / "one")]) == 0
+    done = _run([*common, "--out", str(tmp_path / "copies"), "--workers", "2", "--threads", "1"])
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "copies" / "summary.json").read_text())
+    assert summary["settings"]["start"] == "fork" and summary["settings"]["processes"] == 2
+    assert _files(tmp_path / "copies") == _files(tmp_path / "one")
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["settings"]["start"] is None
+
+
 def test_the_bytes_do_not_depend_on_the_thread_count(checkpoint, simulated_dir, tmp_path, monkeypatch):
     """One event with 1 and 2 threads: the same bytes. The scores are made thread-sensitive the way torch's split
     reductions are (a last-bit term of the thread count the scoring arithmetic runs on): the chain fixes that count."""
