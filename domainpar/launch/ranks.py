@@ -1,8 +1,9 @@
 """Starting the processes of a domain-parallel job, and ending all of them when one fails.
 
-* :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` spawned local processes (a FileStore
-  rendezvous in a private temp dir, so no port is ever fixed), or forked ones where a copy is sound (:func:`can_fork`). When a rank fails, it stops the others and raises
-  :class:`SpawnError` naming the job's *first* failure in one line; a job that outlives ``timeout_s`` is killed.
+* :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``nprocs`` spawned local processes, or copies of this one
+  where that is sound (:func:`can_fork`), with a FileStore rendezvous in a private temp dir (no port is ever fixed).
+  When a rank fails, it stops the others and raises :class:`SpawnError` naming the job's *first* failure in one
+  line; a job that outlives ``timeout_s`` is killed.
 * :func:`init_from_env` joins a job started by ``torchrun`` or ``srun``; :func:`fail_rank` ends such a rank
   after an exception, naming the job's first failure once on stderr (and in torchrun's error file).
 
