@@ -90,6 +90,13 @@ def _difference(old: dict, new: dict) -> str:
     return f"{key} {json.dumps(old.get(key), default=str)[:80]} there, {json.dumps(new.get(key), default=str)[:80]} here"
 
 
+def remove_temporaries(out: Path) -> None:
+    """Delete the temporaries that killed writers left in ``out``'s event directories; call it only while holding
+    the run's lock, with none of its writers alive."""
+    for sub in (products.SUBMISSIONS, products.TRACKS, products.RECORDS):
+        remove_stale_temporaries(out / sub)
+
+
 def plan_run(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource]) -> Plan:
     """Decide what to do (holding the run's lock): the manifest check, stale temporaries removed, the events already
     done skipped."""
@@ -97,8 +104,7 @@ def plan_run(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventS
     digest = pipeline_digest(record)
     out = Path(config.out)
     _check_manifest(config, record, digest)
-    for sub in (products.SUBMISSIONS, products.TRACKS, products.RECORDS):
-        remove_stale_temporaries(out / sub)
+    remove_temporaries(out)
     todo, skipped = [], []
     for source in sources:
         files = input_files(source, pipeline.graphs.needs_cells)
@@ -139,4 +145,4 @@ def run_summary(config: ReconstructConfig, plan: Plan, outcomes: list[Outcome], 
     }
 
 
-__all__ = ["LOCK", "MANIFEST", "Outcome", "Plan", "STAGES", "SUMMARY", "plan_run", "run_summary"]
+__all__ = ["LOCK", "MANIFEST", "Outcome", "Plan", "STAGES", "SUMMARY", "plan_run", "remove_temporaries", "run_summary"]

@@ -32,7 +32,8 @@ from typing import Any, Callable
 from domainpar.errors import DomainparError, MachineFault, Terminated, fault_at, message_line
 from domainpar.inference import products
 from domainpar.inference.events import PreparedEvent
-from domainpar.inference.manifest import LOCK, MANIFEST, SUMMARY, Outcome, Plan, plan_run, run_summary
+from domainpar.inference.manifest import (LOCK, MANIFEST, SUMMARY, Outcome, Plan, plan_run, remove_temporaries,
+                                          run_summary)
 from domainpar.inference.pipeline import Pipeline, load_pipeline
 from domainpar.inference.preparer import Preparer, PreparingFailed
 from domainpar.inference.runner import DomainHost, EventRunner, LocalityUnproven, SingleProcess
@@ -350,6 +351,7 @@ def _spawn_ranks(config: ReconstructConfig, plan: Plan, pipeline: Pipeline, worl
         per_rank = spawn(_rank_main, world, (config, plan, shared, threads, prepare_threads, messages),
                          timeout_s=JOB_LIMIT_S, backend="gloo", num_threads=threads, fork=True, started=started)  # fmt: skip
     except SpawnError as exc:
+        remove_temporaries(Path(config.out))  # a rank killed mid-write could not: every rank is gone, the lock is ours
         failure = spawn_failure(exc, "reconstruction")
         if failure is exc:
             raise DomainparError(f"reconstruction failed on rank(s) {exc.ranks}: {exc.traceback_text.strip().splitlines()[-1]}") from exc

@@ -180,6 +180,44 @@ def test_replicas_copied_from_the_command_write_the_bytes_of_one_process(checkpo
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["settings"]["start"] is None
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="processes are found by name in /proc")
+def test_a_killed_replica_copy_is_one_line_and_exit_1(checkpoint, simulated_dir, tmp_path):
+    """A replica copied from the command killed (the out-of-memory killer's SIGKILL) while it works: the command
+    names it in one line, exit 1, and removes what the replica was writing."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = subprocess.Popen([sys.executable, "-m", "domainpar", "reconstruct", "--data", str(simulated_dir), "--out",
+                                str(out), "--checkpoint", str(checkpoint), "--workers", "2", "--threads", "1",
+                                "--prefetch", "0", "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        victim, deadline = None, time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and command.poll() is None:
+            for entry in Path("/proc").iterdir():
+                try:  # the command's child named "domainpar r1" (its parent pid: the 2nd field after the name)
+                    if entry.name.isdigit() and (entry / "comm").read_text().strip() == "domainpar r1":
+                        parent = int((entry / "stat").read_text().split(")")[-1].split()[1])
+                        victim = int(entry.name) if parent == command.pid else None
+                except OSError:
+                    continue
+            time.sleep(0.005)
+        assert victim is not None, "replica 1 was never seen"
+        # What it would leave if killed mid-write: only its parent can remove it.
+        left = out / "submissions" / f".event000000002.csv.tmp-{victim}-k1ll3d.csv"
+        left.parent.mkdir(parents=True, exist_ok=True)
+        left.write_text("half a submission")
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.communicate()
+    assert command.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: reconstruction: rank 1 of 2 died (killed by SIGKILL)")
+    assert not left.exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+
+
 def test_the_bytes_do_not_depend_on_the_thread_count(checkpoint, simulated_dir, tmp_path, monkeypatch):
     """One event with 1 and 2 threads: the same bytes. The scores are made thread-sensitive the way torch's split
     reductions are (a last-bit term of the thread count the scoring arithmetic runs on): the chain fixes that count."""
