@@ -86,6 +86,8 @@ class GraphConfig:
     """z0 cut of the edges that jump a layer, mm."""
     skip_dphi_margin: float | None = None
     """Constant |dphi| allowance of the edges that jump a layer, rad; None: ``dphi_margin`` (graphs built before it)."""
+    bridge_dphi_margin: float | None = None
+    """Constant |dphi| allowance of the bridge test's edges, rad; None: ``dphi_margin`` (graphs built before it)."""
     bridge_tolerance_xy: float = 5.0
     """A hit bridges a layer-jumping edge when within this transverse distance (mm) of its straight line..."""
     bridge_tolerance_rz: float = 10.0
@@ -133,9 +135,9 @@ class GraphConfig:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise DomainparError(f"GraphConfig.{name} must be a positive finite number (got {value})")
-        for name in ("crossing_margin", "dphi_margin", "min_pt", "skip_dphi_margin"):
+        for name in ("crossing_margin", "dphi_margin", "min_pt", "skip_dphi_margin", "bridge_dphi_margin"):
             value = getattr(self, name)
-            if name == "skip_dphi_margin" and value is None:
+            if name.endswith("_dphi_margin") and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (np.isfinite(value) and value >= 0):
                 raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value!r})")
@@ -173,8 +175,9 @@ class GraphConfig:
     def to_dict(self) -> dict:
         """Plain dict (JSON- and YAML-safe; tuples become lists)."""
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        if self.skip_dphi_margin is None:
-            values.pop("skip_dphi_margin")  # what graphs built before the setting existed record (same hashes)
+        for name in ("skip_dphi_margin", "bridge_dphi_margin"):
+            if values[name] is None:
+                values.pop(name)  # what graphs built before the setting existed record (same hashes)
         if not self.volumes:
             values.pop("volumes")  # the same: whole-detector graphs record what they recorded before
         if self.construction == "cuts":
@@ -376,7 +379,8 @@ def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | 
 
     def tight(lo: int, hi: int) -> None:
         bridge_candidates(src, dst, jumping, r, phi, z, float(config.skip_phi_slope_max), float(config.skip_z0_max),
-                          float(config.dphi_margin), lo, hi, bridge)  # fmt: skip
+                          float(config.dphi_margin if config.bridge_dphi_margin is None else config.bridge_dphi_margin),
+                          lo, hi, bridge)  # fmt: skip
 
     chunks.run(tight, chunks.bounds(src.size, 4 * chunks.build_threads()))
     # A subsequence of edges sorted by (src, dst): the out-edges of every node, their destinations sorted.

@@ -325,16 +325,23 @@ def test_the_bridge_test_keeps_the_tight_margin():
     for config in (GraphConfig(), GraphConfig(skip_dphi_margin=0.02)):
         edges = _edges(build_graph(hits, truth, particles, config=config)[0])
         assert {(11, 14), (14, 12), (11, 12)} <= edges
+    # The main cuts widened to 0.03 rad: the bridge test follows them (the jump is dropped) unless it keeps its own.
+    wide = _edges(build_graph(hits, truth, particles, config=GraphConfig(dphi_margin=0.03))[0])
+    assert {(11, 14), (14, 12)} <= wide and (11, 12) not in wide
+    kept = _edges(build_graph(hits, truth, particles, config=GraphConfig(dphi_margin=0.03, bridge_dphi_margin=0.003))[0])
+    # Kept: the true jump, and the noise hit's jump from particle 33's first hit (11 -> 14 is 0.02 rad: no bridge).
+    assert kept == wide | {(11, 12), (10, 14)}
 
 
-def test_the_skip_margin_is_recorded_only_when_set():
-    assert "skip_dphi_margin" not in GraphConfig().to_dict()  # the graphs and hashes of before it existed
-    config = GraphConfig(skip_dphi_margin=0.04)
-    assert config.to_dict()["skip_dphi_margin"] == 0.04 and config.skip_margin == 0.04
-    assert GraphConfig.from_dict(config.to_dict()) == config and GraphConfig().skip_margin == GraphConfig().dphi_margin
+@pytest.mark.parametrize("name", ["skip_dphi_margin", "bridge_dphi_margin"])
+def test_the_skip_and_bridge_margins_are_recorded_only_when_set(name):
+    assert name not in GraphConfig().to_dict()  # the graphs and hashes of before they existed
+    config = GraphConfig(**{name: 0.04})
+    assert config.to_dict()[name] == 0.04 and GraphConfig.from_dict(config.to_dict()) == config
+    assert config.skip_margin == (0.04 if name == "skip_dphi_margin" else config.dphi_margin)
     for bad in (-0.01, float("nan"), "0.02"):
-        with pytest.raises(DomainparError, match=r"GraphConfig.skip_dphi_margin must be a non-negative number"):
-            GraphConfig(skip_dphi_margin=bad)
+        with pytest.raises(DomainparError, match=rf"GraphConfig.{name} must be a non-negative number"):
+            GraphConfig(**{name: bad})
 
 
 def test_true_segments_follow_the_track_order():
