@@ -170,8 +170,12 @@ def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     pixel, full = load_recipe(PIXEL_EVENT), load_recipe(FULL_EVENT)
     assert pixel.name == "pixel_event" and pixel.graph.volumes == (7, 8, 9) and pixel.evaluation.subsets == {}
     assert pixel.graph.skip_dphi_margin == 0.04 and full.graph.skip_dphi_margin is None
+    # The wider phi window, with the bridge test at the base's margin.
+    margins = (pixel.graph.dphi_margin, pixel.graph.bridge_dphi_margin, full.graph.dphi_margin, full.graph.bridge_dphi_margin)
+    assert margins == (0.03, 0.005, 0.005, None)
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
-    assert replace(pixel.graph, volumes=(), skip_dphi_margin=None) == full.graph and pixel.simulation == full.simulation
+    base_graph = replace(pixel.graph, volumes=(), skip_dphi_margin=None, dphi_margin=0.005, bridge_dphi_margin=None)
+    assert base_graph == full.graph and pixel.simulation == full.simulation
     # ... but the GNN's width and the builder's settings, tuned for the pixel detector and recorded in the checkpoint.
     settings = {"window": 10, "ms": 0.03, "max_chi2_ndf": 8.0, "hole_ratio": 1.5}
     assert (pixel.train.model.hidden, full.train.model.hidden, pixel.train.run.track_settings) == (64, 32, settings)
