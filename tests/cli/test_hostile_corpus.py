@@ -615,6 +615,11 @@ def _(ws):
     return _build(ws, ws.base.events) + ["--skip-dphi-margin", "nan"]
 
 
+@case("build-bridge-dphi-margin-negative", "--bridge-dphi-margin must be a non-negative number (got -0.01)")
+def _(ws):
+    return _build(ws, ws.base.events) + ["--bridge-dphi-margin", "-0.01"]
+
+
 @case("build-volumes-unknown", "--volumes: expected distinct volume ids of the detector")
 def _(ws):
     return _build(ws, ws.base.events) + ["--volumes", "7,99"]
