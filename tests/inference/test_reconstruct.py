@@ -134,11 +134,16 @@ def test_tracks_file_holds_every_candidate_in_order(checkpoint, truth_free_dir, 
 
 
 @pytest.mark.distributed
-def test_parts_and_workers_write_the_bytes_of_one_process(checkpoint, simulated_dir, tmp_path):
-    events = tmp_path / "events"
-    events.mkdir()
+def _three_events(simulated_dir: Path, directory: Path) -> Path:
+    """``directory`` holding the first three simulated events."""
+    directory.mkdir()
     for path in sorted(simulated_dir.glob("event00000000[1-3]-*")):
-        shutil.copy(path, events)
+        shutil.copy(path, directory)
+    return directory
+
+
+def test_parts_and_workers_write_the_bytes_of_one_process(checkpoint, simulated_dir, tmp_path):
+    events = _three_events(simulated_dir, tmp_path / "events")
     outputs = {}
     for label, extra in (("one", []), ("parts", ["--parts", "2", "--method", "geometric"]), ("workers", ["--workers", "2"])):
         out = tmp_path / label
@@ -166,10 +171,7 @@ def test_parts_and_workers_write_the_bytes_of_one_process(checkpoint, simulated_
 def test_replicas_copied_from_the_command_write_the_bytes_of_one_process(checkpoint, simulated_dir, tmp_path):
     """A command's replicas of one thread each start as copies of it (no interpreter, no imports): the same bytes
     as one process, and summary.json says how they started."""
-    events = tmp_path / "events"
-    events.mkdir()
-    for path in sorted(simulated_dir.glob("event00000000[1-3]-*")):
-        shutil.copy(path, events)
+    events = _three_events(simulated_dir, tmp_path / "events")
     common = ["reconstruct", "--data", str(events), "--checkpoint", str(checkpoint), "--prefetch", "0", "--quiet"]
     assert _cli([*common, "--out", str(tmp_path / "one")]) == 0
     done = _run([*common, "--out", str(tmp_path / "copies"), "--workers", "2", "--threads", "1"])
@@ -369,10 +371,7 @@ def test_ranks_of_a_torchrun_job_share_the_events(checkpoint, simulated_dir, tmp
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed beside this interpreter")
-    data = tmp_path / "data"
-    data.mkdir()
-    for path in sorted(simulated_dir.glob("event00000000[1-3]-*")):
-        shutil.copy(path, data)
+    data = _three_events(simulated_dir, tmp_path / "data")
     args = ["reconstruct", "--data", str(data), "--checkpoint", str(checkpoint), "--prefetch", "0", "--quiet"]
     assert _cli([*args, "--out", str(tmp_path / "one")]) == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_"))}
