@@ -172,6 +172,11 @@ class GraphConfig:
         :attr:`dphi_margin`)."""
         return self.dphi_margin if self.skip_dphi_margin is None else self.skip_dphi_margin
 
+    @property
+    def bridge_margin(self) -> float:
+        """The |dphi| allowance of the bridge test's edges (:attr:`bridge_dphi_margin`, else :attr:`dphi_margin`)."""
+        return self.dphi_margin if self.bridge_dphi_margin is None else self.bridge_dphi_margin
+
     def to_dict(self) -> dict:
         """Plain dict (JSON- and YAML-safe; tuples become lists)."""
         values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -351,9 +356,9 @@ def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | 
     a -> c. The tight cuts and tolerances keep a random hit from bridging the
     true segment of a particle that really missed that layer, while the hit
     b of a track that did leave one still bridges the fake jumps from its
-    earlier hits. The test keeps ``dphi_margin`` when ``skip_dphi_margin``
-    widens the jumps themselves: a wider bridge lets chance hits drop true
-    jumps (docs/tracks.md).
+    earlier hits. The test keeps its own margin (``GraphConfig.bridge_margin``)
+    when ``skip_dphi_margin`` or ``dphi_margin`` widen the edges themselves: a
+    wider bridge lets chance hits drop true jumps (docs/tracks.md).
 
     Args:
         src, dst: (E,) int64 node indices of every candidate, sorted by (src, dst).
@@ -379,8 +384,7 @@ def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | 
 
     def tight(lo: int, hi: int) -> None:
         bridge_candidates(src, dst, jumping, r, phi, z, float(config.skip_phi_slope_max), float(config.skip_z0_max),
-                          float(config.dphi_margin if config.bridge_dphi_margin is None else config.bridge_dphi_margin),
-                          lo, hi, bridge)  # fmt: skip
+                          float(config.bridge_margin), lo, hi, bridge)  # fmt: skip
 
     chunks.run(tight, chunks.bounds(src.size, 4 * chunks.build_threads()))
     # A subsequence of edges sorted by (src, dst): the out-edges of every node, their destinations sorted.
