@@ -26,6 +26,7 @@ from domainpar.data.event_graph import EventGraph, load_npz_graph
 from domainpar.data.trackml import event_id_of, event_prefixes, load_event
 from domainpar.errors import DomainparError
 from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.free_pass import cluster_lengths
 from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import ParticleTable, TrackingMetrics, tracking_metrics
@@ -102,7 +103,7 @@ def compare(events: list[ScoredEvent], configs: dict[str, TrackConfig]) -> dict[
         scores, seconds = [], []
         for event in events:
             g = event.graph
-            candidates = build_candidates(g.pos, g.layer, g.edge_index, event.scores, config)
+            candidates = build_candidates(g.pos, g.layer, g.edge_index, event.scores, config, cluster_lengths(g))
             metrics, score = judge(event, candidates)
             for key in totals:
                 totals[key] += getattr(metrics, key)
@@ -145,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = {m: replace(TrackConfig(method=m, threshold=args.threshold), **settings) for m in args.methods.split(",")}
         events = load_scored(args.scores, args.events)
         # Compile the kernels outside the timings.
-        build_candidates(events[0].graph.pos, events[0].graph.layer, events[0].graph.edge_index, events[0].scores, configs[next(iter(configs))])
+        first = events[0].graph
+        build_candidates(first.pos, first.layer, first.edge_index, events[0].scores, configs[next(iter(configs))], cluster_lengths(first))
         result = compare(events, configs)
     except DomainparError as exc:
         print(f"error: {exc}", file=sys.stderr)

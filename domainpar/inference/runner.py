@@ -24,6 +24,7 @@ from domainpar.inference.events import PreparedEvent
 from domainpar.inference.pipeline import Pipeline
 from domainpar.signals import hold_stops
 from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.free_pass import cluster_lengths
 from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.submission import complete_tracks
 
@@ -190,7 +191,7 @@ class EventRunner:
         # The builders' numba code calls back into Python: a stop raised in there would be a SystemError and a
         # traceback, so it waits for the builder (seconds at most) and is answered as the block ends.
         with hold_stops(), chain_threads():
-            candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks)
+            candidates = build_candidates(graph.pos, graph.layer, graph.edge_index, scores, self.pipeline.tracks, cluster_lengths(graph))
         track_id = complete_tracks(event.event_hit_id, graph.hit_id, candidates.track_id)
         # The warm figure: numba compiling the builders' kernels (a first run on a machine) is reported apart.
         seconds = {**event.seconds, "tracks": max(0.0, time.perf_counter() - started - candidates.seconds_compiling)}

@@ -20,6 +20,7 @@ from domainpar.inference.events import PreparedEvent
 from domainpar.inference.runner import EventResult
 from domainpar.inference.spec import EvaluateConfig
 from domainpar.tracks.candidates import build_candidates
+from domainpar.tracks.free_pass import cluster_lengths
 from domainpar.tracks.layout import TrackCandidates
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.efficiency import (
@@ -118,7 +119,9 @@ def judge(result: EventResult, config: EvaluateConfig, tracks: TrackConfig) -> E
     tracks_by_method = {tracks.method: result.track_id}
     for method in TRACK_METHODS:
         if method != tracks.method:
-            other = build_candidates(graph.pos, graph.layer, graph.edge_index, result.scores, replace(tracks, method=method))
+            other = build_candidates(
+                graph.pos, graph.layer, graph.edge_index, result.scores, replace(tracks, method=method), cluster_lengths(graph)
+            )
             tracks_by_method[method] = complete_tracks(event.event_hit_id, graph.hit_id, other.track_id)
     track_scores = {
         method: None if truth.weight is None else score_arrays(full, truth.particle_id, truth.weight).score

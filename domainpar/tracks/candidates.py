@@ -18,7 +18,9 @@ finder, each a module of its own, in this order:
    keeps each;
 4. refinement (:mod:`~domainpar.tracks.refinement`): fragments merged, free hits attached;
 5. selection (:mod:`~domainpar.tracks.selection`): the hole cut and the short-track cut on the laid-out candidates;
-6. refinement again: free hits attached at the holes of the tracks kept.
+6. refinement again: free hits attached at the holes of the tracks kept;
+7. the free-hit pass (:mod:`~domainpar.tracks.free_pass`, ``free_pass`` only): chains of triplets among the pixel
+   hits still free, for particles made away from the beam line.
 
 All of them read the hits' resolutions and every hit's scored neighbours (:mod:`~domainpar.tracks.inputs`).
 """
@@ -36,6 +38,7 @@ from domainpar.tracks.ambiguity import resolve_ambiguities
 from domainpar.tracks.config import TrackConfig
 from domainpar.tracks.edge_methods import components_of, walk_edges
 from domainpar.tracks.following import claimed, follow, kept_tracks
+from domainpar.tracks.free_pass import free_pass
 from domainpar.tracks.inputs import check_inputs, hit_variances, neighbours
 from domainpar.tracks.layout import TrackCandidates, assemble
 from domainpar.tracks.refinement import attach_at_holes, refine
@@ -48,7 +51,7 @@ def _singletons(labels: np.ndarray) -> np.ndarray:
     return np.where(labels < 0, labels.size + np.arange(labels.size), labels)
 
 
-def _followed(pos, layer, edge_index, scores, variances, config: TrackConfig, started: float) -> TrackCandidates:
+def _followed(pos, layer, edge_index, scores, variances, cluster_length, config: TrackConfig, started: float) -> TrackCandidates:
     """``ckf`` and ``ambiguity``: the stages of the module docstring, in order."""
     n = pos.shape[0]
     columns = hit_columns(pos, variances)
@@ -65,10 +68,12 @@ def _followed(pos, layer, edge_index, scores, variances, config: TrackConfig, st
     fragment[labels < 0] = -1
     if config.refine:
         labels = attach_at_holes(columns, layer, labels, config)
+    if config.free_pass:
+        labels = free_pass(columns, layer, edge_index, labels, cluster_length, config)
     return assemble(pos, edge_index, scores, variances, _singletons(labels), config, started, fragment, rank)
 
 
-def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None = None) -> TrackCandidates:
+def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None = None, cluster_length=None) -> TrackCandidates:
     """Track candidates of one event from its edge scores.
 
     Args:
@@ -77,6 +82,8 @@ def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None 
         edge_index: (2, E) int hit indices, row 0 the inner hit, row 1 the outer.
         scores: (E,) edge scores (probabilities, on the scale of ``config.threshold``).
         config: method and settings (default :class:`~domainpar.tracks.config.TrackConfig`).
+        cluster_length: (N,) every hit's cluster length along v (channels;
+            :func:`~domainpar.tracks.free_pass.cluster_lengths`), read by the free-hit pass alone (``free_pass``).
 
     Returns:
         :class:`TrackCandidates`; ``seconds`` covers everything from the scores to the fitted candidates but numba
@@ -85,16 +92,16 @@ def build_candidates(pos, layer, edge_index, scores, config: TrackConfig | None 
     config = TrackConfig() if config is None else config
     started = time.perf_counter()
     with compile_clock() as compiling:
-        candidates = _built(pos, layer, edge_index, scores, config, started)
+        candidates = _built(pos, layer, edge_index, scores, cluster_length, config, started)
     warm = max(0.0, candidates.seconds - compiling.seconds)  # another thread's compiling could overlap the block
     return replace(candidates, seconds=warm, seconds_compiling=compiling.seconds)
 
 
-def _built(pos, layer, edge_index, scores, config: TrackConfig, started: float) -> TrackCandidates:
+def _built(pos, layer, edge_index, scores, cluster_length, config: TrackConfig, started: float) -> TrackCandidates:
     pos, layer, edge_index, scores = check_inputs(pos, layer, edge_index, scores)
     variances = hit_variances(layer, config.sigma_hit)
     if config.method in ("ckf", "ambiguity"):
-        return _followed(pos, layer, edge_index, scores, variances, config, started)
+        return _followed(pos, layer, edge_index, scores, variances, cluster_length, config, started)
     if config.method == "walk":
         mask = walk_edges(pos.shape[0], edge_index, scores, config.threshold)
     else:

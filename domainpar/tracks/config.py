@@ -83,6 +83,30 @@ class TrackConfig:
     """Selection: lowest fitted pT (GeV) of a short candidate: chance triplets of the dense low-pT hits curl."""
     short_max_chi2_ndf: float = 3.0
     """Selection: largest helix-fit chi2/ndf of a short candidate (tighter than ``max_chi2_ndf``: it has few hits)."""
+    free_pass: bool = False
+    """Free-hit pass (:mod:`~domainpar.tracks.free_pass`): after the other stages, chains of triplets among the free
+    pixel hits, for particles made away from the beam line whose segments the graph lost; needs the hits' cluster lengths."""
+    free_dphi: float = 0.4
+    """Free-hit pass: largest |phi| between the two hits of a doublet (rad)."""
+    free_z0_max: float = 600.0
+    """Free-hit pass: largest |z| (mm) where a doublet's (r, z) line meets the beam line (layers more than 5 mm apart in r)."""
+    free_pt_min: float = 0.12
+    """Free-hit pass: lowest pT (GeV) of a triplet's circle and of a chain's fitted helix."""
+    free_dtheta: float = 0.007
+    """Free-hit pass: largest difference of polar angles (rad) between a triplet's two doublets and between linked triplets."""
+    free_dkappa: float = 1e-4
+    """Free-hit pass: linked triplets' curvatures (1/mm) differ by at most this plus ``free_dkappa_relative`` of their mean."""
+    free_dkappa_relative: float = 0.25
+    """Free-hit pass: the relative part of the curvature tolerance of linked triplets."""
+    free_cluster_cut: float = 1.5
+    """Free-hit pass: a hit's cluster length along v (channels) lies within this times (1 + ``free_cluster_relative``
+    times the prediction) of the length the triplet's crossing angle predicts."""
+    free_cluster_relative: float = 0.25
+    """Free-hit pass: the part of the cluster-length tolerance that grows with the predicted length."""
+    free_max_chi2_ndf: float = 8.0
+    """Free-hit pass: largest helix-fit chi2/ndf of a chain (its hits attached after it: ``max_chi2_ndf``)."""
+    free_min_hits: int = 4
+    """Free-hit pass: fewest hits of a chain (four hits make two triplets that must agree)."""
 
     @property
     def follow_threshold(self) -> float:
@@ -113,7 +137,14 @@ class TrackConfig:
         _check_number("short_min_score", self.short_min_score, 0.0, 1.0, low_open=False)
         _check_number("short_min_pt", self.short_min_pt, 0.0, None, low_open=False)
         _check_number("short_max_chi2_ndf", self.short_max_chi2_ndf, 0.0, None)
-        for name, low in (("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("first_pass_hits", 3), ("min_hits", 3), ("max_shared", 0), ("short_layers", 0)):
+        if not isinstance(self.free_pass, bool):
+            raise DomainparError(f"tracks.free_pass: expected true or false, got {self.free_pass!r}")
+        _check_number("free_dphi", self.free_dphi, 0.0, float(np.pi))
+        for name in ("free_z0_max", "free_pt_min", "free_dtheta", "free_dkappa", "free_cluster_cut", "free_max_chi2_ndf"):
+            _check_number(name, getattr(self, name), 0.0, None)
+        for name in ("free_dkappa_relative", "free_cluster_relative"):
+            _check_number(name, getattr(self, name), 0.0, None, low_open=False)
+        for name, low in (("free_min_hits", 4), ("seeds_per_hit", 1), ("reach", 1), ("window", 3), ("max_per_layer", 1), ("first_pass_hits", 3), ("min_hits", 3), ("max_shared", 0), ("short_layers", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DomainparError(f"tracks.{name}: expected an integer >= {low}, got {value!r}")

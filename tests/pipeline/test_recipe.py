@@ -176,8 +176,9 @@ def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
     base_graph = replace(pixel.graph, volumes=(), skip_dphi_margin=None, dphi_margin=0.005, bridge_dphi_margin=None)
     assert base_graph == full.graph and pixel.simulation == full.simulation
-    # ... but the GNN's width and the builder's settings, tuned for the pixel detector and recorded in the checkpoint.
-    settings = {"window": 10, "ms": 0.03, "max_chi2_ndf": 8.0, "hole_ratio": 1.5}
+    # ... but the GNN's width and the builder's settings (its free-hit pass too), tuned for the pixel detector and
+    # recorded in the checkpoint.
+    settings = {"window": 10, "ms": 0.03, "max_chi2_ndf": 8.0, "hole_ratio": 1.5, "free_pass": True}
     assert (pixel.train.model.hidden, full.train.model.hidden, pixel.train.run.track_settings) == (64, 32, settings)
     assert pixel.train == full.train.replace(**{"model.hidden": 64, "run.track_settings": settings})
     assert pixel.filter == full.filter and pixel.tracks == replace(full.tracks, settings=settings)

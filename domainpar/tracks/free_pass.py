@@ -1,0 +1,146 @@
+"""The free-hit pass (``free_pass``, off unless asked): tracks of particles the graph lost, from the hits no track kept.
+
+The graph's cuts assume a particle from the beam line. A particle made away from it, in a decay or an interaction in
+the material (a *displaced* particle), loses its segments at the innermost layers, the GNN never sees a chain of
+it, and its hits stay free: on the real pixel event 21000 such particles carried 0.030 of the TrackML score's 0.055
+that the pixel recipe lost, most of them with four free hits or more (docs/tracks.md). The pass, after every
+other stage of ``ckf`` and ``ambiguity``, looks at the free pixel hits alone and builds chains of triplets there
+with no assumption on where the particle came from (:mod:`domainpar.kernels.free_chains`): doublets on the layer
+pairs the graph holds, triplets on circles of pT above ``free_pt_min`` whose hits' cluster lengths agree with the
+angle the triplet crosses their sensors at, triplets linked into chains of like helices, the longest chains first.
+
+It needs every hit's cluster length along the sensor's v axis (:func:`cluster_lengths`, the graph's ``cluster_v``
+node feature). Only pixel hits take part: a strip cluster's length says nothing of the crossing angle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from domainpar.data.features import NODE_FEATURE_SPECS
+from domainpar.data.subset import PIXEL_VOLUMES
+from domainpar.errors import DomainparError
+from domainpar.kernels.free_chains import chains, doublets, links, triplets
+from domainpar.kernels.track_ckf import MAX_HITS
+from domainpar.kernels.track_refine import attach_free
+from domainpar.kernels.track_fit import PT_PER_TESLA_MM, HitColumns
+from domainpar.tracks.inputs import layers_by_code
+
+#: The node feature that holds a hit's cluster length along v.
+CLUSTER_FEATURE = "cluster_v"
+
+
+def cluster_lengths(graph) -> np.ndarray | None:
+    """(N,) float64 every hit's cluster length along v (channels), from the graph's ``cluster_v`` node feature;
+    None when the graph has no such column (built without the cells)."""
+    names = tuple(graph.node_features or ())
+    if CLUSTER_FEATURE not in names:
+        return None
+    scale = NODE_FEATURE_SPECS[CLUSTER_FEATURE].scale
+    return np.ascontiguousarray(graph.x[:, names.index(CLUSTER_FEATURE)], dtype=np.float64) * scale
+
+
+def _csr(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((dst, src))
+    ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=ptr[1:])
+    return ptr, np.ascontiguousarray(dst[order])
+
+
+def free_pass(
+    columns: HitColumns, layer: np.ndarray, edge_index: np.ndarray, labels: np.ndarray, cluster_length: np.ndarray | None, config
+) -> np.ndarray:
+    """Labels with the free-hit pass's tracks added (the module docstring).
+
+    Args:
+        columns: the hits' positions and resolutions (:func:`~domainpar.kernels.track_fit.hit_columns`).
+        layer: (N,) int64 layer code of every hit.
+        edge_index: (2, E) the graph's edges (their layer pairs are the pairs the pass may join).
+        labels: (N,) int64 track of every hit, -1 for none.
+        cluster_length: (N,) float64 every hit's cluster length along v (channels; 0 or NaN: unknown).
+        config: the :class:`~domainpar.tracks.config.TrackConfig`.
+
+    Returns:
+        (N,) int64 labels; the new tracks numbered after the existing ones.
+    """
+    n = labels.size
+    if cluster_length is None:
+        raise DomainparError(
+            "tracks.free_pass: expected every hit's cluster length (the graph's cluster_v node feature), got a graph "
+            "without it: build the graphs from events with their cells, or set free_pass: false"
+        )
+    if cluster_length.shape != (n,):
+        raise DomainparError(f"cluster_length: expected shape ({n},) (one per hit), got {tuple(cluster_length.shape)}")
+    table = layers_by_code()
+    pixel = np.isin(table["volume_id"].to_numpy(), PIXEL_VOLUMES)
+    free = np.flatnonzero((labels < 0) & pixel[layer])
+    pairs = np.unique(np.stack([layer[edge_index[0]], layer[edge_index[1]]], axis=1), axis=0) if edge_index.shape[1] else np.zeros((0, 2), np.int64)
+    pairs = np.ascontiguousarray(pairs[pixel[pairs[:, 0]] & pixel[pairs[:, 1]] & (pairs[:, 0] != pairs[:, 1])], dtype=np.int64)
+    if free.size < config.free_min_hits or pairs.shape[0] == 0:
+        return labels
+    x, y, z = columns.x, columns.y, columns.z
+    phi = np.arctan2(y, x)
+    order = free[np.lexsort((phi[free], layer[free]))]
+    num_layers = len(table)
+    layer_start = np.zeros(num_layers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(layer[order], minlength=num_layers), out=layer_start[1:])
+    length = np.nan_to_num(np.ascontiguousarray(cluster_length, dtype=np.float64), nan=0.0)
+    barrel = np.ascontiguousarray(table["barrel"].to_numpy(bool)[layer])
+    thickness = np.ascontiguousarray(table["thickness"].to_numpy(np.float64)[layer])
+    pitch = np.ascontiguousarray(table["pitch_v"].to_numpy(np.float64)[layer])
+    cluster = (length, barrel, thickness, pitch, config.free_cluster_cut, config.free_cluster_relative)
+    src, dst = doublets(order, layer_start, np.ascontiguousarray(phi[order]), pairs, x, y, z, config.free_dphi, config.free_z0_max, *cluster)
+    if src.size == 0:
+        return labels
+    out_ptr, out_node = _csr(n, src, dst)
+    in_ptr, in_node = _csr(n, dst, src)
+    radius_min = config.free_pt_min / (PT_PER_TESLA_MM * config.field)
+    hits, kappa, theta = triplets(in_ptr, in_node, out_ptr, out_node, x, y, z, radius_min, config.free_dtheta, *cluster)
+    if kappa.size == 0:
+        return labels
+    key = hits[0] * n + hits[1]
+    by_key = np.argsort(key, kind="stable")
+    hits, kappa, theta, key = np.ascontiguousarray(hits[:, by_key]), kappa[by_key], theta[by_key], key[by_key]
+    ptr, successor, cost = links(hits, kappa, theta, key, n, config.free_dkappa, config.free_dkappa_relative, config.free_dtheta)
+    found = chains(hits, ptr, successor, cost, labels >= 0, config.free_min_hits, columns, config.field, config.ms, config.free_max_chi2_ndf, radius_min)
+    new = found >= 0
+    if not new.any():
+        return labels
+    labels = labels.copy()
+    labels[new] = (labels.max() + 1 if (labels >= 0).any() else 0) + found[new]
+    return _attached(columns, layer, labels, found, src, dst, config)
+
+
+def _attached(columns: HitColumns, layer, labels, found, src, dst, config) -> np.ndarray:
+    """Labels with free pixel hits attached to the pass's chains by their helix fits
+    (:func:`~domainpar.kernels.track_refine.attach_free`): a chain's doublet partners (a layer it skipped or went
+    on to) and the free hits beside its hits on their layers (a particle through two overlapping modules)."""
+    n = labels.size
+    chain_hit = found >= 0
+    still_free = (labels < 0)
+    # Doublet partners, either way round.
+    a = np.concatenate([src, dst])
+    b = np.concatenate([dst, src])
+    keep = still_free[a] & chain_hit[b]
+    pairs = [np.stack([a[keep], b[keep]])]
+    # Free hits within double_distance of a chain's hit on its layer.
+    candidates = np.flatnonzero(still_free & np.isin(layer, np.unique(layer[chain_hit])))
+    if candidates.size:
+        pos = np.stack([columns.x, columns.y, columns.z], axis=1)
+        members = np.flatnonzero(chain_hit)
+        near = cKDTree(pos[candidates]).query_ball_point(pos[members], r=config.double_distance)
+        sizes = np.fromiter((len(v) for v in near), dtype=np.int64, count=members.size)
+        if sizes.sum():
+            free_hit = candidates[np.concatenate([np.asarray(v, dtype=np.int64) for v in near if len(v)])]
+            member = np.repeat(members, sizes)
+            same = layer[free_hit] == layer[member]
+            pairs.append(np.stack([free_hit[same], member[same]]))
+    pairs = np.unique(np.concatenate(pairs, axis=1), axis=1)
+    if pairs.shape[1] == 0:
+        return labels
+    ptr, node = _csr(n, pairs[0], pairs[1])
+    return attach_free(
+        *columns, layer, labels, ptr, node, np.zeros(node.size), np.unique(pairs[0]), config.hit_chi2, config.max_chi2_ndf,
+        config.double_distance, config.max_per_layer, config.window, config.gate, config.field, config.ms, MAX_HITS,
+    )  # fmt: skip
