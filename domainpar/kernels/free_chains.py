@@ -85,7 +85,7 @@ def cluster_agrees(h, ux, uy, slope, x, y, length, barrel, thickness, pitch, cut
 
 
 @numba.njit(cache=True, nogil=True)
-def doublets(order, layer_start, sorted_phi, pairs, x, y, z, dphi, z0_max, length, barrel, thickness, pitch, cut, relative):
+def doublets(order, layer_start, sorted_phi, pairs, x, y, z, r, dphi, z0_max, length, barrel, thickness, pitch, cut, relative):
     """Free-hit pairs of the layer pairs within the windows of the module docstring (1.), both hits' cluster lengths
     agreeing with the straight line through them (:func:`cluster_agrees`).
 
@@ -94,7 +94,7 @@ def doublets(order, layer_start, sorted_phi, pairs, x, y, z, dphi, z0_max, lengt
         layer_start: (L+1,) int64 offsets of every layer code's hits in ``order``.
         sorted_phi: (F,) float64 phi of ``order``'s hits.
         pairs: (P, 2) int64 layer codes (inner, outer) the graph pairs.
-        x, y, z: (N,) float64 hit positions (mm).
+        x, y, z, r: (N,) float64 hit positions and radii (mm).
         dphi: largest |phi_b - phi_a| (rad).
         z0_max: largest |z| (mm) where the (r, z) line through both hits meets the beam line.
         length, barrel, thickness, pitch, cut, relative: as :func:`triplets`.
@@ -123,9 +123,8 @@ def doublets(order, layer_start, sorted_phi, pairs, x, y, z, dphi, z0_max, lengt
                 while j < b1 and sorted_phi[j] <= hi:
                     b = order[j]
                     j += 1
-                    r_a, r_b = math.hypot(x[a], y[a]), math.hypot(x[b], y[b])
-                    dr = r_b - r_a
-                    if abs(dr) > 5.0 and abs(z[a] - r_a * (z[b] - z[a]) / dr) > z0_max:
+                    dr = r[b] - r[a]
+                    if abs(dr) > 5.0 and abs(z[a] - r[a] * (z[b] - z[a]) / dr) > z0_max:
                         continue
                     ux, uy = x[b] - x[a], y[b] - y[a]
                     chord = math.hypot(ux, uy)

@@ -73,16 +73,18 @@ def free_pass(
     if cluster_length.shape != (n,):
         raise DomainparError(f"cluster_length: expected shape ({n},) (one per hit), got {tuple(cluster_length.shape)}")
     table = layers_by_code()
+    num_layers = len(table)
     pixel = np.isin(table["volume_id"].to_numpy(), PIXEL_VOLUMES)
     free = np.flatnonzero((labels < 0) & pixel[layer])
-    pairs = np.unique(np.stack([layer[edge_index[0]], layer[edge_index[1]]], axis=1), axis=0) if edge_index.shape[1] else np.zeros((0, 2), np.int64)
+    # The layer pairs the graph's edges join (a count per pair: sorting the edges' pairs costs more than the pass).
+    joined = np.bincount(layer[edge_index[0]] * num_layers + layer[edge_index[1]], minlength=num_layers * num_layers)
+    pairs = np.stack(np.divmod(np.flatnonzero(joined), num_layers), axis=1)
     pairs = np.ascontiguousarray(pairs[pixel[pairs[:, 0]] & pixel[pairs[:, 1]] & (pairs[:, 0] != pairs[:, 1])], dtype=np.int64)
     if free.size < config.free_min_hits or pairs.shape[0] == 0:
         return labels
     x, y, z = columns.x, columns.y, columns.z
     phi = np.arctan2(y, x)
     order = free[np.lexsort((phi[free], layer[free]))]
-    num_layers = len(table)
     layer_start = np.zeros(num_layers + 1, dtype=np.int64)
     np.cumsum(np.bincount(layer[order], minlength=num_layers), out=layer_start[1:])
     length = np.nan_to_num(np.ascontiguousarray(cluster_length, dtype=np.float64), nan=0.0)
@@ -90,7 +92,9 @@ def free_pass(
     thickness = np.ascontiguousarray(table["thickness"].to_numpy(np.float64)[layer])
     pitch = np.ascontiguousarray(table["pitch_v"].to_numpy(np.float64)[layer])
     cluster = (length, barrel, thickness, pitch, config.free_cluster_cut, config.free_cluster_relative)
-    src, dst = doublets(order, layer_start, np.ascontiguousarray(phi[order]), pairs, x, y, z, config.free_dphi, config.free_z0_max, *cluster)
+    src, dst = doublets(
+        order, layer_start, np.ascontiguousarray(phi[order]), pairs, x, y, z, np.hypot(x, y), config.free_dphi, config.free_z0_max, *cluster
+    )
     if src.size == 0:
         return labels
     out_ptr, out_node = _csr(n, src, dst)

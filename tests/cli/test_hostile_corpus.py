@@ -109,6 +109,11 @@ def _(ws):
     return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--track-settings", "window=abc", *TINY_TRAIN]
 
 
+@case("train-track-settings-free-pass-not-a-bool", "--track-settings must hold track builder settings: tracks.free_pass: expected true or false, got 2")
+def _(ws):
+    return ["train", "--data", ws.base.graphs, "--out", ws.path("r"), "--track-settings", "free_pass=2", *TINY_TRAIN]
+
+
 @case("cli-bool-flag-given-value", "Option '--quiet' does not take a value")
 def _(ws):
     return ["build", "--input", ws.base.events, "--out", ws.path("g"), "--quiet=yes"]

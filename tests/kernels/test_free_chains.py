@@ -50,7 +50,7 @@ def _pairs(x, y, z, layer, dphi, z0_max, length=None):
     n = x.size
     order, start, phi = _layout(x, y, z, layer, 2)
     length = np.zeros(n) if length is None else np.asarray(length, dtype=np.float64)
-    src, dst = doublets(order, start, phi, np.array([[0, 1]], dtype=np.int64), x, y, z, dphi, z0_max, length,
+    src, dst = doublets(order, start, phi, np.array([[0, 1]], dtype=np.int64), x, y, z, np.hypot(x, y), dphi, z0_max, length,
                         np.ones(n, bool), np.full(n, THICKNESS), np.full(n, PITCH), 1.5, 0.25)  # fmt: skip
     return sorted(zip(src.tolist(), dst.tolist()))
 
