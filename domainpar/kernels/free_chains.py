@@ -312,3 +312,68 @@ def chains(hits, ptr, successor, cost, taken, min_hits, columns, field, ms, max_
             label[buf[k]] = num_chains
         num_chains += 1
     return label
+
+
+@numba.njit(cache=True, nogil=True)
+def twinned_triplets(hits, taken, twin_ptr, twin_node, columns, field, ms, max_chi2_ndf, radius_min, length, barrel, thickness, pitch, cut, relative, label, first_label):
+    """Single triplets on three layers kept when a second hit on one of their layers backs them (a particle through
+    two overlapping sensors), in the order given: the four hits' helix fit within ``max_chi2_ndf`` and ``radius_min``,
+    the second hit's cluster agreeing with the triplet (:func:`cluster_agrees`); the best-fitting second hit.
+
+    Args:
+        hits: (3, T) int64 the triplets, in the order they are tried.
+        taken: (N,) bool hits not free (updated).
+        twin_ptr, twin_node: (N+1,), (K,) CSR of every free hit's neighbours on its own layer within the double distance.
+        columns, field, ms, max_chi2_ndf, radius_min: as :func:`chains`.
+        length, barrel, thickness, pitch, cut, relative: as :func:`triplets`.
+        label: (N,) int64 every hit's chain (updated: the kept triplets numbered from ``first_label``).
+        first_label: the label of the first triplet kept.
+
+    Returns:
+        The next free label.
+    """
+    x, y, z, var_t, var_z, var_r, var_m = columns
+    buf = np.empty(4, dtype=np.int64)
+    best_buf = np.empty(4, dtype=np.int64)
+    next_label = first_label
+    for t in range(hits.shape[1]):
+        a, b, c = hits[0, t], hits[1, t], hits[2, t]
+        if taken[a] or taken[b] or taken[c]:
+            continue
+        s_ac = math.hypot(x[c] - x[a], y[c] - y[a])
+        if s_ac <= 0.0:
+            continue
+        slope = (z[c] - z[a]) / s_ac
+        best = max_chi2_ndf
+        found = False
+        for k in range(3):
+            h = hits[k, t]
+            # The direction at h: its chords' (the first and last hits' for the middle one).
+            p, q = (a, b) if k == 0 else ((a, c) if k == 1 else (b, c))
+            dx, dy = x[q] - x[p], y[q] - y[p]
+            norm = math.hypot(dx, dy)
+            if norm <= 0.0:
+                continue
+            for j in range(twin_ptr[h], twin_ptr[h + 1]):
+                w = twin_node[j]
+                if taken[w] or w == a or w == b or w == c:
+                    continue
+                if not cluster_agrees(w, dx / norm, dy / norm, slope, x, y, length, barrel, thickness, pitch, cut, relative):
+                    continue
+                # The four hits in order of radius (the twin beside its partner).
+                buf[0], buf[1], buf[2], buf[3] = a, b, c, w
+                for i in range(3, 0, -1):
+                    if math.hypot(x[buf[i]], y[buf[i]]) >= math.hypot(x[buf[i - 1]], y[buf[i - 1]]):
+                        break
+                    buf[i], buf[i - 1] = buf[i - 1], buf[i]
+                chi2, ndf, _, rho, _, _, _, _ = helix_fit(x, y, z, var_t, var_z, var_r, var_m, buf, 4, field, ms)
+                if chi2 / ndf <= best and abs(rho) * radius_min <= 1.0:
+                    best = chi2 / ndf
+                    best_buf[:] = buf
+                    found = True
+        if found:
+            for k in range(4):
+                taken[best_buf[k]] = True
+                label[best_buf[k]] = next_label
+            next_label += 1
+    return next_label

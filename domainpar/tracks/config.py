@@ -105,6 +105,13 @@ class TrackConfig:
     """Free-hit pass: the part of the cluster-length tolerance that grows with the predicted length."""
     free_max_chi2_ndf: float = 8.0
     """Free-hit pass: largest helix-fit chi2/ndf of a chain (its hits attached after it: ``max_chi2_ndf``)."""
+    free_twins: bool = True
+    """Free-hit pass: after the chains, keep a single triplet (a particle on three layers) when a second free hit on
+    one of its layers (overlapping sensors) fits it within ``free_twin_max_chi2_ndf`` and ``free_twin_pt_min``."""
+    free_twin_pt_min: float = 0.3
+    """Free-hit pass: lowest pT (GeV) of a triplet and its second hit's helix fit (random triplets of free hits curl)."""
+    free_twin_max_chi2_ndf: float = 0.3
+    """Free-hit pass: largest chi2/ndf of a triplet and its second hit's helix fit (one degree of freedom in x-y)."""
     free_min_hits: int = 4
     """Free-hit pass: fewest hits of a chain (four hits make two triplets that must agree)."""
 
@@ -137,10 +144,12 @@ class TrackConfig:
         _check_number("short_min_score", self.short_min_score, 0.0, 1.0, low_open=False)
         _check_number("short_min_pt", self.short_min_pt, 0.0, None, low_open=False)
         _check_number("short_max_chi2_ndf", self.short_max_chi2_ndf, 0.0, None)
-        if not isinstance(self.free_pass, bool):
-            raise DomainparError(f"tracks.free_pass: expected true or false, got {self.free_pass!r}")
+        for name in ("free_pass", "free_twins"):
+            if not isinstance(getattr(self, name), bool):
+                raise DomainparError(f"tracks.{name}: expected true or false, got {getattr(self, name)!r}")
         _check_number("free_dphi", self.free_dphi, 0.0, float(np.pi))
-        for name in ("free_z0_max", "free_pt_min", "free_dtheta", "free_dkappa", "free_cluster_cut", "free_max_chi2_ndf"):
+        free_positive = ("free_z0_max", "free_pt_min", "free_dtheta", "free_dkappa", "free_cluster_cut", "free_max_chi2_ndf")
+        for name in free_positive + ("free_twin_pt_min", "free_twin_max_chi2_ndf"):
             _check_number(name, getattr(self, name), 0.0, None)
         for name in ("free_dkappa_relative", "free_cluster_relative"):
             _check_number(name, getattr(self, name), 0.0, None, low_open=False)

@@ -21,7 +21,7 @@ from scipy.spatial import cKDTree
 from domainpar.data.features import NODE_FEATURE_SPECS
 from domainpar.data.subset import PIXEL_VOLUMES
 from domainpar.errors import DomainparError
-from domainpar.kernels.free_chains import chains, doublets, links, triplets
+from domainpar.kernels.free_chains import chains, doublets, links, triplets, twinned_triplets
 from domainpar.kernels.track_ckf import MAX_HITS
 from domainpar.kernels.track_refine import attach_free
 from domainpar.kernels.track_fit import PT_PER_TESLA_MM, HitColumns
@@ -46,6 +46,17 @@ def _csr(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
     ptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=num_nodes), out=ptr[1:])
     return ptr, np.ascontiguousarray(dst[order])
+
+
+def _twins(columns: HitColumns, layer: np.ndarray, free: np.ndarray, distance: float) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over all N hits of every free hit's free neighbours on its own layer within ``distance`` (mm)."""
+    n = layer.size
+    pos = np.stack([columns.x[free], columns.y[free], columns.z[free]], axis=1)
+    pairs = cKDTree(pos).query_pairs(distance, output_type="ndarray")
+    a, b = free[pairs[:, 0]], free[pairs[:, 1]]
+    same = layer[a] == layer[b]
+    a, b = a[same], b[same]
+    return _csr(n, np.concatenate([a, b]), np.concatenate([b, a]))
 
 
 def free_pass(
@@ -108,6 +119,15 @@ def free_pass(
     hits, kappa, theta, key = np.ascontiguousarray(hits[:, by_key]), kappa[by_key], theta[by_key], key[by_key]
     ptr, successor, cost = links(hits, kappa, theta, key, n, config.free_dkappa, config.free_dkappa_relative, config.free_dtheta)
     found = chains(hits, ptr, successor, cost, labels >= 0, config.free_min_hits, columns, config.field, config.ms, config.free_max_chi2_ndf, radius_min)
+    if config.free_twins:
+        taken = labels >= 0
+        taken[found >= 0] = True
+        twin_ptr, twin_node = _twins(columns, layer, free, config.double_distance)
+        twinned_triplets(
+            hits, taken, twin_ptr, twin_node, columns, config.field, config.ms, config.free_twin_max_chi2_ndf,
+            config.free_twin_pt_min / (PT_PER_TESLA_MM * config.field),
+            *cluster, found, int(found.max()) + 1,
+        )  # fmt: skip
     new = found >= 0
     if not new.any():
         return labels

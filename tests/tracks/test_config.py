@@ -31,7 +31,8 @@ def test_track_config_names_the_bad_field(field, value, message):
      ("short_min_score", 1.5), ("short_min_pt", -0.1), ("short_max_chi2_ndf", 0.0), ("free_pass", 1),
      ("free_dphi", 4.0), ("free_z0_max", 0.0), ("free_pt_min", -0.1), ("free_dtheta", 0.0), ("free_dkappa", 0.0),
      ("free_dkappa_relative", -0.1), ("free_cluster_cut", float("nan")), ("free_cluster_relative", -1.0),
-     ("free_max_chi2_ndf", 0.0), ("free_min_hits", 3)],
+     ("free_max_chi2_ndf", 0.0), ("free_min_hits", 3), ("free_twins", "yes"), ("free_twin_pt_min", 0.0),
+     ("free_twin_max_chi2_ndf", -1.0)],
 )  # fmt: skip
 def test_every_stage_setting_is_checked(field, value):
     with pytest.raises(DomainparError, match=rf"tracks\.{field}: expected"):

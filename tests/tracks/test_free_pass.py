@@ -55,7 +55,7 @@ def _cluster_length(at, turned: float, cot: float) -> float:
     return float(max(1.0, round(THICKNESS * abs(cot) / cos_alpha / PITCH)))
 
 
-def _event(double: bool = False, wrong_clusters: bool = False, seed: int = 0):
+def _event(double: bool = False, wrong_clusters: bool = False, seed: int = 0, displaced: dict = DISPLACED, layers=PIXEL):
     """Particle 1 from the beam line with its chain of edges (the graph's layer pairs), particle 2 from DISPLACED with
     none (``double``: a second hit on layer 9, 4 mm on along its helix: overlapping sensors), 60 noise hits on the
     same layers with random cluster lengths. Returns the event and every hit's cluster length."""
@@ -64,14 +64,14 @@ def _event(double: bool = False, wrong_clusters: bool = False, seed: int = 0):
     one = ev.track(1, layers=PIXEL, **STIFF)
     ev.chain([one[c] for c in PIXEL], 0.95)
     length += [float(round(THICKNESS * STIFF["cot"] / PITCH))] * len(PIXEL)
-    at, bend = _helix(**DISPLACED)
-    for code in PIXEL:
+    at, bend = _helix(**displaced)
+    for code in layers:
         turned = _crossing(at, BARREL[code])
         ev.hit(at(turned), code, 2)
-        length.append(1.0 if wrong_clusters else _cluster_length(at, turned, DISPLACED["cot"]))
+        length.append(1.0 if wrong_clusters else _cluster_length(at, turned, displaced["cot"]))
         if double and code == 9:
             ev.hit(at(turned + 4.0 / bend), code, 2)
-            length.append(_cluster_length(at, turned + 4.0 / bend, DISPLACED["cot"]))
+            length.append(_cluster_length(at, turned + 4.0 / bend, displaced["cot"]))
     rng = np.random.default_rng(seed)
     for _ in range(60):
         code = int(rng.choice(PIXEL))
@@ -102,6 +102,22 @@ def test_a_second_hit_on_a_layer_joins_the_chain():
     particle = np.array(ev.particle)
     assert (particle == 2).sum() == 5
     assert whole(_tracks(ev, length, FREE), particle, 2)
+
+
+#: A particle from a decay 40 mm off the beam line: it crosses the three outer pixel barrel layers only.
+LATE = dict(vertex=(40.0, 5.0, 20.0), pt=0.6, phi0=0.3, charge=1, cot=1.5)
+
+
+@pytest.mark.parametrize("double, twins, found", [(True, True, True), (False, True, False), (True, False, False)])
+def test_a_triplet_is_kept_when_a_second_hit_on_one_of_its_layers_backs_it(double, twins, found):
+    # Three layers make one triplet, which alone cannot be told from chance; a fitting second hit on one of them can.
+    ev, length = _event(double=double, displaced=LATE, layers=[8, 9, 10])
+    particle = np.array(ev.particle)
+    built = _tracks(ev, length, replace(FREE, free_twins=twins))
+    assert whole(built, particle, 2) is found
+    if not found:
+        assert np.unique(built[particle == 2]).size == (particle == 2).sum()
+    assert (np.bincount(built)[built[particle == 0]] == 1).all()
 
 
 def test_clusters_that_disagree_with_the_helix_keep_the_chain_out():
