@@ -27,6 +27,7 @@ import math
 import numba
 import numpy as np
 
+from domainpar.kernels.segments import _lower_bound
 from domainpar.kernels.track_fit import helix_fit
 
 #: Room the growing output arrays start with.
@@ -36,30 +37,10 @@ _MAX_CHAIN = 96
 
 
 @numba.njit(cache=True, nogil=True)
-def _wrap(angle: float) -> float:
-    if angle > math.pi:
-        return angle - 2.0 * math.pi
-    if angle < -math.pi:
-        return angle + 2.0 * math.pi
-    return angle
-
-
-@numba.njit(cache=True, nogil=True)
 def _grown(buffer: np.ndarray) -> np.ndarray:
     bigger = np.empty(2 * buffer.shape[0], dtype=buffer.dtype)
     bigger[: buffer.shape[0]] = buffer
     return bigger
-
-
-@numba.njit(cache=True, nogil=True)
-def _lower(values: np.ndarray, start: int, stop: int, target: float) -> int:
-    while start < stop:
-        mid = (start + stop) // 2
-        if values[mid] < target:
-            start = mid + 1
-        else:
-            stop = mid
-    return start
 
 
 @numba.njit(cache=True, nogil=True)
@@ -119,7 +100,7 @@ def doublets(order, layer_start, sorted_phi, pairs, x, y, z, r, dphi, z0_max, le
                 hi = phi_a + dphi + (piece - 1) * 2.0 * math.pi
                 if hi < -math.pi or lo > math.pi:
                     continue
-                j = _lower(sorted_phi, b0, b1, lo)
+                j = _lower_bound(sorted_phi, b0, b1, lo)
                 while j < b1 and sorted_phi[j] <= hi:
                     b = order[j]
                     j += 1
