@@ -5,14 +5,17 @@ away from it (a *displaced* particle) loses its segments there and its hits stay
 particles among the free hits alone, the way a cellular-automaton tracker does:
 
 1. *doublets*: pairs of free hits on two layers the graph pairs, within ``dphi`` in phi and, when the layers lie
-   apart in r, with the straight (r, z) line through them meeting the beam line within ``z0_max``;
+   apart in r, with the straight (r, z) line through them meeting the beam line within ``z0_max``, both hits'
+   cluster lengths agreeing with that line;
 2. *triplets*: two doublets a -> b -> c that keep going forward in x-y, on a circle of radius at least
    ``radius_min``, with polar angles within ``dtheta`` of each other, and whose three hits' cluster lengths agree
    with the crossing angle the triplet gives (:func:`cluster_agrees`);
 3. *links*: a triplet a -> b -> c continued by b -> c -> d with a like signed curvature and polar angle;
 4. *chains*: the longest path of linked triplets from every triplet, longest first, kept when its hits are all
    free, it holds ``min_hits`` hits, and its helix fit has chi2/ndf at most ``max_chi2_ndf`` and a radius of at
-   least ``radius_min``. A kept chain claims its hits.
+   least ``radius_min``. A kept chain claims its hits;
+5. *twins*: a single triplet of free hits kept when a second free hit on one of its layers, beside its hit there (a
+   particle through two overlapping sensors), fits the four hits' helix (:func:`twinned_triplets`).
 
 With four or more layers behind them, random hits rarely line up on one helix whose crossing angles match their
 clusters' lengths; the cluster test is what keeps chance chains of the free hits (noise among them) out.

@@ -7,7 +7,9 @@ that the pixel recipe lost, most of them with four free hits or more (docs/track
 other stage of ``ckf`` and ``ambiguity``, looks at the free pixel hits alone and builds chains of triplets there
 with no assumption on where the particle came from (:mod:`domainpar.kernels.free_chains`): doublets on the layer
 pairs the graph holds, triplets on circles of pT above ``free_pt_min`` whose hits' cluster lengths agree with the
-angle the triplet crosses their sensors at, triplets linked into chains of like helices, the longest chains first.
+angle the triplet crosses their sensors at, triplets linked into chains of like helices, the longest chains first;
+then single triplets that a second free hit on one of their layers backs (``free_twins``); then the free hits beside
+the new tracks' hits join them where their helix fits take them.
 
 It needs every hit's cluster length along the sensor's v axis (:func:`cluster_lengths`, the graph's ``cluster_v``
 node feature). Only pixel hits take part: a strip cluster's length says nothing of the crossing angle.
