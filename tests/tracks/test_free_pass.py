@@ -150,3 +150,17 @@ def test_cluster_lengths_come_from_the_graph_s_cluster_v_column_in_channels():
     graph = SimpleNamespace(x=x, node_features=("r", "cluster_v"))
     np.testing.assert_allclose(cluster_lengths(graph), [2.0, 4.0])  # the column holds channels / 8
     assert cluster_lengths(SimpleNamespace(x=x, node_features=("r", "z"))) is None
+
+
+def test_events_with_nothing_for_the_pass_build_as_without_it():
+    # No edge at all (no layer pairs), and hits on the strip layers only (no pixel hit takes part).
+    ev, length = _event()
+    pos, layer, _, _, _ = ev.arrays()
+    no_edges = build_candidates(pos, layer, np.zeros((2, 0), dtype=np.int64), np.zeros(0), FREE, length).track_id
+    assert np.unique(no_edges).size == len(pos)
+    strips = HandEvent()
+    one = strips.track(1, layers=[24, 25, 26, 27], **STIFF)
+    strips.chain([one[c] for c in [24, 25, 26, 27]], 0.95)
+    pos, layer, edge_index, scores, particle = strips.arrays()
+    with_pass = build_candidates(pos, layer, edge_index, scores, FREE, np.ones(len(pos))).track_id
+    np.testing.assert_array_equal(with_pass, build_candidates(pos, layer, edge_index, scores, TrackConfig()).track_id)
