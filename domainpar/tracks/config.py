@@ -87,7 +87,7 @@ class TrackConfig:
     """Free-hit pass (:mod:`~domainpar.tracks.free_pass`): after the other stages, chains of triplets among the free
     pixel hits, for particles made away from the beam line whose segments the graph lost; needs the hits' cluster lengths."""
     free_dphi: float = 0.4
-    """Free-hit pass: largest |phi| between the two hits of a doublet (rad)."""
+    """Free-hit pass: largest difference in phi (rad) between the two hits of a doublet."""
     free_z0_max: float = 600.0
     """Free-hit pass: largest |z| (mm) where a doublet's (r, z) line meets the beam line (layers more than 5 mm apart in r)."""
     free_pt_min: float = 0.12
@@ -148,8 +148,8 @@ class TrackConfig:
             if not isinstance(getattr(self, name), bool):
                 raise DomainparError(f"tracks.{name}: expected true or false, got {getattr(self, name)!r}")
         _check_number("free_dphi", self.free_dphi, 0.0, float(np.pi))
-        free_positive = ("free_z0_max", "free_pt_min", "free_dtheta", "free_dkappa", "free_cluster_cut", "free_max_chi2_ndf")
-        for name in free_positive + ("free_twin_pt_min", "free_twin_max_chi2_ndf"):
+        for name in ("free_z0_max", "free_pt_min", "free_dtheta", "free_dkappa", "free_cluster_cut", "free_max_chi2_ndf",
+                     "free_twin_pt_min", "free_twin_max_chi2_ndf"):
             _check_number(name, getattr(self, name), 0.0, None)
         for name in ("free_dkappa_relative", "free_cluster_relative"):
             _check_number(name, getattr(self, name), 0.0, None, low_open=False)
