@@ -121,12 +121,13 @@ def free_pass(
     hits, kappa, theta, key = np.ascontiguousarray(hits[:, by_key]), kappa[by_key], theta[by_key], key[by_key]
     ptr, successor, cost = links(hits, kappa, theta, key, n, config.free_dkappa, config.free_dkappa_relative, config.free_dtheta)
     found = chains(hits, ptr, successor, cost, labels >= 0, config.free_min_hits, columns, config.field, config.ms, config.free_max_chi2_ndf, radius_min)
+    # Free hits beside each other on one layer: the twins' second hits, and the hits attached to the new tracks.
+    twins = _twins(columns, layer, free, config.double_distance)
     if config.free_twins:
         taken = labels >= 0
         taken[found >= 0] = True
-        twin_ptr, twin_node = _twins(columns, layer, free, config.double_distance)
         twinned_triplets(
-            hits, taken, twin_ptr, twin_node, columns, config.field, config.ms, config.free_twin_max_chi2_ndf,
+            hits, taken, *twins, columns, config.field, config.ms, config.free_twin_max_chi2_ndf,
             config.free_twin_pt_min / (PT_PER_TESLA_MM * config.field),
             *cluster, found, int(found.max()) + 1,
         )  # fmt: skip
@@ -135,13 +136,13 @@ def free_pass(
         return labels
     labels = labels.copy()
     labels[new] = (labels.max() + 1 if (labels >= 0).any() else 0) + found[new]
-    return _attached(columns, layer, labels, found, src, dst, config)
+    return _attached(columns, layer, labels, found, src, dst, twins, config)
 
 
-def _attached(columns: HitColumns, layer, labels, found, src, dst, config) -> np.ndarray:
-    """Labels with free pixel hits attached to the pass's chains by their helix fits
-    (:func:`~domainpar.kernels.track_refine.attach_free`): a chain's doublet partners (a layer it skipped or went
-    on to) and the free hits beside its hits on their layers (a particle through two overlapping modules)."""
+def _attached(columns: HitColumns, layer, labels, found, src, dst, twins, config) -> np.ndarray:
+    """Labels with free pixel hits attached to the pass's new tracks by their helix fits
+    (:func:`~domainpar.kernels.track_refine.attach_free`): a track's doublet partners (a layer it skipped or went
+    on to) and the free hits beside its hits on their layers (``twins``; a particle through two overlapping modules)."""
     n = labels.size
     chain_hit = found >= 0
     still_free = (labels < 0)
@@ -150,18 +151,11 @@ def _attached(columns: HitColumns, layer, labels, found, src, dst, config) -> np
     b = np.concatenate([dst, src])
     keep = still_free[a] & chain_hit[b]
     pairs = [np.stack([a[keep], b[keep]])]
-    # Free hits within double_distance of a chain's hit on its layer.
-    candidates = np.flatnonzero(still_free & np.isin(layer, np.unique(layer[chain_hit])))
-    if candidates.size:
-        pos = np.stack([columns.x, columns.y, columns.z], axis=1)
-        members = np.flatnonzero(chain_hit)
-        near = cKDTree(pos[candidates]).query_ball_point(pos[members], r=config.double_distance)
-        sizes = np.fromiter((len(v) for v in near), dtype=np.int64, count=members.size)
-        if sizes.sum():
-            free_hit = candidates[np.concatenate([np.asarray(v, dtype=np.int64) for v in near if len(v)])]
-            member = np.repeat(members, sizes)
-            same = layer[free_hit] == layer[member]
-            pairs.append(np.stack([free_hit[same], member[same]]))
+    # Free hits within double_distance of a new track's hit on its layer (``twins``: :func:`_twins`).
+    twin_ptr, twin_node = twins
+    beside = np.repeat(np.arange(n), np.diff(twin_ptr))
+    keep = still_free[beside] & chain_hit[twin_node]
+    pairs.append(np.stack([beside[keep], twin_node[keep]]))
     pairs = np.unique(np.concatenate(pairs, axis=1), axis=1)
     if pairs.shape[1] == 0:
         return labels
