@@ -67,34 +67,63 @@ def tracks_table(candidates: TrackCandidates, graph_hit_id: np.ndarray) -> pd.Da
     })  # fmt: skip
 
 
-def _csv_column(values: np.ndarray, floats: bool) -> list[str] | None:
-    """A numeric column's CSV fields as ``DataFrame.to_csv(float_format="%.7g", na_rep="")`` writes them: integers in
-    decimal, floats (when ``floats``) to 7 significant digits and NaN empty; None for another dtype.
+def _float_fields(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """A float column's CSV fields as ``DataFrame.to_csv(float_format="%.7g", na_rep="")`` writes them: the distinct
+    fields and, per row, which one (NaN empty).
 
     Each distinct value (by its bits, so -0.0 stays apart from 0.0) is formatted once: a track's fit repeats on
     every hit of the track, and pandas formats every element in Python.
     """
-    if values.dtype.kind in "iu":
-        return values.astype(str).tolist()
-    if values.dtype.kind != "f" or not floats:
-        return None
     bits = np.ascontiguousarray(values).view(f"u{values.dtype.itemsize}")
     _, first, inverse = np.unique(bits, return_index=True, return_inverse=True)
-    text = np.array(["%.7g" % v if v == v else "" for v in values[first].tolist()], dtype=object)  # NaN != NaN
-    return text[inverse.reshape(-1)].tolist()
+    fields = ["%.7g" % v if v == v else "" for v in values[first].tolist()]  # NaN != NaN
+    return fields, inverse.reshape(-1).astype(np.int64)
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray | None:
+    """An integer column as int64 (its decimal text unchanged); None for an unsigned one beyond int64's range."""
+    if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        return None
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _csv_bytes(table: pd.DataFrame, floats: bool) -> bytes | None:
     """The bytes of ``table.to_csv(index=False, lineterminator="\\n")`` (with ``float_format="%.7g", na_rep=""`` when
     ``floats``) for a table of plain-named integer (and float) columns, made without pandas' per-element
-    formatting; None for any other table (the caller then asks pandas)."""
+    formatting (:func:`domainpar.kernels.csv_rows.csv_body`); None for any other table (the caller then asks
+    pandas)."""
+    from domainpar.kernels.csv_rows import INTEGER, TEXT, csv_body  # numba loads where files are written
+
     if not all(isinstance(name, str) and name.isidentifier() for name in table.columns):
         return None
-    columns = [_csv_column(table[name].to_numpy(), floats) for name in table.columns]
-    if any(column is None for column in columns):
-        return None
-    rows = "".join(line + "\n" for line in map(",".join, zip(*columns)))
-    return (",".join(table.columns) + "\n" + rows).encode()
+    rows = table.shape[0]
+    ints, fields, index, kinds, slots = [], [], [], [], []
+    for name in table.columns:
+        values = table[name].to_numpy()
+        if values.dtype.kind in "iu" and (as_int := _as_int64(values)) is not None:
+            kinds.append(INTEGER)
+            slots.append(len(ints))
+            ints.append(as_int)
+        elif values.dtype.kind == "f" and floats:
+            distinct, which = _float_fields(values)
+            kinds.append(TEXT)
+            slots.append(len(index))
+            index.append(which + len(fields))
+            fields += distinct
+        else:
+            return None
+    text = "".join(fields).encode()  # ASCII: a field's characters are its bytes
+    text_start = np.zeros(len(fields) + 1, dtype=np.int64)
+    np.cumsum([len(field) for field in fields], out=text_start[1:])
+    body = csv_body(
+        np.stack(ints) if ints else np.zeros((0, rows), np.int64),
+        np.frombuffer(text, dtype=np.uint8) if text else np.zeros(0, np.uint8),
+        text_start,
+        np.stack(index) if index else np.zeros((0, rows), np.int64),
+        np.array(kinds, dtype=np.int64),
+        np.array(slots, dtype=np.int64),
+    )
+    return (",".join(table.columns) + "\n").encode() + body.tobytes()
 
 
 def tracks_bytes(table: pd.DataFrame, fmt: str) -> bytes:

@@ -73,9 +73,17 @@ def build_segments(index: torch.Tensor, num_segments: int, complete: bool | None
         raise ValueError(f"segment index must be one-dimensional (got shape {tuple(index.shape)})")
     index = index.to(torch.int64).contiguous()
     keys = torch.clamp(index, max=num_segments)
-    perm = torch.argsort(keys, stable=True)
-    # Shapes never depend on the data (searchsorted, not bincount), so meta and fake tensors work too.
-    offsets = torch.searchsorted(keys.index_select(0, perm), torch.arange(num_segments + 1, device=index.device))
+    if _is_concrete(keys) and keys.device.type == "cpu" and (keys.numel() == 0 or int(keys.min()) >= 0):
+        # A counting sort: the stable sort's order and offsets in linear time (two sorts of a full event's edges
+        # took 40 ms of a 0.9 s inference).
+        from domainpar.kernels.grouping import group_by_key
+
+        start, order = group_by_key(keys.numpy(), num_segments + 1)
+        perm, offsets = torch.from_numpy(order), torch.from_numpy(start[: num_segments + 1])
+    else:
+        perm = torch.argsort(keys, stable=True)
+        # Shapes never depend on the data (searchsorted, not bincount), so meta and fake tensors work too.
+        offsets = torch.searchsorted(keys.index_select(0, perm), torch.arange(num_segments + 1, device=index.device))
     if complete is None:
         complete = bool(index.numel() == 0 or int(index.max()) < num_segments) if _is_concrete(index) else False
     return Segments(index=index, perm=perm, offsets=offsets, gather_index=keys, num_segments=num_segments, complete=complete)

@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from domainpar.kernels import chunks
+from domainpar.kernels.grouping import group_by_key
 
 #: Columns of :func:`best_triplets`' output, in order.
 COLUMNS = ("out_dalpha", "out_rho", "out_distance", "out_count", "in_dalpha", "in_rho", "in_distance", "in_count")
@@ -185,26 +186,6 @@ def _best_triplets(
             result[f, 7] = float(count_f[k])
 
 
-@numba.njit(cache=True, nogil=True)
-def _group(keys: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """(E,) edge ids grouped by ``keys`` given the rows' offsets ``start``: a counting sort, stable."""
-    fill = start[:-1].copy()
-    order = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        order[fill[k]] = i
-        fill[k] += 1
-    return order
-
-
-def _csr(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(N + 1,) row offsets and (E,) edge ids grouped by ``keys`` (stable: ascending edge id within a row; what
-    ``np.argsort(keys, kind="stable")`` gives, in linear time)."""
-    start = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=num_nodes), out=start[1:])
-    return start, _group(keys, start)
-
-
 def best_triplets(
     src: np.ndarray,
     dst: np.ndarray,
@@ -231,8 +212,8 @@ def best_triplets(
         ``loose``, then the same for the inner side; a side without triplets has m = :data:`NO_TRIPLET`,
         residuals 0 and count 0.
     """
-    out_start, out_edges = _csr(np.ascontiguousarray(src, dtype=np.int64), num_nodes)
-    in_start, in_edges = _csr(np.ascontiguousarray(dst, dtype=np.int64), num_nodes)
+    out_start, out_edges = group_by_key(src, num_nodes)
+    in_start, in_edges = group_by_key(dst, num_nodes)
     floats = [np.ascontiguousarray(v, dtype=np.float64) for v in (alpha, beta, ell, kappa)]
     result = np.empty((floats[0].shape[0], 8), dtype=np.float64)  # every element written by the kernel
     # Ranges of middle nodes of about equal work (in-degree x out-degree triplets each), a few per thread.

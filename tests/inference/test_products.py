@@ -39,6 +39,16 @@ def test_submission_csv_is_the_bytes_pandas_writes():
     assert submission_bytes(table) == table.to_csv(index=False, lineterminator="\n").encode()
 
 
+def test_integers_of_every_sign_and_width_are_written_as_pandas_writes_them():
+    """Negative values, zero, the int64 extremes, narrow and unsigned types; an unsigned column beyond int64's range
+    is left to pandas."""
+    edges = np.array([0, -1, 9, -9, 10, -10, 99, 100, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 10**18, -(10**18)])
+    table = pd.DataFrame({"a": edges, "b": edges.astype(np.int32, casting="unsafe"), "c": np.arange(edges.size, dtype=np.uint8),
+                          "d": np.full(edges.size, np.iinfo(np.uint64).max - 1, dtype=np.uint64)})  # fmt: skip
+    for columns in (["a", "b", "c"], ["a", "d"], ["d"]):
+        assert submission_bytes(table[columns]) == table[columns].to_csv(index=False, lineterminator="\n").encode()
+
+
 def test_other_columns_are_left_to_pandas():
     """A column of text, a nullable integer or a float in a submission: pandas writes it, as before."""
     for table, write, kwargs in (

@@ -33,6 +33,21 @@ def test_sum_equals_index_add_with_empty_and_excluded_rows(backend):
         assert segments.complete == (num_segments == 40)
 
 
+def test_cpu_grouping_is_the_stable_sort_and_its_offsets():
+    """A CPU graph's segments by counting sort: the order and offsets of the stable sort (the device-generic path, run
+    here on the same keys through meta-free torch ops), edges of no segment last, empty and crowded segments."""
+    index = _index(4000, 300, seed=7)
+    index[index == 11] = 12  # an empty segment
+    for num_segments in (300, 120, 1):
+        segments = sr.build_segments(index, num_segments)
+        keys = torch.clamp(index, max=num_segments)
+        perm = torch.argsort(keys, stable=True)
+        assert torch.equal(segments.perm, perm)
+        assert torch.equal(segments.offsets, torch.searchsorted(keys[perm], torch.arange(num_segments + 1)))
+    empty = sr.build_segments(torch.zeros(0, dtype=torch.int64), 5)
+    assert empty.perm.numel() == 0 and torch.equal(empty.offsets, torch.zeros(6, dtype=torch.int64))
+
+
 def test_cpu_sum_is_bitwise_index_add_and_repeatable():
     index = _index(5000, 300, seed=2)
     values = torch.randn(5000, 16)
