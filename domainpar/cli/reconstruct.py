@@ -52,8 +52,9 @@ def reconstruct(
     the model, pipeline and input files it was made from; summary.json holds
     the run's per-stage times.
 
-    A malformed event is named and skipped; the exit status is 1 when any
-    failed. A rerun on the same --out skips the events already done with this
+    A malformed event is named and skipped; the exit status is 2 when events
+    failed on their own input only (mend them and run again: the others are
+    kept), 1 when any failed otherwise. A rerun on the same --out skips the events already done with this
     pipeline and these input files; --out holding another pipeline's outputs
     is refused unless --redo. Under torchrun or srun every rank takes its share.
     """
@@ -87,4 +88,5 @@ def reconstruct(
     if failed:
         names = ", ".join(o.name for o in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
         click.echo(f"error: {len(failed)} of {events['total']} events failed: {names} ({failed[0].name}: {failed[0].error})", err=True)
-        sys.exit(1)
+        # 2: the input is the user's to mend (as for any refused input); 1: something else failed (a bug).
+        sys.exit(2 if all(outcome.bad_input for outcome in failed) else 1)

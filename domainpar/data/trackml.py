@@ -63,6 +63,8 @@ _EVENT_FILE = re.compile(r"^event([0-9]+)-(hits|cells|particles|truth)\.csv(\.gz
 _UNREAD_EVENT_FILE = re.compile(
     r"^event[0-9]+-(hits|cells|particles|truth)\.csv(\.(gz|bz2|xz|zip|zst|zstd|lz4|lzma|z|7z|tar|tgz))?$", re.IGNORECASE
 )
+#: An event's part file whose event number is not digits (``eventabc-hits.csv``, ``event-1-hits.csv``): no event id.
+_UNNUMBERED_EVENT_FILE = re.compile(r"^event[^/]*-(hits|cells|particles|truth)\.csv(\.gz)?$", re.IGNORECASE)
 
 #: The largest event number: submissions and graph files store it as int64.
 MAX_EVENT_ID = int(np.iinfo(np.int64).max)
@@ -126,6 +128,11 @@ def event_prefixes(path: str | os.PathLike) -> list[Path]:
                 if suffix not in (".csv", ".gz") else f"{entry.name!r}, which is not read: rename it in lower case"
             )
             raise DomainparError(f"{entry}: expected event files named event<digits>-<part>.csv or .csv.gz (found {found})")
+        elif _UNNUMBERED_EVENT_FILE.match(entry.name):
+            raise DomainparError(
+                f"{entry}: expected event files named event<digits>-<part>.csv or .csv.gz "
+                f"(found {entry.name!r}, whose event number is not digits)"
+            )
     for event_id, prefixes in sorted(names.items()):
         # event1-hits.csv beside event000000001-hits.csv: two events or one event's parts under two spellings;
         # reading one and dropping the other silently would lose an event, or mix two.
@@ -419,7 +426,8 @@ def _validate_truth_particles(truth: pd.DataFrame, truth_path: Path, particles: 
 
 
 def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, exact: bool) -> None:
-    """Check that ``frame.hit_id`` refers to the hits (and, if ``exact``, covers every hit once)."""
+    """Check that ``frame.hit_id`` refers to the hits and covers every hit (once, if ``exact``: the truth; at least
+    once otherwise: the cells, a hit of none being a file cut short or an event's files mixed)."""
     hit_ids = hits["hit_id"].to_numpy()
     ids = frame["hit_id"].to_numpy()
     unknown = ~member(ids, hit_ids)
@@ -430,6 +438,12 @@ def _validate_against_hits(frame: pd.DataFrame, path: Path, hits: pd.DataFrame, 
             f"(found {int(unknown.sum())} unknown, first {ids[row]} in row {row + 1})"
         )
     if not exact:
+        uncovered = ~member(hit_ids, ids)
+        if uncovered.any():
+            raise DomainparError(
+                f"{path}: column 'hit_id' must give every hit of the hits file its cells "
+                f"(found {int(uncovered.sum())} hits without a cell, first hit_id {hit_ids[uncovered][0]})"
+            )
         return
     duplicated = frame["hit_id"].duplicated().to_numpy()
     if duplicated.any():

@@ -39,6 +39,8 @@ class Outcome:
     """The event's outputs were written."""
     error: str | None = None
     """One line: why it failed."""
+    bad_input: bool = False
+    """It failed on its own input (a file or value refused with a reason: the user's to mend, not a bug)."""
     seconds: dict = field(default_factory=dict)
     """Per stage (read, build, filter, inference, tracks, write) and ``wait`` (the host waiting for the preparer)."""
     counts: dict = field(default_factory=dict)

@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Any
 
-from domainpar.errors import MachineFault
+from domainpar.errors import DomainparError, MachineFault
 from domainpar.inference.events import PreparedEvent, prepare_event
 from domainpar.inference.graphs import GraphStage
 from domainpar.inference.sources import EventSource
@@ -25,15 +25,16 @@ from domainpar.workers import failure_line
 class PreparingFailed(Exception):
     """Preparing an event failed in the preparing process (its one line, and whether the machine failed)."""
 
-    def __init__(self, line: str, fault: bool, kind: str | None = None) -> None:
+    def __init__(self, line: str, fault: bool, kind: str | None = None, bad_input: bool = False) -> None:
         super().__init__(line)
-        self.line, self.fault, self.kind = line, fault, kind
+        self.line, self.fault, self.kind, self.bad_input = line, fault, kind, bad_input
 
 
 def _preparer_main(stage: GraphStage, threads: int, jobs: Any, results: Any) -> None:
     """A preparing process: prepare every event it is sent, in order, until it is sent None (or the host is gone).
 
-    Each result goes back as ``(name, "ok", PreparedEvent)`` or ``(name, "error", (line, is a machine fault, its kind))``
+    Each result goes back as ``(name, "ok", PreparedEvent)`` or ``(name, "error", (line, is a machine fault, its kind,
+    is the event's bad input))``
     on ``results``, sent by a thread of its own: a prepared event is larger than the pipe, and the next one is
     prepared while the host has not read the last one yet.
     """
@@ -69,7 +70,7 @@ def _preparer_main(stage: GraphStage, threads: int, jobs: Any, results: Any) -> 
         try:
             outbox.put((source.name, "ok", prepare_event(source, stage, prune)))
         except Exception as exc:  # noqa: BLE001 - reported to the scoring process, which names the event and goes on
-            outbox.put((source.name, "error", tuple(failure_line(exc))))
+            outbox.put((source.name, "error", (*failure_line(exc), isinstance(exc, DomainparError))))
     outbox.put(None)
     sender.join()
 

@@ -10,8 +10,8 @@ events k, k+R, k+2R, ... of the events still to do. A replica's part 0 hosts its
 compute their share of each event's inference. A host hands reading, graph building and the edge filter to a
 *preparing* process (:mod:`domainpar.inference.preparer`) that works ``prefetch`` events ahead.
 
-A malformed event is one line ``failed: <event>: <reason>`` and the others go on (exit status 1 when any
-failed); a rerun with the same ``--out`` skips the events already done (:mod:`domainpar.inference.manifest`), and
+A malformed event is one line ``failed: <event>: <reason>`` and the others go on (exit status 2 when the
+failed events failed on their own input, 1 when any failed otherwise); a rerun with the same ``--out`` skips the events already done (:mod:`domainpar.inference.manifest`), and
 ``<out>/reconstruct.lock`` refuses a second run on it. The bytes written do not depend on how the job ran
 (:mod:`domainpar.inference.arithmetic`). A refusal (a user's model that is not local under ``--parts``, checked
 before ``--out`` is touched) leaves nothing behind.
@@ -94,11 +94,14 @@ def run_host(
             except (KeyboardInterrupt, Terminated, MachineFault):
                 raise
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
-                line, fault, kind = (exc.line, exc.fault, exc.kind) if isinstance(exc, PreparingFailed) else failure_line(exc)
+                if isinstance(exc, PreparingFailed):
+                    line, fault, kind, bad_input = exc.line, exc.fault, exc.kind, exc.bad_input
+                else:
+                    (line, fault, kind), bad_input = failure_line(exc), isinstance(exc, DomainparError)
                 if fault:
                     raise fault_at(str(source.path), line, kind) from None
                 products.remove_event(config.out, source.name)  # nothing stale is left beside a failed event
-                outcome = Outcome(source.name, False, line)
+                outcome = Outcome(source.name, False, line, bad_input=bad_input)
             else:
                 wait = time.perf_counter() - waited
                 try:
@@ -110,7 +113,7 @@ def run_host(
                     if not runner.locality_checked and not isinstance(exc, LocalityUnproven):
                         raise  # the refusal of a model that is not local
                     products.remove_event(config.out, source.name)
-                    outcome = Outcome(source.name, False, message_line(str(exc)))
+                    outcome = Outcome(source.name, False, message_line(str(exc)), bad_input=True)
                 else:
                     outcome.seconds["wait"] = wait
             outcomes.append(outcome)

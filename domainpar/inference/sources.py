@@ -52,6 +52,8 @@ def list_sources(data: Path, truth: bool = False) -> list[EventSource]:
     refuse_mixed_inputs(data, "--data")
     if data.is_dir() and any(data.glob("event*-hits.csv*")):
         sources = [EventSource(prefix.name, prefix, "raw") for prefix in event_prefixes(data)]
+        if not sources:  # event*-hits.csv files, none named as an event (event_prefixes names the odd ones it sees)
+            raise DomainparError(f"--data {data}: expected raw TrackML events named event<digits>-hits.csv[.gz] (found none)")
         missing = next((s for s in sources if not has_truth(s.path)), None) if truth else None
         if missing is not None:
             raise DomainparError(

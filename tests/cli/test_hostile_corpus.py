@@ -564,6 +564,16 @@ def _(ws):
     return _build(ws, ws.event_cell("cells", "hit_id", "123456789", row=2)) + ["--cell-features"]
 
 
+@case("build-cells-of-the-last-hit-cut-off-with-cell-features", "event000000001-cells.csv: column 'hit_id' must give every hit of the hits file its cells (found 1 hits without a cell, first hit_id")
+def _(ws):
+    # A cells file cut at a line boundary: the last hit's cluster features were zeros, without a word.
+    def cut(rows):
+        last = rows[-1][rows[0].index("hit_id")]
+        return [row for row in rows if row[rows[0].index("hit_id")] != last]
+
+    return _build(ws, ws.event("cells", cut)) + ["--cell-features"]
+
+
 @case("build-cells-missing-with-cell-features", "event000000001-cells.csv.gz: cells file not found")
 def _(ws):
     return _build(ws, ws.event(parts=("hits", "particles", "truth"))) + ["--cell-features"]
@@ -1533,6 +1543,23 @@ def _(ws):
 def _(ws):
     # It was read as a graph file and failed as an event (exit 1), after writing the run's files.
     return ["reconstruct", "--checkpoint", ws.base.model, "--data", ws.event() / "event000000001-hits.csv", "--out", ws.path("r"), "--quiet"]
+
+
+@case("reconstruct-event-number-not-digits", "WS/ev/eventabc-cells.csv: expected event files named event<digits>-<part>.csv or .csv.gz (found 'eventabc-cells.csv', whose event number is not digits)")
+def _(ws):
+    # Listed as raw events (event*-hits.csv), then none had a number: a traceback (IndexError).
+    events = ws.event()
+    for path in list(events.glob("event000000001-*")):
+        path.rename(events / path.name.replace("event000000001", "eventabc"))
+    return ["reconstruct", "--checkpoint", ws.base.model, "--data", events, "--out", ws.path("r"), "--quiet"]
+
+
+@case("build-event-number-not-digits", "WS/ev/event-7-hits.csv: expected event files named event<digits>-<part>.csv or .csv.gz (found 'event-7-hits.csv', whose event number is not digits)")
+def _(ws):
+    # Skipped when listing: an event went missing without a word.
+    events = ws.event()
+    (events / "event-7-hits.csv").write_bytes((events / "event000000001-hits.csv").read_bytes())
+    return _build(ws, events)
 
 
 @case("evaluate-filter-is-a-gnn-checkpoint", "run/model.pt: expected a domainpar edge filter (the physics recipe's filter.pt, which prunes graphs before the GNN), found a GNN checkpoint")

@@ -275,8 +275,9 @@ def test_event_numbers_are_ascii_digits_one_spelling_each_within_int64(plain_eve
     hits = Path(f"{plain_event}-hits.csv").read_bytes()
     arabic = tmp_path / "arabic"
     arabic.mkdir()
-    (arabic / "event\u0661-hits.csv").write_bytes(hits)  # ARABIC-INDIC DIGIT ONE: not event 1
-    assert event_prefixes(arabic) == []
+    (arabic / "event\u0661-hits.csv").write_bytes(hits)  # ARABIC-INDIC DIGIT ONE: not event 1, and not skipped unsaid
+    with pytest.raises(DomainparError, match=r"found 'event\u0661-hits.csv', whose event number is not digits"):
+        event_prefixes(arabic)
     two = tmp_path / "two"
     two.mkdir()
     (two / "event1-hits.csv").write_bytes(hits)

@@ -3,7 +3,7 @@
 * reconstruct → ``domainpar score`` gives evaluate's TrackML score on the labelled real event 1 (|Δ| ≤ 1e-9), with
   the truth and particles files absent from the reconstructed directory;
 * partitioned (``--parts 2``) and shared (``--workers 2``) runs write the same bytes as one process;
-* a directory of simulated events with one corrupted event: the others are written, the bad one is named, exit 1;
+* a directory of simulated events with one corrupted event: the others are written, the bad one is named, exit 2;
   a run stopped halfway and rerun leaves the same files, byte for byte, as a run never interrupted;
 * reruns skip what is done, redo what changed, refuse another pipeline's outputs (or redo with --redo), and a
   second run on the same --out is refused.
@@ -266,7 +266,7 @@ def test_corrupted_event_is_named_and_a_stopped_run_resumes_to_the_same_bytes(ch
     _corrupt(data, "event000000005")
     args = ["reconstruct", "--data", str(data), "--checkpoint", str(checkpoint), "--quiet"]
     whole = _run([*args, "--out", str(tmp_path / "whole")])
-    assert whole.returncode == 1, whole.stderr
+    assert whole.returncode == 2, whole.stderr  # the event's own input: the user's to mend
     lines = whole.stderr.strip().splitlines()
     assert lines[0].startswith("failed: event000000005: ") and "'x'" in lines[0], lines
     assert lines[-1].startswith("error: 1 of 8 events failed: event000000005"), lines
@@ -295,7 +295,7 @@ def test_corrupted_event_is_named_and_a_stopped_run_resumes_to_the_same_bytes(ch
     partial = _files(out)
     assert 0 < len([n for n in partial if n.startswith("events/")]) < 7
     again = _run([*args, "--out", str(out)])
-    assert again.returncode == 1, again.stderr
+    assert again.returncode == 2, again.stderr
     assert _files(out) == reference
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events"]["skipped"] == len([n for n in partial if n.startswith("events/")])
@@ -363,6 +363,43 @@ def test_user_mistakes_are_one_line(checkpoint, truth_free_dir, tmp_path, capsys
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and named in err[0], (extra, err)
         assert not (tmp_path / "out").exists()
+
+
+def test_exit_status_is_2_for_bad_input_and_1_for_any_other_failure(checkpoint, simulated_dir, tmp_path, monkeypatch, capsys):
+    """Events that failed on their own input end the run with 2 (the user's to mend); an event that failed in the
+    code (a bug) makes it 1, beside them or alone."""
+    from domainpar.errors import DomainparError
+    from domainpar.inference import events, preparer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("event000000001", "event000000002", "event000000003"):
+        for part in ("hits", "cells"):
+            shutil.copy(simulated_dir / f"{name}-{part}.csv.gz", data)
+    real = events.prepare_event
+
+    def failing(broken: dict[str, Exception]):
+        def prepare(source, *args, **kwargs):
+            if source.name in broken:
+                raise broken[source.name]
+            return real(source, *args, **kwargs)
+
+        return prepare
+
+    for broken, expected in (
+        ({"event000000002": DomainparError("event000000002-hits.csv: column 'x' must be numeric")}, 2),
+        ({"event000000002": RuntimeError("a bug")}, 1),
+        ({"event000000001": DomainparError("bad x"), "event000000003": RuntimeError("a bug")}, 1),
+    ):
+        monkeypatch.setattr(preparer, "prepare_event", failing(broken))
+        out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
+        capsys.readouterr()
+        code = _cli(["reconstruct", "--data", str(data), "--out", str(out), "--checkpoint", str(checkpoint), "--quiet",
+                     "--workers", "1", "--prefetch", "0"])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == expected, (broken, err)
+        assert err[-1].startswith(f"error: {len(broken)} of 3 events failed"), err
+        assert len(list((out / "submissions").glob("*.csv"))) == 3 - len(broken)
 
 
 @pytest.mark.distributed
