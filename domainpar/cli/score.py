@@ -56,7 +56,12 @@ def _event_prefix(path: Path) -> Path:
     "--submission", "submission_path", required=True, type=click.Path(path_type=Path),
     help="CSV with columns hit_id, track_id (event_id optional): every hit of the event exactly once.",
 )
-def score(event_prefix: Path, submission_path: Path) -> None:
+@click.option(
+    "--truth-hits-only", is_flag=True,
+    help="Score only the submission's rows of hits the truth file holds: a whole-event submission judged on the "
+         "truth of a part of the detector (the pixel truth of event 21000). Every hit of the truth must still be there.",
+)
+def score(event_prefix: Path, submission_path: Path, truth_hits_only: bool) -> None:
     """Score a TrackML submission against an event's truth.
 
     Prints a one-line summary whose last token is the TrackML score (0..1):
@@ -77,7 +82,8 @@ def score(event_prefix: Path, submission_path: Path) -> None:
                 f"{submission_path}: column event_id must be {event_id} for {event_prefix} "
                 f"(got {submission['event_id'].astype(str).iloc[wrong[0]]!r} in row {wrong[0] + 1})"
             )
-    table = analyze_tracks(truth, submission, source=str(submission_path), truth_source=str(event_prefix))
+    table = analyze_tracks(truth, submission, source=str(submission_path), truth_source=str(event_prefix),
+                           truth_hits_only=truth_hits_only)  # fmt: skip
     good = table.good
     click.echo(
         f"{event_prefix}: {len(truth)} hits, {table.track_id.size} tracks, {int(good.sum())} good; "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from domainpar.arrays import difference, unique
+from domainpar.arrays import difference, member, unique
 from domainpar.errors import DomainparError
 
 #: Columns a submission must have (``event_id`` is optional and ignored).
@@ -92,7 +92,8 @@ def _integer_column(frame: pd.DataFrame, column: str, source: str) -> np.ndarray
     return integers_from_text(values.astype(str), "int64", f"{source}: column {column}")
 
 
-def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, source: str = "submission") -> pd.DataFrame:
+def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, source: str = "submission",
+                        truth_hits_only: bool = False) -> pd.DataFrame:  # fmt: skip
     """Check a submission against the event's hits; return it as int64 ``hit_id, track_id``. A valid submission
     names every hit of the event exactly once and no other hit (the challenge refused anything else).
 
@@ -100,6 +101,8 @@ def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, sour
         submission: table with columns ``hit_id`` and ``track_id`` (``event_id`` optional, ignored).
         truth_hit_id: (N,) hit ids of the event.
         source: file or argument name used in error messages.
+        truth_hits_only: keep only the rows of the truth's hits (a whole-event submission judged on the truth of a
+            part of the detector); every row is still parsed and checked for duplicates first.
 
     Raises:
         DomainparError: missing columns, non-integer values, duplicate,
@@ -122,10 +125,15 @@ def validate_submission(submission: pd.DataFrame, truth_hit_id: np.ndarray, sour
             f"e.g. hit_id {int(unique_hits[dup[0]])} {int(counts[dup[0]])} times)"
         )
     truth_hit_id = np.asarray(truth_hit_id, dtype=np.int64)
+    if truth_hits_only:
+        keep = member(hit_id, truth_hit_id)
+        hit_id, track_id = hit_id[keep], track_id[keep]
+        unique_hits = unique_hits[member(unique_hits, truth_hit_id)]
     unknown = difference(unique_hits, truth_hit_id)
     if unknown.size:
         raise DomainparError(
-            f"{source}: hit_ids must belong to the event (got {unknown.size} unknown hit_ids, e.g. {int(unknown[0])})"
+            f"{source}: hit_ids must belong to the event (got {unknown.size} unknown hit_ids, e.g. {int(unknown[0])}; "
+            "a whole-event submission judged on the truth of a part of the detector: domainpar score --truth-hits-only)"
         )
     absent = difference(truth_hit_id, unique_hits)
     if absent.size:
@@ -153,7 +161,8 @@ def _validate_truth(truth: pd.DataFrame, source: str) -> tuple[np.ndarray, np.nd
 
 
 def analyze_tracks(
-    truth: pd.DataFrame, submission: pd.DataFrame, source: str = "submission", truth_source: str = "truth"
+    truth: pd.DataFrame, submission: pd.DataFrame, source: str = "submission", truth_source: str = "truth",
+    truth_hits_only: bool = False,
 ) -> TrackTable:
     """Majority particle, hit counts and weight of every submitted track.
 
@@ -162,12 +171,13 @@ def analyze_tracks(
         submission: ``hit_id, track_id`` covering every truth hit exactly once.
         source: name of the submission in error messages.
         truth_source: name of the truth in error messages.
+        truth_hits_only: score only the rows of the truth's hits (:func:`validate_submission`).
 
     Returns:
         The :class:`TrackTable`, tracks in ascending ``track_id``.
     """
     hit_id, particle_id, weight = _validate_truth(truth, truth_source)
-    checked = validate_submission(submission, hit_id, source)
+    checked = validate_submission(submission, hit_id, source, truth_hits_only)
     # Align submission rows to truth rows by hit id.
     order = np.argsort(checked["hit_id"].to_numpy())
     sub_hits = checked["hit_id"].to_numpy()[order]

@@ -307,6 +307,30 @@ def test_score_accepts_a_truth_file_as_event(tmp_path, tiny_event, capsys):
     assert capsys.readouterr().out.split()[-1] == "1.00000000"
 
 
+def test_score_truth_hits_only_judges_a_whole_event_submission_on_a_parts_truth(tmp_path, tiny_event, capsys):
+    """A whole-event submission (hits 1-6 of the truth and 7-9 of the detector's other part, one track crossing both)
+    against the part's truth: refused with a pointer to --truth-hits-only; with it, scored on the part's rows alone
+    (as the part's own submission scores), still refusing a truth hit that is missing or a duplicated row."""
+    whole = tmp_path / "whole.csv"
+    pd.DataFrame({"hit_id": np.arange(1, 10), "track_id": [1, 1, 1, 2, 2, 5, 2, 2, 2]}).to_csv(whole, index=False)
+    part = tmp_path / "part.csv"
+    pd.DataFrame({"hit_id": np.arange(1, 7), "track_id": [1, 1, 1, 2, 2, 5]}).to_csv(part, index=False)
+    line = run_cli(capsys, "score", "--event", tiny_event, "--submission", whole)
+    assert line.endswith("hit_ids must belong to the event (got 3 unknown hit_ids, e.g. 7; a whole-event submission "
+                         "judged on the truth of a part of the detector: domainpar score --truth-hits-only)"), line  # fmt: skip
+    main(["score", "--event", str(tiny_event), "--submission", str(part)])
+    expected = capsys.readouterr().out.split()[-1]
+    main(["score", "--event", str(tiny_event), "--submission", str(whole), "--truth-hits-only"])
+    assert capsys.readouterr().out.split()[-1] == expected == f"{5 / 6:.8f}"
+    short = tmp_path / "short.csv"
+    pd.DataFrame({"hit_id": [1, 2, 3, 4, 5, 7], "track_id": 1}).to_csv(short, index=False)
+    assert "submission must assign every hit of the event a track" in run_cli(
+        capsys, "score", "--event", tiny_event, "--submission", short, "--truth-hits-only")
+    twice = tmp_path / "twice.csv"
+    pd.DataFrame({"hit_id": [*range(1, 10), 8], "track_id": 1}).to_csv(twice, index=False)
+    assert "every hit_id must appear once" in run_cli(capsys, "score", "--event", tiny_event, "--submission", twice, "--truth-hits-only")
+
+
 # ----------------------------------------------------------------------------- demo and the real entry point
 
 
