@@ -11,8 +11,9 @@ compute their share of each event's inference. A host hands reading, graph build
 *preparing* process (:mod:`domainpar.inference.preparer`) that works ``prefetch`` events ahead.
 
 A malformed event is one line ``failed: <event>: <reason>`` and the others go on (exit status 2 when the
-failed events failed on their own input, 1 when any failed otherwise); a rerun with the same ``--out`` skips the events already done (:mod:`domainpar.inference.manifest`), and
-``<out>/reconstruct.lock`` refuses a second run on it. The bytes written do not depend on how the job ran
+failed events failed on their own input, 1 when any failed otherwise); a rerun with the same ``--out`` skips the
+events already done (:mod:`domainpar.inference.manifest`), and ``<out>/reconstruct.lock`` refuses a second run on
+it. The bytes written do not depend on how the job ran
 (:mod:`domainpar.inference.arithmetic`). A refusal (a user's model that is not local under ``--parts``, checked
 before ``--out`` is touched) leaves nothing behind.
 """

@@ -46,7 +46,7 @@ def _write_int(out: np.ndarray, at: int, value: int, width: int) -> None:
         out[at] = 45  # "-"
     position = at + width - 1
     while True:
-        out[position] = np.uint8(48 + (magnitude % ten))
+        out[position] = np.uint8(np.uint64(48) + magnitude % ten)  # unsigned throughout: no float on the way
         magnitude //= ten
         position -= 1
         if magnitude == np.uint64(0):
