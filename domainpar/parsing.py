@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, shorten
 
 #: Most levels of nested containers accepted in any document.
 MAX_DEPTH = 32
@@ -91,7 +91,8 @@ def load_json(path: str | os.PathLike, what: str, limit: int = MAX_DEPTH, max_by
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing documents nested deeper than its ``limit`` while composing them."""
+    """PyYAML's safe loader, refusing documents nested deeper than its ``limit`` while composing them, and mappings
+    that name a key twice (PyYAML keeps the last silently: a section written twice would lose the first's settings)."""
 
     limit = MAX_DEPTH
     _depth = 0
@@ -105,16 +106,35 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node, deep=False):  # noqa: D102 - PyYAML's hook
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                # A merge (<<) brings keys an explicit one may override, as YAML means it; only written keys count.
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise _Duplicate(key, seen[key], key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
 
 class _Deep(Exception):
     pass
+
+
+class _Duplicate(Exception):
+    def __init__(self, key, first: int, again: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.again = key, first, again
 
 
 def parse_yaml(text: str, source: str, what: str, limit: int = MAX_DEPTH) -> Any:
     """``yaml.safe_load(text)`` bounded in nesting (no Python tags, no recursion beyond ``limit``).
 
     Raises:
-        DomainparError: nested deeper than ``limit`` (naming ``source``).
+        DomainparError: nested deeper than ``limit``, or a mapping naming a key twice (naming ``source``).
         yaml.YAMLError: not YAML, for the caller to word.
     """
     loader = _BoundedLoader(text)
@@ -123,6 +143,11 @@ def parse_yaml(text: str, source: str, what: str, limit: int = MAX_DEPTH) -> Any
         value = loader.get_single_data()
     except (_Deep, RecursionError):
         raise _too_deep(source, what, limit) from None
+    except _Duplicate as exc:
+        raise DomainparError(
+            f"{source}: expected {what} that names each key of a mapping once (found {shorten(exc.key)} on line "
+            f"{exc.first} and again on line {exc.again}: the first would be lost)"
+        ) from None
     finally:
         loader.dispose()
     return check_depth(value, source, what, limit)

@@ -1151,6 +1151,17 @@ def _(ws):
     return _config(ws, "\n".join(lines) + "\n")
 
 
+@case("train-config-section-written-twice", "run.yaml: expected a YAML config file that names each key of a mapping once (found 'optim' on line 1 and again on line 3: the first would be lost)")
+def _(ws):
+    # PyYAML keeps the last of two equal keys: the first section's lr was dropped without a word.
+    return _config(ws, "optim:\n  lr: 0.001\noptim:\n  weight_decay: 0.0\n")
+
+
+@case("train-config-key-written-twice", "run.yaml: expected a YAML config file that names each key of a mapping once (found 'lr' on line 2 and again on line 3: the first would be lost)")
+def _(ws):
+    return _config(ws, "optim:\n  lr: 0.001\n  lr: 0.5\n")
+
+
 @case("train-data-missing", "nowhere: no such file or directory")
 def _(ws):
     return ["train", "--data", ws.path("nowhere"), "--out", ws.path("run"), *TINY_TRAIN]
@@ -1965,6 +1976,11 @@ for _flag, _value, _expect in [
 def _(ws):
     ws.write("b.yaml", "base: a.yaml\n")
     return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("a.yaml", "base: b.yaml\n")]
+
+
+@case("demo-recipe-section-written-twice", "WS/r.yaml: expected a YAML recipe that names each key of a mapping once (found 'model' on line 2 and again on line 4: the first would be lost)")
+def _(ws):
+    return ["demo", "--out", ws.path("demo"), "--recipe", ws.write("r.yaml", "name: r\nmodel:\n  hidden: 8\nmodel:\n  num_iterations: 2\n")]
 
 
 @case("demo-recipe-base-is-a-directory", "base recipe of WS/r.yaml")
