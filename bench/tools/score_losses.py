@@ -46,8 +46,7 @@ def particle_weights(truth: pd.DataFrame, particles: pd.DataFrame, submission: p
         DomainparError: a submission that does not cover the truth's hits once each (named ``source``).
     """
     # A whole-event submission judged on a part's truth (a peer's, on the pixel truth) keeps that part's hits.
-    submission = submission[submission["hit_id"].isin(truth["hit_id"])] if "hit_id" in submission else submission
-    table = analyze_tracks(truth, submission, source)
+    table = analyze_tracks(truth, submission, source, truth_hits_only=True)
     total = float(truth["weight"].sum())
     good = table.good & (table.major_particle_id != 0)
     scored = pd.Series(table.major_weight[good], index=table.major_particle_id[good]).groupby(level=0).sum()
