@@ -6,7 +6,7 @@ output directory:
 
 =============================  ==================================================
 ``events/{train,val}/``        the simulated events (TrackML CSV)
-``graphs/{train,val,real}/``   hit graphs built with the recipe's cuts/features
+``graphs/{train,val,real}/``   hit graphs built with the recipe's cuts/features (with a filter, ``train`` only)
 ``filter.pt``                  the trained edge filter (with a filter)
 ``filtered/{train,val,real}/`` the graphs the GNN sees (with a filter)
 ``train/``                     the GNN training run (metrics, curves, checkpoints)
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from domainpar.atomic import atomic_path
-from domainpar.data.dataset import build_dataset, build_workers, event_inputs
+from domainpar.data.dataset import build_dataset, build_seconds, build_workers, event_inputs, graph_target
+from domainpar.data.graph import build_event_graph
 from domainpar.data.event_graph import save_graph
 from domainpar.data.graph_files import load_graph
 from domainpar.data.subset import volume_subset_dir
@@ -213,7 +214,8 @@ def _simulate(recipe: Recipe, out: Path, events_cache, echo, progress) -> dict[s
 
 
 def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) -> tuple[dict[str, Path], dict]:
-    """Graphs of every event set (the real events too: built now with the same settings, scored only at the end)."""
+    """Graphs of the event sets ``sources`` written whole under ``out/graphs`` (with no filter, every set: the real
+    events too, built now with the same settings and scored only at the end)."""
     graphs = {kind: out / "graphs" / kind for kind in sources}
     records = {}
     for kind, source in sources.items():
@@ -221,12 +223,16 @@ def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) 
         workers = build_workers(event_inputs(source), _workers(recipe, available_cores()))
         stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress, workers=workers)
         records[kind] = [_graph_record(s) for s in stats]
-        mean = lambda key: sum(r[key] or 0.0 for r in records[kind]) / len(stats)  # noqa: E731
-        echo(
-            f"   {kind:>5}: {len(stats)} events, {mean('num_edges'):,.0f} edges/event, efficiency {mean('efficiency'):.4f}, "
-            f"pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
-        )
+        _echo_built(echo, kind, records[kind])
     return graphs, records
+
+
+def _echo_built(echo, kind: str, records: list[dict]) -> None:
+    mean = lambda key: sum(r[key] or 0.0 for r in records) / len(records)  # noqa: E731
+    echo(
+        f"   {kind:>5}: {len(records)} events, {mean('num_edges'):,.0f} edges/event, efficiency {mean('efficiency'):.4f}, "
+        f"pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
+    )
 
 
 def _workers(recipe: Recipe, cores: int) -> int:
@@ -252,7 +258,9 @@ def prepare_graphs(
     Returns:
         ``(sources, graphs, record)``: event directories and the GNN's graph directories by set (``train``, ``val``,
         ``val_<subset>``, ``real``), and ``{"graphs": build records, "filter": the filter's record or None,
-        "timings": {stage: {"seconds", "cpu_seconds"}}}``.
+        "timings": {stage: {"seconds", "cpu_seconds"}}}``. The stages: ``simulate``; ``build`` (every set with no
+        filter, else the training set alone); ``filter`` (training it); ``build_and_prune`` (the training graphs
+        pruned, every other set built and pruned), or ``prune`` with a trained filter (every set built and pruned).
     """
     # A filter the recipe would not train is refused before the minutes of simulating and building.
     trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
@@ -267,16 +275,34 @@ def prepare_graphs(
         sources["real"] = real_dir if not volumes else volume_subset_dir(real_dir, out / "events" / "real_volumes", volumes)
     record["timings"]["simulate"] = _timed(begin, cpu_begin)
 
-    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    graphs, record["graphs"] = _build(recipe, sources, out, echo, progress)
-    record["timings"]["build"] = _timed(begin, cpu_begin)
-
-    gnn_graphs = graphs
-    record["filter"] = None
-    if recipe.filter is not None:
+    if recipe.filter is None:
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        gnn_graphs, record["filter"] = _filter(recipe, graphs, out, echo, progress, trained)
+        graphs, record["graphs"] = _build(recipe, sources, out, echo, progress)
+        record["timings"]["build"] = _timed(begin, cpu_begin)
+        record["filter"] = None
+        return sources, graphs, record
+    record["graphs"] = {}
+    if trained is None:
+        # Only the graphs the filter trains on are written whole; every other set is built and pruned in one pass
+        # once the filter is trained (a full event's graph is ~0.2 GB to write and read back).
+        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+        graphs, record["graphs"] = _build(recipe, {"train": sources["train"]}, out, echo, progress)
+        record["timings"]["build"] = _timed(begin, cpu_begin)
+        begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+        edge_filter = _train_filter(recipe, graphs["train"], echo, progress)
         record["timings"]["filter"] = _timed(begin, cpu_begin)
+    else:
+        echo(f"== edge filter: a trained one (hash {trained.content_hash}), not trained again")
+        graphs, edge_filter = {}, trained
+    for kind in sources:
+        if kind not in graphs:  # a set written whole by an earlier run is not this run's
+            shutil.rmtree(out / "graphs" / kind, ignore_errors=True)
+    begin, cpu_begin = time.perf_counter(), _cpu_seconds()
+    gnn_graphs, built, filtered = _prune(recipe, sources, graphs, edge_filter, out, echo, progress)
+    record["graphs"].update(built)
+    record["graphs"] = {kind: record["graphs"][kind] for kind in sources}
+    record["filter"] = {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered}
+    record["timings"]["build_and_prune" if built else "prune"] = _timed(begin, cpu_begin)
     return sources, gnn_graphs, record
 
 
@@ -299,57 +325,101 @@ def reused_filter(path: str | Path, recipe: Recipe) -> EdgeFilter:
     return edge_filter
 
 
-def _filter(
-    recipe: Recipe, graphs: dict[str, Path], out: Path, echo, progress, trained: EdgeFilter | None = None
-) -> tuple[dict[str, Path], dict]:
-    """Train the edge filter on the training graphs (or take ``trained``) and prune every graph with it."""
+def _train_filter(recipe: Recipe, train_graphs: Path, echo, progress) -> EdgeFilter:
+    """The edge filter trained on the training graphs ``train_graphs`` (on the recipe's threads)."""
     if recipe.train.parallel.threads is not None:
         import torch
 
         torch.set_num_threads(recipe.train.parallel.threads)  # the recipe's CPU share, for the filter too
-    if trained is None:
-        echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
-             f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
-        edge_filter = train_filter(sorted(graphs["train"].glob("*.npz")), recipe.filter, progress=progress)
-    else:
-        echo(f"== edge filter: a trained one (hash {trained.content_hash}), not trained again")
-        edge_filter = trained
+    echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
+         f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
+    return train_filter(sorted(train_graphs.glob("*.npz")), recipe.filter, progress=progress)
+
+
+def _prune(
+    recipe: Recipe, sources: dict[str, Path], graphs: dict[str, Path], edge_filter: EdgeFilter, out: Path, echo, progress
+) -> tuple[dict[str, Path], dict, dict]:
+    """Every set's graphs pruned with ``edge_filter`` into ``out/filtered``: those written whole (``graphs``) read
+    back, the others built and pruned in one pass; one process pool for all of them.
+
+    Returns:
+        ``(gnn_graphs, built, filtered)``: the pruned graphs' directories by set, the build records of the sets
+        built here, and every set's filter records.
+    """
     filter_path = edge_filter.save(out / "filter.pt")
-    gnn_graphs = {kind: out / "filtered" / kind for kind in graphs}
-    filtered_records = {}
-    for kind in graphs:
+    gnn_graphs = {kind: out / "filtered" / kind for kind in sources}
+    items, costs = [], []
+    for kind in sources:
         shutil.rmtree(gnn_graphs[kind], ignore_errors=True)
         gnn_graphs[kind].mkdir(parents=True)
-        paths = sorted(graphs[kind].glob("*.npz"))
-        workers = pool_size(_workers(recipe, available_cores()), (PRUNE_SECONDS_PER_MB * file_megabytes(p) for p in paths))
-        # Each worker prunes whole graphs with the saved filter: the same bytes as pruning them here, in 1/workers
-        # of the time (a full event's graph is ~0.2 GB to read and 4M edges to score).
-        results = run_items(_prune_graph, paths, args=(str(filter_path), str(gnn_graphs[kind])), names=[p.name for p in paths],
-                            workers=workers, desc=f"filtering {kind}", progress=progress, temporaries_in=[gnn_graphs[kind]])  # fmt: skip
-        failed = failure_summary(results, f"{kind} graphs")
-        if failed is not None:
-            raise DomainparError(f"edge filter: {failed}")
-        records = [r.value for r in results]
-        filtered_records[kind] = records
+        if kind in graphs:
+            for path in sorted(graphs[kind].glob("*.npz")):
+                items.append((kind, str(path), False))
+                costs.append(PRUNE_SECONDS_PER_MB * file_megabytes(path))
+        else:
+            for prefix in event_inputs(sources[kind]):
+                items.append((kind, str(prefix), True))
+                costs.append(build_seconds(prefix) + PRUNE_SECONDS_PER_MB * EVENT_GRAPH_MB_PER_BUILD_SECOND * build_seconds(prefix))
+    # The longest first, so that no worker is left with a full event while the others are done.
+    order = sorted(range(len(items)), key=lambda i: -costs[i])
+    workers = pool_size(_workers(recipe, available_cores()), (costs[i] for i in order))
+    results = run_items(
+        _pruned_graph, [items[i] for i in order], args=(str(filter_path), str(out / "filtered"), recipe.graph),
+        names=[f"{items[i][0]}/{Path(items[i][1]).name}" for i in order], workers=workers, desc="filtering",
+        progress=progress, temporaries_in=list(gnn_graphs.values()),
+    )  # fmt: skip
+    failed = failure_summary(results, "graphs")
+    if failed is not None:
+        raise DomainparError(f"edge filter: {failed}")
+    by_item = {order[k]: result.value for k, result in enumerate(results)}
+    built: dict[str, list] = {}
+    filtered: dict[str, list] = {}
+    for index, (kind, _, build) in enumerate(items):  # each set's records in event order, as the sets were listed
+        if build:
+            built.setdefault(kind, []).append(by_item[index]["built"])
+        filtered.setdefault(kind, []).append(by_item[index]["filtered"])
+    for kind in sources:
+        if kind in built:
+            _echo_built(echo, kind, built[kind])
+        records = filtered[kind]
         mean = lambda key: sum(r[key] or 0.0 for r in records) / len(records)  # noqa: E731
         echo(
             f"   {kind:>5}: {mean('num_edges'):,.0f} edges/event kept of {mean('num_edges_before'):,.0f}, "
             f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
         )
-    return gnn_graphs, {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered_records}
+    return gnn_graphs, built, filtered
 
 
 #: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB.
 PRUNE_SECONDS_PER_MB = 0.05
+#: MB of graph file per second of building it (a full event: ~200 MB in ~4 s), to size a built-and-pruned item.
+EVENT_GRAPH_MB_PER_BUILD_SECOND = 50.0
 
 
-def _prune_graph(path: Path, filter_path: str, out_dir: str) -> dict:
-    """One graph pruned with the filter saved at ``filter_path``, written to ``out_dir``; its record (a worker's item)."""
+def _pruned_graph(item: tuple[str, str, bool], filter_path: str, out_dir: str, graph_config) -> dict:
+    """One graph pruned with the filter saved at ``filter_path`` and written to ``out_dir/<set>/`` (a worker's item).
+
+    Args:
+        item: ``(set, source, build)``: a graph file to read, or (``build``) a raw event to build the graph of with
+            ``graph_config`` first. Either way the file written holds the same bytes: the graph, as
+            :func:`~domainpar.data.event_graph.save_graph` would have written and :func:`load_graph` read it, pruned.
+
+    Returns:
+        ``{"built": the build record or None, "filtered": the filter record}``.
+    """
+    kind, source, build = item
     edge_filter = load_filter(filter_path)
-    graph = load_graph(path)
+    built = None
+    if build:
+        graph, stats = build_event_graph(source, graph_config)
+        built = _graph_record(stats)
+        target = graph_target(source, Path(out_dir) / kind)
+    else:
+        graph = load_graph(source)
+        target = Path(out_dir) / kind / Path(source).name
     kept = edge_filter.apply(graph)
-    save_graph(kept, Path(out_dir) / path.name)
-    return _filtered_record(graph, kept)
+    save_graph(kept, target)
+    return {"built": built, "filtered": _filtered_record(graph, kept)}
 
 
 def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progress) -> tuple[Path, dict]:

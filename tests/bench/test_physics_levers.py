@@ -39,7 +39,7 @@ def test_rows_of_the_data_and_of_each_lever(tmp_path, monkeypatch):
     settings = {"parallel.ranks": 1, "parallel.threads": 1, "model.checkpointing": False}
     rows = physics_levers.run(tmp_path, levers, FULL_EVENT, TRACKML_DIR, settings=settings, base_model=False)
     assert [r["name"] for r in rows] == ["data (no base model)", "wider", "broken", "two iterations"]
-    assert set(rows[0]["timings"]) == {"simulate", "build", "filter"} and rows[0]["settings"] == settings
+    assert set(rows[0]["timings"]) == {"simulate", "build", "filter", "build_and_prune"} and rows[0]["settings"] == settings
     for row in (rows[1], rows[3]):
         assert row["steps"] == 2 and row["train_seconds"] > 0 and row["tracks"] == ["ckf", 0.5]
         for label in ("sim", "real"):

@@ -184,3 +184,63 @@ def test_logits_are_the_same_bits_on_one_and_two_threads(graph_files, monkeypatc
     assert spans[-1] >= 2  # two threads really split the chunks
     assert logits[1].tobytes() == logits[2].tobytes()
     assert logits[1].shape == (tiled.num_edges,) and np.isfinite(logits[1]).all()
+
+
+def test_every_graph_is_read_once(graph_files, monkeypatch):
+    # A full event's graph is ~0.2 GB: the held-out ones are read once, after the steps, not also before them.
+    from domainpar.filter import edge_filter as module
+
+    reads = []
+    load = module.load_graph
+    monkeypatch.setattr(module, "load_graph", lambda path: reads.append(path) or load(path))
+    train_filter(graph_files, FilterConfig(holdout_every=2, **FAST))
+    assert sorted(reads) == sorted(graph_files)
+
+
+def test_a_held_out_graph_that_cannot_choose_the_threshold_is_refused_before_the_steps(graph_files, tmp_path, monkeypatch):
+    from domainpar.data.event_graph import save_graph
+    from domainpar.filter import edge_filter as module
+
+    unlabelled = tmp_path / "event000000099.npz"
+    save_graph(replace(load_graph(graph_files[1]), y=None), unlabelled)
+
+    def no_rows(*args, **kwargs):
+        raise AssertionError("training rows gathered before the held-out graphs were checked")
+
+    monkeypatch.setattr(module, "_training_rows", no_rows)
+    with pytest.raises(DomainparError, match=r"event000000099\.npz: the edge filter trains on graphs with truth"):
+        train_filter([graph_files[0], unlabelled], FilterConfig(holdout_every=2, **FAST))
+
+
+def test_standardising_the_rows_once_trains_the_same_bits_as_in_every_step(graph_files):
+    # The rows are standardised once before the steps instead of in every step's forward: elementwise the same
+    # operations, so the same weights to the bit (and the recipe's filter, its pruned graphs and all after them).
+    from domainpar.filter.edge_filter import _columns, _training_rows
+    from domainpar.optim import AdamW
+
+    config = FilterConfig(node_features=GEOMETRY, holdout_every=2, **FAST)
+    trained = train_filter(graph_files, config)
+    training = graph_files[0::2]
+    first = load_graph(training[0])
+    inputs, labels = _training_rows(training, config, first, _columns(config, first, "first"))
+    generator = torch.Generator().manual_seed(config.seed)
+    torch.manual_seed(config.seed)
+    net = FilterNet(inputs.shape[1], config.hidden, config.layers)
+    net.mean.copy_(inputs.mean(dim=0))
+    net.scale.copy_(inputs.std(dim=0).clamp_min(1e-6))
+    optimiser = AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=config.lr, total_steps=config.steps)
+    positive = float(labels.mean())
+    pos_weight = torch.tensor((1.0 - positive) / max(positive, 1e-6))
+    initial = net.mlp[0].weight.detach().clone()
+    for _ in range(config.steps):  # standardised in each step, by FilterNet.forward
+        batch = torch.randint(0, inputs.shape[0], (config.batch_edges,), generator=generator)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(net(inputs[batch]), labels[batch], pos_weight=pos_weight)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        schedule.step()
+    reference = net.state_dict()
+    for name, tensor in trained.net.state_dict().items():
+        assert torch.equal(tensor, reference[name]), name
+    assert not torch.equal(reference["mlp.0.weight"], initial)  # the steps moved the weights

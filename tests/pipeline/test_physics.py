@@ -36,3 +36,28 @@ def test_a_recipe_on_the_pixel_volumes_builds_pixel_events_only(tmp_path):
     # What was cut from: the cached simulated events and the real event keep the whole detector.
     (cached,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
     assert _volumes(cached / "train") - set(PIXEL) and _volumes(REPO / "tests" / "data" / "trackml") - set(PIXEL)
+
+
+def test_with_a_filter_only_the_training_graphs_are_written_whole(tmp_path):
+    from domainpar.data.graph_files import load_graph
+
+    recipe = load_recipe(REPO / "examples" / "full_event.yaml")
+    small = replace(recipe.simulation, train_events=3, val_events=2, particles=60, particles_spread=0.0)
+    tiny = replace(recipe.filter, steps=5, hidden=4, layers=1, batch_edges=256, holdout_every=3)
+    recipe = replace(recipe, simulation=small, filter=tiny)
+    stale = tmp_path / "run" / "graphs" / "val" / "event000100001.npz"  # an earlier run's whole graph
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"stale")
+    sources, graphs, record = prepare_graphs(recipe, tmp_path / "run", real=REPO / "tests" / "data" / "trackml",
+                                             echo=lambda line: None, events_cache=tmp_path / "cache")  # fmt: skip
+    kinds = ["train", "val", "val_pixel", "real"]
+    assert list(sources) == list(graphs) == list(record["graphs"]) == list(record["filter"]["graphs"]) == kinds
+    assert sorted(p.name for p in (tmp_path / "run" / "graphs").iterdir()) == ["train"]
+    assert list(record["timings"]) == ["simulate", "build", "filter", "build_and_prune"]
+    for kind in kinds:
+        files = sorted(graphs[kind].glob("*.npz"))
+        assert len(files) == len(record["graphs"][kind]) == len(record["filter"]["graphs"][kind]) >= 1, kind
+        for path, built, pruned in zip(files, record["graphs"][kind], record["filter"]["graphs"][kind]):
+            graph = load_graph(path)
+            assert graph.num_edges == pruned["num_edges"] and pruned["num_edges_before"] == built["num_edges"], path
+            assert graph.event_id == pruned["event_id"]

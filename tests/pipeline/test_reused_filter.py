@@ -55,6 +55,14 @@ def test_a_recipe_without_filter_or_a_file_that_is_no_filter_is_refused(tmp_path
         reused_filter(tmp_path / "other.pt", recipe)
 
 
+def _prune(recipe, tmp_path, run, trained, graphs=("train",), sets=("train",)):
+    """``physics._prune`` of the sets ``sets`` (raw events under tmp_path/events), those in ``graphs`` read back from
+    tmp_path/graphs, the others built there."""
+    sources = {kind: tmp_path / "events" for kind in sets}
+    return physics._prune(recipe, sources, {kind: tmp_path / "graphs" for kind in graphs}, trained, tmp_path / run,
+                          lambda line: None, False)  # fmt: skip
+
+
 def test_the_filter_stage_prunes_with_the_trained_filter_and_trains_none(tmp_path, monkeypatch):
     recipe = load_recipe(RECIPE)
     simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=100), seed=5, progress=False)
@@ -65,13 +73,13 @@ def test_the_filter_stage_prunes_with_the_trained_filter_and_trains_none(tmp_pat
         raise AssertionError("the filter was trained again")
 
     monkeypatch.setattr(physics, "train_filter", no_training)
-    graphs, record = physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / "run", lambda line: None, False, trained)
+    graphs, built, filtered = _prune(recipe, tmp_path, "run", trained)
+    assert built == {} and len(filtered["train"]) == 2
     for path in sorted(graphs["train"].glob("*.npz")):
         pruned = load_graph(path)
         original = load_graph(tmp_path / "graphs" / path.name)
         assert json.loads(pruned.build_config)["edge_filter"]["hash"] == trained.content_hash
         assert pruned.num_edges == int((trained.logits(original) >= trained.threshold).sum())
-    assert record["threshold"] == trained.threshold
     assert (tmp_path / "run" / "filter.pt").is_file()
 
 
@@ -92,6 +100,16 @@ def _arrays(path):
         return {key: data[key] for key in data.files}
 
 
+def _same_files(left_files, right_files):
+    assert [p.name for p in left_files] == [p.name for p in right_files] and left_files
+    for a, b in zip(left_files, right_files):
+        left, right = _arrays(a), _arrays(b)
+        assert left.keys() == right.keys()
+        for key in left:
+            np.testing.assert_array_equal(left[key], right[key], err_msg=f"{a.name}: {key}")
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
 def test_the_graphs_are_pruned_alike_in_one_process_or_two(tmp_path, monkeypatch):
     recipe = load_recipe(RECIPE)
     simulate_dataset(tmp_path / "events", 3, SimulationConfig(num_particles=100), seed=6, progress=False)
@@ -100,17 +118,31 @@ def test_the_graphs_are_pruned_alike_in_one_process_or_two(tmp_path, monkeypatch
     runs = {}
     for workers in (1, 2):
         monkeypatch.setattr(physics, "_workers", lambda recipe, cores, n=workers: n)
-        graphs, record = physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / f"run{workers}", lambda line: None, False, trained)
-        runs[workers] = (sorted(graphs["train"].glob("*.npz")), record["graphs"]["train"])
-    (one, one_records), (two, two_records) = runs[1], runs[2]
-    assert [p.name for p in one] == [p.name for p in two] == sorted(p.name for p in (tmp_path / "graphs").glob("*.npz"))
-    assert one_records == two_records and len(one_records) == 3
-    for a, b in zip(one, two):
-        left, right = _arrays(a), _arrays(b)
-        assert left.keys() == right.keys()
-        for key in left:
-            np.testing.assert_array_equal(left[key], right[key], err_msg=f"{a.name}: {key}")
+        graphs, built, filtered = _prune(recipe, tmp_path, f"run{workers}", trained, sets=("train", "val"))
+        runs[workers] = ({kind: sorted(graphs[kind].glob("*.npz")) for kind in graphs}, built, filtered)
+    (one, one_built, one_filtered), (two, two_built, two_filtered) = runs[1], runs[2]
+    assert [p.name for p in one["train"]] == sorted(p.name for p in (tmp_path / "graphs").glob("*.npz"))
+    assert one_filtered == two_filtered and len(one_filtered["train"]) == len(one_filtered["val"]) == 3
+    assert one_built == two_built and list(one_built) == ["val"]
+    for kind in ("train", "val"):
+        _same_files(one[kind], two[kind])
     assert not [p for p in (tmp_path / "run2" / "filtered" / "train").iterdir() if not p.name.endswith(".npz")]
+
+
+def test_a_set_built_and_pruned_in_one_pass_is_the_set_built_whole_then_pruned(tmp_path):
+    """The held-out and real sets are built and pruned in one pass, never written whole: the same files and
+    records as building them whole, reading them back and pruning them."""
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 3, SimulationConfig(num_particles=150), seed=8, progress=False)
+    whole = [physics._graph_record(stats) for stats in build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)]
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter, threshold=-0.2), recipe)
+    read_back, built_none, filtered_read = _prune(recipe, tmp_path, "read", trained, graphs=("val",), sets=("val",))
+    in_one_pass, built, filtered_built = _prune(recipe, tmp_path, "built", trained, graphs=(), sets=("val",))
+    assert built_none == {} and built == {"val": whole}
+    assert filtered_read == filtered_built
+    kept = [r["num_edges"] / r["num_edges_before"] for r in filtered_built["val"]]
+    assert all(0 < k < 1 for k in kept), kept  # the filter prunes some edges and keeps some: the test can tell
+    _same_files(sorted(read_back["val"].glob("*.npz")), sorted(in_one_pass["val"].glob("*.npz")))
 
 
 def test_a_graph_the_filter_cannot_read_is_named(tmp_path, monkeypatch):
@@ -120,5 +152,5 @@ def test_a_graph_the_filter_cannot_read_is_named(tmp_path, monkeypatch):
     (tmp_path / "graphs" / "event000000009.npz").write_bytes(b"not a graph")
     trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
     monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 2)
-    with pytest.raises(DomainparError, match=r"^edge filter: 1 of 3 train graphs failed: event000000009\.npz "):
-        physics._filter(recipe, {"train": tmp_path / "graphs"}, tmp_path / "run", lambda line: None, False, trained)
+    with pytest.raises(DomainparError, match=r"^edge filter: 1 of 3 graphs failed: train/event000000009\.npz "):
+        _prune(recipe, tmp_path, "run", trained)
