@@ -370,7 +370,7 @@ def _prune(
     )  # fmt: skip
     failed = failure_summary(results, "graphs")
     if failed is not None:
-        raise DomainparError(f"edge filter: {failed}")
+        raise DomainparError(f"building and pruning the graphs: {failed}")
     by_item = {order[k]: result.value for k, result in enumerate(results)}
     built: dict[str, list] = {}
     filtered: dict[str, list] = {}

@@ -152,5 +152,22 @@ def test_a_graph_the_filter_cannot_read_is_named(tmp_path, monkeypatch):
     (tmp_path / "graphs" / "event000000009.npz").write_bytes(b"not a graph")
     trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
     monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 2)
-    with pytest.raises(DomainparError, match=r"^edge filter: 1 of 3 graphs failed: train/event000000009\.npz "):
+    with pytest.raises(DomainparError, match=r"^building and pruning the graphs: 1 of 3 graphs failed: train/event000000009\.npz "):
         _prune(recipe, tmp_path, "run", trained)
+
+
+def test_an_event_that_cannot_be_built_is_named_with_its_set(tmp_path, monkeypatch):
+    # The held-out and real sets are built in the pruning pool: a broken event there is named by set and event.
+    import shutil
+
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=100), seed=9, progress=False)
+    build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)
+    shutil.copytree(tmp_path / "events", tmp_path / "held")
+    (hits,) = sorted((tmp_path / "held").glob("event000000001-hits.csv*"))
+    hits.write_bytes(b"not,a,hits,file\n")
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter), recipe)
+    monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 2)
+    sources = {"train": tmp_path / "events", "val": tmp_path / "held"}
+    with pytest.raises(DomainparError, match=r"^building and pruning the graphs: 1 of 4 graphs failed: val/event000000001 .*hits"):
+        physics._prune(recipe, sources, {"train": tmp_path / "graphs"}, trained, tmp_path / "run", lambda line: None, False)
