@@ -260,7 +260,7 @@ def prepare_graphs(
         ``val_<subset>``, ``real``), and ``{"graphs": build records, "filter": the filter's record or None,
         "timings": {stage: {"seconds", "cpu_seconds"}}}``. The stages: ``simulate``; ``build`` (every set with no
         filter, else the training set alone); ``filter`` (training it); ``build_and_prune`` (the training graphs
-        pruned, every other set built and pruned), or ``prune`` with a trained filter (every set built and pruned).
+        pruned, every other set built and pruned; with a trained filter, every set built and pruned).
     """
     # A filter the recipe would not train is refused before the minutes of simulating and building.
     trained = None if edge_filter is None else reused_filter(edge_filter, recipe)
@@ -302,7 +302,7 @@ def prepare_graphs(
     record["graphs"].update(built)
     record["graphs"] = {kind: record["graphs"][kind] for kind in sources}
     record["filter"] = {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered}
-    record["timings"]["build_and_prune" if built else "prune"] = _timed(begin, cpu_begin)
+    record["timings"]["build_and_prune"] = _timed(begin, cpu_begin)
     return sources, gnn_graphs, record
 
 

@@ -61,3 +61,29 @@ def test_with_a_filter_only_the_training_graphs_are_written_whole(tmp_path):
             graph = load_graph(path)
             assert graph.num_edges == pruned["num_edges"] and pruned["num_edges_before"] == built["num_edges"], path
             assert graph.event_id == pruned["event_id"]
+
+
+def test_with_a_trained_filter_every_set_is_built_and_pruned_in_one_pass(tmp_path):
+    from domainpar.data.graph_files import load_graph
+    from domainpar.filter.edge_filter import EdgeFilter, FilterNet
+
+    recipe = load_recipe(REPO / "examples" / "full_event.yaml")
+    small = replace(recipe.simulation, train_events=2, val_events=1, particles=60, particles_spread=0.0)
+    recipe = replace(recipe, simulation=small)
+    torch = __import__("torch")
+    torch.manual_seed(0)
+    net = FilterNet(2 * 3 + 13, recipe.filter.hidden, recipe.filter.layers).eval()
+    path = EdgeFilter(net, -0.2, None, None, recipe.filter, {}).save(tmp_path / "filter.pt")
+    sources, graphs, record = prepare_graphs(recipe, tmp_path / "run", echo=lambda line: None,
+                                             events_cache=tmp_path / "cache", edge_filter=path)  # fmt: skip
+    assert list(record["timings"]) == ["simulate", "build_and_prune"]
+    assert not (tmp_path / "run" / "graphs").exists() or not any((tmp_path / "run" / "graphs").iterdir())
+    kept, before = 0, 0
+    for kind in ("train", "val", "val_pixel"):
+        files = sorted(graphs[kind].glob("*.npz"))
+        assert len(files) == len(record["graphs"][kind]) == len(record["filter"]["graphs"][kind]) >= 1, kind
+        for file, built, pruned in zip(files, record["graphs"][kind], record["filter"]["graphs"][kind]):
+            graph = load_graph(file)
+            assert graph.num_edges == pruned["num_edges"] and pruned["num_edges_before"] == built["num_edges"], file
+            kept, before = kept + graph.num_edges, before + built["num_edges"]
+    assert 0 < kept < before  # the graphs written are the built ones, pruned
