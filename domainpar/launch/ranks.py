@@ -319,13 +319,7 @@ def _child(
         device = device_for_local_rank(rank) if backend != "gloo" else torch.device("cpu")
         chosen = backend or backend_for(device)
         os.environ.setdefault("LOCAL_RANK", str(rank))
-        dist.init_process_group(
-            backend=chosen,
-            init_method=init_method,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        _join_group(rank, world_size, chosen, init_method, timedelta(seconds=timeout_s))
         if world_size > 1 and watchdog_config is not None:
             # The spawning parent stops its ranks only once it has their reports, and names the failure itself: a
             # rank it stops says so at once instead of looking for a cause (and being killed while it looks).
@@ -351,6 +345,47 @@ def _child(
     finish_current()
     dist.destroy_process_group()
     results.put((rank, "ok", payload))
+
+
+#: Rendezvous attempts of a spawned job: gloo's full-mesh connect between local ranks fails now and then with
+#: "Connection closed by peer" while every rank is alive (pytorch#53270); a fresh store is a fresh mesh.
+RENDEZVOUS_ATTEMPTS = 3
+
+
+def _transient_join_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by ``init_process_group``, is gloo's failed mesh connect (worth a second rendezvous)."""
+    return isinstance(exc, RuntimeError) and "connectFullMesh" in str(exc)
+
+
+def _join_group(rank: int, world_size: int, backend: str, init_method: str, timeout: timedelta) -> None:
+    """Initialise the default process group at the FileStore ``init_method``, again on a fresh store (up to
+    :data:`RENDEZVOUS_ATTEMPTS` in all) while the mesh connect fails transiently.
+
+    The ranks retry together: after each attempt every rank writes whether it joined to a store of that attempt and
+    reads the others'. A rank that joined while a peer failed would otherwise wait in its first collective for a
+    peer that is rendezvousing again. Any other error is raised at once; a peer that dies is the parent's to name
+    (this rank waits for its vote, and is stopped).
+    """
+    for attempt in range(RENDEZVOUS_ATTEMPTS):
+        method = init_method if attempt == 0 else f"{init_method}.{attempt}"
+        joined = True
+        try:
+            dist.init_process_group(backend=backend, init_method=method, rank=rank, world_size=world_size, timeout=timeout)
+        except RuntimeError as exc:
+            if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _transient_join_failure(exc):
+                raise
+            joined = False
+        if world_size == 1:
+            return
+        votes = dist.FileStore(f"{method[len('file://'):]}.joined", world_size)
+        votes.set_timeout(timeout)
+        votes.set(str(rank), b"1" if joined else b"0")
+        others = [str(r) for r in range(world_size)]
+        votes.wait(others)
+        if all(votes.get(key) == b"1" for key in others):
+            return
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _nothing_left_to_unwind() -> None:

@@ -42,6 +42,40 @@ def sleeper(rank: int, world_size: int, pid_dir: str) -> int:
     return rank
 
 
+#: Calls of init_process_group in this process (a copy starts with its parent's count: none).
+JOINS: list[str] = []
+
+
+def flaky_joins(failing: str) -> None:
+    """Make ``init_process_group`` fail as gloo's mesh connect does now and then: ``failing`` is "first" (every
+    rank's first attempt fails before it joins), "rank0" (rank 0 joins, then fails: its peer joined) or "always"."""
+    import torch.distributed as dist
+
+    real = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        JOINS.append(kwargs["init_method"])
+        fails = failing == "always" or len(JOINS) == 1 and (failing == "first" or kwargs["rank"] == 0)
+        if fails and failing == "rank0":
+            real(*args, **kwargs)
+            dist.destroy_process_group()
+        if fails:
+            raise RuntimeError("[pair.cc:553] Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:4240")
+        return real(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+
+
+def joined(rank: int, world_size: int) -> tuple:
+    """The rendezvous this rank tried, and a sum over the group it joined (every rank there)."""
+    import torch
+    import torch.distributed as dist
+
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    return [os.path.basename(method) for method in JOINS], float(total)
+
+
 def _main(case: str, out: str) -> None:
     from domainpar.launch.ranks import SpawnError, can_fork, spawn
 
@@ -65,6 +99,12 @@ def _main(case: str, out: str) -> None:
         except SpawnError as exc:
             seen["error"], seen["ranks"] = exc.line, exc.ranks
         seen["seconds"] = time.monotonic() - started
+    elif case.startswith("flaky-"):
+        flaky_joins(case[len("flaky-"):])
+        try:
+            seen["values"] = spawn(joined, 2, fork=True, num_threads=1, started=hows.append, timeout_s=120)
+        except SpawnError as exc:
+            seen["error"], seen["ranks"] = exc.line, exc.ranks
     elif case == "sleep":
         spawn(sleeper, 2, args=(os.path.dirname(out),), fork=True, num_threads=1, started=hows.append, timeout_s=300)
     seen["hows"], seen["parent"] = hows, os.getpid()

@@ -106,3 +106,23 @@ def test_copies_die_with_their_parent(tmp_path, signum):
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+@linux_only
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("failing", ["first", "rank0"])
+def test_a_mesh_connect_that_fails_transiently_is_tried_again_by_every_rank(tmp_path, failing):
+    # gloo's full-mesh connect fails now and then on loopback with every rank alive. Every rank's first attempt
+    # failing, or rank 0's alone after its peer joined: both ranks meet again on a fresh store and the job runs.
+    seen = _run(f"flaky-{failing}", tmp_path)
+    assert "error" not in seen, seen.get("error")
+    assert [value[0] for value in seen["values"]] == [["store", "store.1"]] * 2
+    assert [value[1] for value in seen["values"]] == [3.0, 3.0]
+
+
+@linux_only
+@pytest.mark.timeout(180)
+def test_a_mesh_connect_that_keeps_failing_is_named_in_one_line(tmp_path):
+    seen = _run("flaky-always", tmp_path)
+    assert "connectFullMesh" in seen["error"] and "\n" not in seen["error"]
+    assert seen["ranks"] in ([0], [1])
