@@ -294,9 +294,21 @@ class EdgeFilter:
         chunks.run(score, chunks.bounds(num_chunks, 4 * chunks.build_threads(), max(1, chunks.MIN_CHUNK // chunk)))
         return out
 
-    def apply(self, graph: EventGraph) -> EventGraph:
-        """The graph with only the edges the filter keeps (nodes unchanged, edge order kept)."""
-        keep = self.logits(graph) >= self.threshold
+    def apply(self, graph: EventGraph, logits: np.ndarray | None = None) -> EventGraph:
+        """The graph with only the edges the filter keeps (nodes unchanged, edge order kept).
+
+        Args:
+            graph: the graph to prune.
+            logits: (E,) this filter's :meth:`logits` of ``graph`` where they were computed already (those of the
+                held-out graphs of :func:`train_filter`); None: computed here.
+        """
+        if logits is None:
+            logits = self.logits(graph)
+        elif np.shape(logits) != (graph.num_edges,):
+            raise DomainparError(
+                f"event {graph.event_id}: expected one logit per edge, shape ({graph.num_edges},) (got {np.shape(logits)})"
+            )
+        keep = logits >= self.threshold
         build = json.loads(graph.build_config) if graph.build_config else {}
         build["edge_filter"] = {"hash": self.content_hash, "threshold": self.threshold, "efficiency": self.config.efficiency}
         return replace(
@@ -441,7 +453,10 @@ def _training_rows(files: list, config: FilterConfig, first: EventGraph, columns
 
 
 def train_filter(
-    files: list[str | os.PathLike], config: FilterConfig = FilterConfig(), progress: bool = False
+    files: list[str | os.PathLike],
+    config: FilterConfig = FilterConfig(),
+    progress: bool = False,
+    held_out_logits: dict[str, np.ndarray] | None = None,
 ) -> EdgeFilter:
     """Train an edge filter on labelled graph files and choose its threshold on held-out ones.
 
@@ -452,6 +467,9 @@ def train_filter(
         files: graph files with truth (every ``config.holdout_every``-th is held out).
         config: the filter's settings.
         progress: print a line every few hundred steps.
+        held_out_logits: filled with ``str(path)`` → (E,) float32 logits of each held-out graph, the trained
+            filter's :meth:`EdgeFilter.logits` that chose its threshold: pruning those graphs needs no second scoring
+            (:meth:`EdgeFilter.apply`'s ``logits``).
 
     Returns:
         The filter, with ``record`` holding the held-out edge efficiency and
@@ -510,6 +528,8 @@ def train_filter(
         graph = load_graph(path)
         _check_training_graph(graph, first, path)
         held_logits.append(edge_filter.logits(graph))
+        if held_out_logits is not None:
+            held_out_logits[str(path)] = held_logits[-1]
         held_labels.append(graph.y > 0.5)
         held_high.append(graph.particle_pt[graph.edge_index[0]] > 1.0)
         del graph

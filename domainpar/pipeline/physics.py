@@ -30,6 +30,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from domainpar.atomic import atomic_path
 from domainpar.data.dataset import build_dataset, build_seconds, build_workers, event_inputs, graph_target
 from domainpar.data.graph import build_event_graph
@@ -289,16 +291,16 @@ def prepare_graphs(
         graphs, record["graphs"] = _build(recipe, {"train": sources["train"]}, out, echo, progress)
         record["timings"]["build"] = _timed(begin, cpu_begin)
         begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-        edge_filter = _train_filter(recipe, graphs["train"], echo, progress)
+        edge_filter, scored = _train_filter(recipe, graphs["train"], echo, progress)
         record["timings"]["filter"] = _timed(begin, cpu_begin)
     else:
         echo(f"== edge filter: a trained one (hash {trained.content_hash}), not trained again")
-        graphs, edge_filter = {}, trained
+        graphs, edge_filter, scored = {}, trained, {}
     for kind in sources:
         if kind not in graphs:  # a set written whole by an earlier run is not this run's
             shutil.rmtree(out / "graphs" / kind, ignore_errors=True)
     begin, cpu_begin = time.perf_counter(), _cpu_seconds()
-    gnn_graphs, built, filtered = _prune(recipe, sources, graphs, edge_filter, out, echo, progress)
+    gnn_graphs, built, filtered = _prune(recipe, sources, graphs, edge_filter, scored, out, echo, progress)
     record["graphs"].update(built)
     record["graphs"] = {kind: record["graphs"][kind] for kind in sources}
     record["filter"] = {"record": edge_filter.record, "threshold": edge_filter.threshold, "graphs": filtered}
@@ -325,22 +327,33 @@ def reused_filter(path: str | Path, recipe: Recipe) -> EdgeFilter:
     return edge_filter
 
 
-def _train_filter(recipe: Recipe, train_graphs: Path, echo, progress) -> EdgeFilter:
-    """The edge filter trained on the training graphs ``train_graphs`` (on the recipe's threads)."""
+def _train_filter(recipe: Recipe, train_graphs: Path, echo, progress) -> tuple[EdgeFilter, dict[str, np.ndarray]]:
+    """The edge filter trained on the training graphs ``train_graphs`` (on the recipe's threads), and the logits of
+    the held-out ones that chose its threshold, by file (:func:`train_filter`'s ``held_out_logits``)."""
     if recipe.train.parallel.threads is not None:
         import torch
 
         torch.set_num_threads(recipe.train.parallel.threads)  # the recipe's CPU share, for the filter too
     echo(f"== edge filter ({recipe.filter.steps} steps, keep {recipe.filter.efficiency:.3f} of true edges, "
          f"{recipe.filter.efficiency_pt1:.3f} above 1 GeV)")  # fmt: skip
-    return train_filter(sorted(train_graphs.glob("*.npz")), recipe.filter, progress=progress)
+    scored: dict[str, np.ndarray] = {}
+    edge_filter = train_filter(sorted(train_graphs.glob("*.npz")), recipe.filter, progress=progress, held_out_logits=scored)
+    return edge_filter, scored
 
 
 def _prune(
-    recipe: Recipe, sources: dict[str, Path], graphs: dict[str, Path], edge_filter: EdgeFilter, out: Path, echo, progress
+    recipe: Recipe,
+    sources: dict[str, Path],
+    graphs: dict[str, Path],
+    edge_filter: EdgeFilter,
+    scored: dict[str, np.ndarray],
+    out: Path,
+    echo,
+    progress,
 ) -> tuple[dict[str, Path], dict, dict]:
     """Every set's graphs pruned with ``edge_filter`` into ``out/filtered``: those written whole (``graphs``) read
-    back, the others built and pruned in one pass; one process pool for all of them.
+    back, the others built and pruned in one pass; one process pool for all of them. A graph whose logits are in
+    ``scored`` (by file: the held-out training graphs that chose the threshold) is not scored again.
 
     Returns:
         ``(gnn_graphs, built, filtered)``: the pruned graphs' directories by set, the build records of the sets
@@ -354,11 +367,12 @@ def _prune(
         gnn_graphs[kind].mkdir(parents=True)
         if kind in graphs:
             for path in sorted(graphs[kind].glob("*.npz")):
-                items.append((kind, str(path), False))
-                costs.append(PRUNE_SECONDS_PER_MB * file_megabytes(path))
+                logits = scored.get(str(path))
+                items.append((kind, str(path), False, logits))
+                costs.append((PRUNE_SECONDS_PER_MB if logits is None else SELECT_SECONDS_PER_MB) * file_megabytes(path))
         else:
             for prefix in event_inputs(sources[kind]):
-                items.append((kind, str(prefix), True))
+                items.append((kind, str(prefix), True, None))
                 costs.append(build_seconds(prefix) + PRUNE_SECONDS_PER_MB * EVENT_GRAPH_MB_PER_BUILD_SECOND * build_seconds(prefix))
     # The longest first, so that no worker is left with a full event while the others are done.
     order = sorted(range(len(items)), key=lambda i: -costs[i])
@@ -374,7 +388,7 @@ def _prune(
     by_item = {order[k]: result.value for k, result in enumerate(results)}
     built: dict[str, list] = {}
     filtered: dict[str, list] = {}
-    for index, (kind, _, build) in enumerate(items):  # each set's records in event order, as the sets were listed
+    for index, (kind, _, build, _) in enumerate(items):  # each set's records in event order, as the sets were listed
         if build:
             built.setdefault(kind, []).append(by_item[index]["built"])
         filtered.setdefault(kind, []).append(by_item[index]["filtered"])
@@ -392,22 +406,25 @@ def _prune(
 
 #: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB.
 PRUNE_SECONDS_PER_MB = 0.05
+#: Seconds one core takes to read a graph file and write the edges that its logits, computed already, keep, per MB.
+SELECT_SECONDS_PER_MB = 0.0125
 #: MB of graph file per second of building it (a full event: ~200 MB in ~4 s), to size a built-and-pruned item.
 EVENT_GRAPH_MB_PER_BUILD_SECOND = 50.0
 
 
-def _pruned_graph(item: tuple[str, str, bool], filter_path: str, out_dir: str, graph_config) -> dict:
+def _pruned_graph(item: tuple[str, str, bool, np.ndarray | None], filter_path: str, out_dir: str, graph_config) -> dict:
     """One graph pruned with the filter saved at ``filter_path`` and written to ``out_dir/<set>/`` (a worker's item).
 
     Args:
-        item: ``(set, source, build)``: a graph file to read, or (``build``) a raw event to build the graph of with
-            ``graph_config`` first. Either way the file written holds the same bytes: the graph, as
+        item: ``(set, source, build, logits)``: a graph file to read, or (``build``) a raw event to build the graph
+            of with ``graph_config`` first. Either way the file written holds the same bytes: the graph, as
             :func:`~domainpar.data.event_graph.save_graph` would have written and :func:`load_graph` read it, pruned.
+            ``logits``: the filter's logits of a graph file's edges, where they were computed already (else None).
 
     Returns:
         ``{"built": the build record or None, "filtered": the filter record}``.
     """
-    kind, source, build = item
+    kind, source, build, logits = item
     edge_filter = load_filter(filter_path)
     built = None
     if build:
@@ -417,7 +434,7 @@ def _pruned_graph(item: tuple[str, str, bool], filter_path: str, out_dir: str, g
     else:
         graph = load_graph(source)
         target = Path(out_dir) / kind / Path(source).name
-    kept = edge_filter.apply(graph)
+    kept = edge_filter.apply(graph, logits)
     save_graph(kept, target)
     return {"built": built, "filtered": _filtered_record(graph, kept)}
 

@@ -125,6 +125,21 @@ def test_fewer_graphs_than_holdout_every_still_hold_one_out(graph_files):
     assert edge_filter.record["holdout_efficiency"] >= 0.995 - 1e-9
 
 
+def test_the_held_out_logits_are_handed_back_and_prune_as_scoring_again_does(graph_files):
+    scored: dict = {}
+    edge_filter = train_filter(graph_files, FilterConfig(holdout_every=2, **FAST), held_out_logits=scored)
+    assert list(scored) == [str(f) for f in graph_files[1::2]]
+    for path, logits in scored.items():
+        graph = load_graph(path)
+        np.testing.assert_array_equal(logits, edge_filter.logits(graph))
+        given, again = edge_filter.apply(graph, logits), edge_filter.apply(graph)
+        assert 0 < given.num_edges < graph.num_edges
+        np.testing.assert_array_equal(given.edge_index, again.edge_index)
+        assert given.build_config == again.build_config
+    with pytest.raises(DomainparError, match=rf"expected one logit per edge, shape \({graph.num_edges},\) \(got \(3,\)\)"):
+        edge_filter.apply(graph, logits[:3])
+
+
 def test_the_threshold_keeps_the_asked_share_of_held_out_true_edges(graph_files):
     edge_filter = train_filter(graph_files, FilterConfig(efficiency=0.9, efficiency_pt1=0.95, holdout_every=2, **FAST))
     held = [load_graph(f) for f in graph_files[1::2]]

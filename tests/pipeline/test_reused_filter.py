@@ -55,12 +55,12 @@ def test_a_recipe_without_filter_or_a_file_that_is_no_filter_is_refused(tmp_path
         reused_filter(tmp_path / "other.pt", recipe)
 
 
-def _prune(recipe, tmp_path, run, trained, graphs=("train",), sets=("train",)):
+def _prune(recipe, tmp_path, run, trained, graphs=("train",), sets=("train",), scored=None):
     """``physics._prune`` of the sets ``sets`` (raw events under tmp_path/events), those in ``graphs`` read back from
-    tmp_path/graphs, the others built there."""
+    tmp_path/graphs, the others built there; ``scored``: logits of graph files computed already."""
     sources = {kind: tmp_path / "events" for kind in sets}
-    return physics._prune(recipe, sources, {kind: tmp_path / "graphs" for kind in graphs}, trained, tmp_path / run,
-                          lambda line: None, False)  # fmt: skip
+    return physics._prune(recipe, sources, {kind: tmp_path / "graphs" for kind in graphs}, trained, scored or {},
+                          tmp_path / run, lambda line: None, False)  # fmt: skip
 
 
 def test_the_filter_stage_prunes_with_the_trained_filter_and_trains_none(tmp_path, monkeypatch):
@@ -145,6 +145,25 @@ def test_a_set_built_and_pruned_in_one_pass_is_the_set_built_whole_then_pruned(t
     _same_files(sorted(read_back["val"].glob("*.npz")), sorted(in_one_pass["val"].glob("*.npz")))
 
 
+def test_a_graph_scored_already_is_pruned_by_its_logits_not_scored_again(tmp_path, monkeypatch):
+    """The held-out training graphs were scored to choose the threshold: the pool prunes them by those logits."""
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=150), seed=10, progress=False)
+    build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter, threshold=-0.2), recipe)
+    first, second = sorted((tmp_path / "graphs").glob("*.npz"))
+    scored = {str(first): trained.logits(load_graph(first))}
+    monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 1)  # the items in this process: seen scoring
+    again = _prune(recipe, tmp_path, "again", trained)
+    seen = []
+    logits = EdgeFilter.logits
+    monkeypatch.setattr(EdgeFilter, "logits", lambda self, graph, *a: seen.append(graph.event_id) or logits(self, graph, *a))
+    reused, built, filtered = _prune(recipe, tmp_path, "reused", trained, scored=scored)
+    assert seen == [load_graph(second).event_id]
+    assert filtered == again[2] and all(0 < r["num_edges"] < r["num_edges_before"] for r in filtered["train"])
+    _same_files(sorted(again[0]["train"].glob("*.npz")), sorted(reused["train"].glob("*.npz")))
+
+
 def test_a_graph_the_filter_cannot_read_is_named(tmp_path, monkeypatch):
     recipe = load_recipe(RECIPE)
     simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=100), seed=7, progress=False)
@@ -170,4 +189,4 @@ def test_an_event_that_cannot_be_built_is_named_with_its_set(tmp_path, monkeypat
     monkeypatch.setattr(physics, "_workers", lambda recipe, cores: 2)
     sources = {"train": tmp_path / "events", "val": tmp_path / "held"}
     with pytest.raises(DomainparError, match=r"^building and pruning the graphs: 1 of 4 graphs failed: val/event000000001 .*hits"):
-        physics._prune(recipe, sources, {"train": tmp_path / "graphs"}, trained, tmp_path / "run", lambda line: None, False)
+        physics._prune(recipe, sources, {"train": tmp_path / "graphs"}, trained, {}, tmp_path / "run", lambda line: None, False)
