@@ -65,7 +65,12 @@ def build_workers(prefixes: Sequence[str | os.PathLike], cores: int, fmt: str = 
 
 
 def build_graph_file(
-    prefix: str | os.PathLike, out_dir: str | os.PathLike, config: GraphConfig, skip_existing: bool = False, fmt: str = "npz"
+    prefix: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    config: GraphConfig,
+    skip_existing: bool = False,
+    fmt: str = "npz",
+    compress: bool = True,
 ) -> GraphStats | None:
     """Build and save the graph of one event (atomically, with the description of its features and cuts);
     None when ``skip_existing`` and it is there already.
@@ -76,12 +81,13 @@ def build_graph_file(
         config: the cuts.
         skip_existing: keep a graph already written (a resumed preparation).
         fmt: "npz" (domainpar's graph file) or "pyg" (a PyG Data file, :mod:`domainpar.data.pyg_files`).
+        compress: deflate an ``.npz``'s members that shrink (False: all stored, for a file read back soon).
     """
     target = graph_target(prefix, out_dir, fmt)
     if skip_existing and target.is_file():
         return None
     graph, stats = build_event_graph(prefix, config)
-    save_event_graph(graph, prefix, target, build_description(config), fmt)
+    save_event_graph(graph, prefix, target, build_description(config), fmt, compress)
     return stats
 
 
@@ -94,6 +100,7 @@ def build_graph_files(
     progress: bool = True,
     skip_existing: bool = False,
     fmt: str = "npz",
+    compress: bool = True,
 ) -> list[ItemResult]:
     """Build the graph of every event of ``prefixes`` into ``out_dir``, ``workers`` events at a time.
 
@@ -105,6 +112,7 @@ def build_graph_files(
         progress: progress bar with events/s.
         skip_existing: keep graphs already in ``out_dir`` (resumed preparation).
         fmt: "npz" or "pyg".
+        compress: as :func:`build_graph_file`'s.
 
     Returns:
         One :class:`ItemResult` per event, in order; ``value`` is its :class:`GraphStats`
@@ -113,7 +121,7 @@ def build_graph_files(
     return run_items(
         build_graph_file,
         [str(p) for p in prefixes],
-        args=(str(out_dir), config, skip_existing, fmt),
+        args=(str(out_dir), config, skip_existing, fmt, compress),
         names=[Path(p).name for p in prefixes],
         workers=workers,
         desc="build",
@@ -129,6 +137,7 @@ def build_dataset(
     progress: bool = True,
     fmt: str = "npz",
     workers: int = 1,
+    compress: bool = True,
 ) -> list[GraphStats]:
     """Build and save the graph of every event under ``input_path`` (a directory of TrackML events, or one event
     prefix); the other arguments as for :func:`build_graph_files`.
@@ -146,7 +155,7 @@ def build_dataset(
     # No mkdir here: save_graph creates the directory with the first graph, so an event that fails leaves nothing.
     if fmt not in GRAPH_FORMATS:
         raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
-    results = build_graph_files(prefixes, out_dir, config, workers=workers, progress=progress, fmt=fmt)
+    results = build_graph_files(prefixes, out_dir, config, workers=workers, progress=progress, fmt=fmt, compress=compress)
     summary = failure_summary(results)
     if summary is not None:
         if len(results) == 1:

@@ -247,7 +247,11 @@ DESCRIPTION_ENTRY = "description_json"
 
 
 def save_graph(
-    graph: EventGraph, path: str | os.PathLike, description: dict | None = None, extra: dict[str, np.ndarray] | None = None
+    graph: EventGraph,
+    path: str | os.PathLike,
+    description: dict | None = None,
+    extra: dict[str, np.ndarray] | None = None,
+    compress: bool = True,
 ) -> Path:
     """Write ``graph`` to ``path`` (``.npz``, no pickle) atomically.
 
@@ -259,6 +263,9 @@ def save_graph(
         description: what its feature columns are and how it was built
             (:func:`domainpar.data.features.graph_description`), stored as JSON text; None: the one the
             graph's own feature names and build configuration give (a pruned graph keeps its filter's record).
+        compress: deflate the members that deflating shrinks (zlib level 1: the edge index and labels, to a few
+            percent); False stores every member as it is: a file read back once or twice in the same run (the
+            recipe's training graphs, which its edge filter reads) is ~40 % larger and costs no zlib on either side.
     """
     path = Path(path)
     if description is None:
@@ -283,7 +290,7 @@ def save_graph(
     with atomic_path(path) as tmp:
         # Reproducible bytes: the same graph gives the same file, whatever worker built it and when.
         # zlib level 1: much less CPU than the default level for a few % more bytes.
-        write_npz(tmp, arrays, compress=True, level=1)
+        write_npz(tmp, arrays, compress=compress, level=1)
     return path
 
 

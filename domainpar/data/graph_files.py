@@ -151,7 +151,12 @@ def is_pyg_dataset(path: str | os.PathLike) -> bool:
 
 
 def save_event_graph(
-    graph: EventGraph, prefix: str | os.PathLike, path: str | os.PathLike, description: dict | None, fmt: str = "npz"
+    graph: EventGraph,
+    prefix: str | os.PathLike,
+    path: str | os.PathLike,
+    description: dict | None,
+    fmt: str = "npz",
+    compress: bool = True,
 ) -> Path:
     """Write the graph built from the raw event at ``prefix`` as ``fmt`` (atomically).
 
@@ -161,6 +166,7 @@ def save_event_graph(
         path: the file to write.
         description: what its feature columns are and how it was built (:func:`domainpar.data.features.build_description`).
         fmt: one of :data:`GRAPH_FORMATS`.
+        compress: of an ``.npz``, :func:`~domainpar.data.event_graph.save_graph`'s (a PyG file is torch's own).
 
     Raises:
         DomainparError: an unknown format.
@@ -168,7 +174,7 @@ def save_event_graph(
     if fmt == "pyg":
         return save_event_pyg(graph, prefix, path, description)
     if fmt == "npz":
-        return save_graph(graph, path, description)
+        return save_graph(graph, path, description, compress=compress)
     raise DomainparError(f"--format must be one of {', '.join(GRAPH_FORMATS)} (got {fmt!r})")
 
 

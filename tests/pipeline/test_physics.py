@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import replace
 
 import numpy as np
@@ -38,6 +39,11 @@ def test_a_recipe_on_the_pixel_volumes_builds_pixel_events_only(tmp_path):
     assert _volumes(cached / "train") - set(PIXEL) and _volumes(REPO / "tests" / "data" / "trackml") - set(PIXEL)
 
 
+def _methods(path) -> frozenset:
+    with zipfile.ZipFile(path) as archive:
+        return frozenset(info.compress_type for info in archive.infolist())
+
+
 def test_with_a_filter_only_the_training_graphs_are_written_whole(tmp_path):
     from domainpar.data.graph_files import load_graph
 
@@ -54,6 +60,9 @@ def test_with_a_filter_only_the_training_graphs_are_written_whole(tmp_path):
     assert list(sources) == list(graphs) == list(record["graphs"]) == list(record["filter"]["graphs"]) == kinds
     assert sorted(p.name for p in (tmp_path / "run" / "graphs").iterdir()) == ["train"]
     assert list(record["timings"]) == ["simulate", "build", "filter", "build_and_prune"]
+    # The graphs the filter reads back are stored as they are; the GNN's, kept for training, are deflated.
+    assert {_methods(path) for path in (tmp_path / "run" / "graphs" / "train").glob("*.npz")} == {frozenset({zipfile.ZIP_STORED})}
+    assert all(zipfile.ZIP_DEFLATED in _methods(path) for path in graphs["train"].glob("*.npz"))
     for kind in kinds:
         files = sorted(graphs[kind].glob("*.npz"))
         assert len(files) == len(record["graphs"][kind]) == len(record["filter"]["graphs"][kind]) >= 1, kind

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import replace
 
 import numpy as np
@@ -143,6 +144,32 @@ def test_a_set_built_and_pruned_in_one_pass_is_the_set_built_whole_then_pruned(t
     kept = [r["num_edges"] / r["num_edges_before"] for r in filtered_built["val"]]
     assert all(0 < k < 1 for k in kept), kept  # the filter prunes some edges and keeps some: the test can tell
     _same_files(sorted(read_back["val"].glob("*.npz")), sorted(in_one_pass["val"].glob("*.npz")))
+
+
+def test_graphs_stored_uncompressed_are_the_same_graphs_and_prune_to_the_same_bytes(tmp_path):
+    """The recipe's training graphs are written without zlib (read back by the filter, then pruned)."""
+    recipe = load_recipe(RECIPE)
+    simulate_dataset(tmp_path / "events", 2, SimulationConfig(num_particles=150), seed=11, progress=False)
+    stored = build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False, compress=False)
+    deflated = build_dataset(tmp_path / "events", tmp_path / "deflated", recipe.graph, progress=False)
+    assert [s.num_edges for s in stored] == [s.num_edges for s in deflated]
+    for path in sorted((tmp_path / "graphs").glob("*.npz")):
+        other = tmp_path / "deflated" / path.name
+        with zipfile.ZipFile(path) as plain, zipfile.ZipFile(other) as packed:
+            assert {info.compress_type for info in plain.infolist()} == {zipfile.ZIP_STORED}
+            assert zipfile.ZIP_DEFLATED in {info.compress_type for info in packed.infolist()}
+        assert path.stat().st_size > other.stat().st_size
+        left, right = _arrays(path), _arrays(other)
+        assert left.keys() == right.keys()
+        for key in left:
+            np.testing.assert_array_equal(left[key], right[key], err_msg=key)
+    trained = reused_filter(_filter_file(tmp_path, recipe.filter, threshold=-0.2), recipe)
+    from_stored = _prune(recipe, tmp_path, "run_stored", trained)
+    (tmp_path / "graphs").rename(tmp_path / "graphs_stored")
+    (tmp_path / "deflated").rename(tmp_path / "graphs")
+    from_deflated = _prune(recipe, tmp_path, "run_deflated", trained)
+    assert from_stored[2] == from_deflated[2]
+    _same_files(sorted(from_stored[0]["train"].glob("*.npz")), sorted(from_deflated[0]["train"].glob("*.npz")))
 
 
 def test_a_graph_scored_already_is_pruned_by_its_logits_not_scored_again(tmp_path, monkeypatch):
