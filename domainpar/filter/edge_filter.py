@@ -407,30 +407,33 @@ def _threshold_for(logits: np.ndarray, labels: np.ndarray, high_pt: np.ndarray, 
     return min(candidates) if candidates else float("-inf")
 
 
-def _check_training_graph(graph: EventGraph, first: EventGraph, path) -> None:
-    if graph.y is None or graph.particle_pt is None:
+def _check_training_source(path, labelled: bool, num_edges: int, names: tuple | None, widths: tuple[int, int],
+                           first: EventGraph) -> None:  # fmt: skip
+    """What a training or held-out graph must be: labelled, with edges, and of the first graph's features (``names``:
+    its node and edge feature names, None where its file does not record them; ``widths``: its column counts)."""
+    if not labelled:
         raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
-    require_edges(graph.num_edges, path, "train the edge filter on")
-    if (graph.node_features, graph.edge_features) != (first.node_features, first.edge_features) or (
-        graph.x.shape[1], graph.edge_attr.shape[1]
-    ) != (first.x.shape[1], first.edge_attr.shape[1]):
+    require_edges(num_edges, path, "train the edge filter on")
+    if (names is not None and names != (first.node_features, first.edge_features)) or widths != (
+        first.x.shape[1], first.edge_attr.shape[1]
+    ):
         raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
+
+
+def _check_training_graph(graph: EventGraph, first: EventGraph, path) -> None:
+    _check_training_source(path, graph.y is not None and graph.particle_pt is not None, graph.num_edges,
+                           (graph.node_features, graph.edge_features), (graph.x.shape[1], graph.edge_attr.shape[1]), first)  # fmt: skip
 
 
 def _check_held_out_header(path, first: EventGraph) -> None:
-    """A held-out graph's headers checked as :func:`_check_training_graph` checks a graph (its content is checked
-    when it is read, after training): a file that cannot choose the threshold is refused before the steps."""
+    """A held-out graph checked from its headers (its content is checked when it is read, after training): a file
+    that cannot choose the threshold is refused before the steps."""
     header = inspect_graph(path)
     names = read_graph_metadata(path)
-    if not header.has_labels:
-        raise DomainparError(f"{path}: the edge filter trains on graphs with truth (got one without labels)")
-    require_edges(header.num_edges, path, "train the edge filter on")
     # Names where the file's headers hold them (a PyG file names its columns in its description, read with it).
     named = all(names[k] is not None for k in ("node_features", "edge_features"))
-    if (named and (tuple(names["node_features"]), tuple(names["edge_features"])) != (first.node_features, first.edge_features)) or (
-        header.node_features, header.edge_features
-    ) != (first.x.shape[1], first.edge_attr.shape[1]):
-        raise DomainparError("the edge filter's training graphs must share one feature set (got several)")
+    recorded = (tuple(names["node_features"]), tuple(names["edge_features"])) if named else None
+    _check_training_source(path, header.has_labels, header.num_edges, recorded, (header.node_features, header.edge_features), first)
 
 
 def _training_rows(files: list, config: FilterConfig, first: EventGraph, columns) -> tuple[torch.Tensor, torch.Tensor]:

@@ -375,7 +375,8 @@ def _prune(
         else:
             for prefix in event_inputs(sources[kind]):
                 items.append((kind, str(prefix), True, None))
-                costs.append(build_seconds(prefix) + PRUNE_SECONDS_PER_MB * EVENT_GRAPH_MB_PER_BUILD_SECOND * build_seconds(prefix))
+                seconds = build_seconds(prefix)  # a stat of its hits file
+                costs.append(seconds * (1.0 + PRUNE_SECONDS_PER_MB * EVENT_GRAPH_MB_PER_BUILD_SECOND))
     # The longest first, so that no worker is left with a full event while the others are done.
     order = sorted(range(len(items)), key=lambda i: -costs[i])
     workers = pool_size(_workers(recipe, available_cores()), (costs[i] for i in order))

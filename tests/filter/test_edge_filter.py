@@ -225,6 +225,15 @@ def test_a_held_out_graph_that_cannot_choose_the_threshold_is_refused_before_the
     monkeypatch.setattr(module, "_training_rows", no_rows)
     with pytest.raises(DomainparError, match=r"event000000099\.npz: the edge filter trains on graphs with truth"):
         train_filter([graph_files[0], unlabelled], FilterConfig(holdout_every=2, **FAST))
+    # Another feature set: other columns by name, or as many columns unnamed.
+    graph = load_graph(graph_files[1])
+    renamed = tmp_path / "event000000098.npz"
+    save_graph(replace(graph, edge_features=tuple(f"{name}_other" for name in graph.edge_features)), renamed)
+    narrower = tmp_path / "event000000097.npz"
+    save_graph(replace(graph, edge_attr=graph.edge_attr[:, :-1].copy(), edge_features=graph.edge_features[:-1]), narrower)
+    for other in (renamed, narrower):
+        with pytest.raises(DomainparError, match="the edge filter's training graphs must share one feature set"):
+            train_filter([graph_files[0], other], FilterConfig(holdout_every=2, **FAST))
 
 
 def test_standardising_the_rows_once_trains_the_same_bits_as_in_every_step(graph_files):
