@@ -376,7 +376,9 @@ def _join_group(rank: int, world_size: int, backend: str, init_method: str, time
                 raise
             joined = False
         if world_size == 1:
-            return
+            if joined:
+                return
+            continue  # no peer to agree with
         votes = dist.FileStore(f"{method[len('file://'):]}.joined", world_size)
         votes.set_timeout(timeout)
         votes.set(str(rank), b"1" if joined else b"0")

@@ -100,9 +100,10 @@ def _main(case: str, out: str) -> None:
             seen["error"], seen["ranks"] = exc.line, exc.ranks
         seen["seconds"] = time.monotonic() - started
     elif case.startswith("flaky-"):
-        flaky_joins(case[len("flaky-"):])
+        failing, _, ranks = case[len("flaky-"):].partition(":")
+        flaky_joins(failing)
         try:
-            seen["values"] = spawn(joined, 2, fork=True, num_threads=1, started=hows.append, timeout_s=120)
+            seen["values"] = spawn(joined, int(ranks or 2), fork=True, num_threads=1, started=hows.append, timeout_s=120)
         except SpawnError as exc:
             seen["error"], seen["ranks"] = exc.line, exc.ranks
     elif case == "sleep":

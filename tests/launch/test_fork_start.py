@@ -122,6 +122,14 @@ def test_a_mesh_connect_that_fails_transiently_is_tried_again_by_every_rank(tmp_
 
 @linux_only
 @pytest.mark.timeout(180)
+def test_a_lone_rank_whose_join_fails_transiently_joins_again(tmp_path):
+    seen = _run("flaky-first:1", tmp_path)
+    assert "error" not in seen, seen.get("error")
+    assert seen["values"] == [[["store", "store.1"], 1.0]]
+
+
+@linux_only
+@pytest.mark.timeout(180)
 def test_a_mesh_connect_that_keeps_failing_is_named_in_one_line(tmp_path):
     seen = _run("flaky-always", tmp_path)
     assert "connectFullMesh" in seen["error"] and "\n" not in seen["error"]
