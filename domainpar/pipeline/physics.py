@@ -33,10 +33,7 @@ from typing import Callable
 import numpy as np
 
 from domainpar.atomic import atomic_path
-from domainpar.data.dataset import build_dataset, build_seconds, build_workers, event_inputs, graph_target
-from domainpar.data.graph import build_event_graph
-from domainpar.data.event_graph import save_graph
-from domainpar.data.graph_files import load_graph
+from domainpar.data.dataset import build_dataset, build_seconds, build_workers, event_inputs
 from domainpar.data.subset import volume_subset_dir
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import EdgeFilter, load_filter, train_filter
@@ -44,6 +41,8 @@ from domainpar.inference.evaluation import evaluate, write_outputs
 from domainpar.inference.pipeline import load_pipeline
 from domainpar.inference.runner import Scorer, open_scorer
 from domainpar.inference.spec import EvaluateConfig
+from domainpar.pipeline.pruning import (EVENT_GRAPH_MB_PER_BUILD_SECOND, PRUNE_SECONDS_PER_MB, SELECT_SECONDS_PER_MB,
+                                        graph_record, pruned_graph)
 from domainpar.pipeline.recipe import Recipe
 from domainpar.pipeline.unlabelled import compare_unlabelled, mean_figures, truth_free_figures
 from domainpar.sim.dataset import simulate_dataset, simulation_seconds, simulation_workers, simulator_digest
@@ -84,10 +83,6 @@ def format_table(evaluations: dict[str, dict], keys: tuple[str, ...] = TABLE_KEY
     for key in keys:
         lines.append(f"{key:>22} " + " ".join(f"{_fmt(evaluations[label].get(key)):>14}" for label in labels))
     return lines
-
-
-def _graph_record(stats) -> dict:
-    return {k: v for k, v in stats.as_record().items() if k != "seconds"}
 
 
 def run_recipe(
@@ -226,7 +221,7 @@ def _build(recipe: Recipe, sources: dict[str, Path], out: Path, echo, progress) 
         workers = build_workers(event_inputs(source), _workers(recipe, available_cores()))
         stats = build_dataset(source, graphs[kind], recipe.graph, progress=progress, workers=workers,
                               compress=recipe.filter is None)  # fmt: skip
-        records[kind] = [_graph_record(s) for s in stats]
+        records[kind] = [graph_record(s) for s in stats]
         _echo_built(echo, kind, records[kind])
     return graphs, records
 
@@ -381,7 +376,7 @@ def _prune(
     order = sorted(range(len(items)), key=lambda i: -costs[i])
     workers = pool_size(_workers(recipe, available_cores()), (costs[i] for i in order))
     results = run_items(
-        _pruned_graph, [items[i] for i in order], args=(str(filter_path), str(out / "filtered"), recipe.graph),
+        pruned_graph, [items[i] for i in order], args=(str(filter_path), str(out / "filtered"), recipe.graph),
         names=[f"{items[i][0]}/{Path(items[i][1]).name}" for i in order], workers=workers, desc="filtering",
         progress=progress, temporaries_in=list(gnn_graphs.values()),
     )  # fmt: skip
@@ -405,41 +400,6 @@ def _prune(
             f"efficiency {mean('efficiency'):.4f}, pT>1 {mean('efficiency_pt1'):.4f}, purity {mean('purity'):.4f}"
         )
     return gnn_graphs, built, filtered
-
-
-#: Seconds one core takes to read a graph file, score its edges with the filter and write what it keeps, per MB.
-PRUNE_SECONDS_PER_MB = 0.05
-#: Seconds one core takes to read a graph file and write the edges that its logits, computed already, keep, per MB.
-SELECT_SECONDS_PER_MB = 0.0125
-#: MB of graph file per second of building it (a full event: ~200 MB in ~4 s), to size a built-and-pruned item.
-EVENT_GRAPH_MB_PER_BUILD_SECOND = 50.0
-
-
-def _pruned_graph(item: tuple[str, str, bool, np.ndarray | None], filter_path: str, out_dir: str, graph_config) -> dict:
-    """One graph pruned with the filter saved at ``filter_path`` and written to ``out_dir/<set>/`` (a worker's item).
-
-    Args:
-        item: ``(set, source, build, logits)``: a graph file to read, or (``build``) a raw event to build the graph
-            of with ``graph_config`` first. Either way the file written holds the same bytes: the graph, as
-            :func:`~domainpar.data.event_graph.save_graph` would have written and :func:`load_graph` read it, pruned.
-            ``logits``: the filter's logits of a graph file's edges, where they were computed already (else None).
-
-    Returns:
-        ``{"built": the build record or None, "filtered": the filter record}``.
-    """
-    kind, source, build, logits = item
-    edge_filter = load_filter(filter_path)
-    built = None
-    if build:
-        graph, stats = build_event_graph(source, graph_config)
-        built = _graph_record(stats)
-        target = graph_target(source, Path(out_dir) / kind)
-    else:
-        graph = load_graph(source)
-        target = Path(out_dir) / kind / Path(source).name
-    kept = edge_filter.apply(graph, logits)
-    save_graph(kept, target)
-    return {"built": built, "filtered": _filtered_record(graph, kept)}
 
 
 def _train(recipe: Recipe, gnn_graphs: dict[str, Path], out: Path, echo, progress) -> tuple[Path, dict]:
@@ -502,24 +462,6 @@ def _json_default(value):
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _filtered_record(before, after) -> dict:
-    """Edges kept, share of the graph's true edges kept (all, and of particles above 1 GeV), purity after filtering."""
-    import numpy as np
-
-    true_before = int(np.count_nonzero(before.y > 0.5))
-    true_after = int(np.count_nonzero(after.y > 0.5))
-    high_before = (before.y > 0.5) & (before.particle_pt[before.edge_index[0]] > 1.0)
-    high_after = (after.y > 0.5) & (after.particle_pt[after.edge_index[0]] > 1.0)
-    return {
-        "event_id": after.event_id,
-        "num_edges_before": before.num_edges,
-        "num_edges": after.num_edges,
-        "efficiency": true_after / true_before if true_before else None,
-        "efficiency_pt1": int(high_after.sum()) / int(high_before.sum()) if high_before.any() else None,
-        "purity": true_after / after.num_edges if after.num_edges else None,
-    }
 
 
 __all__ = ["TABLE_KEYS", "format_table", "run_recipe"]

@@ -14,7 +14,7 @@ from domainpar.data.dataset import build_dataset
 from domainpar.data.graph_files import load_graph
 from domainpar.errors import DomainparError
 from domainpar.filter.edge_filter import EdgeFilter, FilterNet
-from domainpar.pipeline import physics
+from domainpar.pipeline import physics, pruning
 from domainpar.pipeline.physics import reused_filter
 from domainpar.pipeline.recipe import load_recipe
 from domainpar.sim.config import SimulationConfig
@@ -135,7 +135,7 @@ def test_a_set_built_and_pruned_in_one_pass_is_the_set_built_whole_then_pruned(t
     records as building them whole, reading them back and pruning them."""
     recipe = load_recipe(RECIPE)
     simulate_dataset(tmp_path / "events", 3, SimulationConfig(num_particles=150), seed=8, progress=False)
-    whole = [physics._graph_record(stats) for stats in build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)]
+    whole = [pruning.graph_record(stats) for stats in build_dataset(tmp_path / "events", tmp_path / "graphs", recipe.graph, progress=False)]
     trained = reused_filter(_filter_file(tmp_path, recipe.filter, threshold=-0.2), recipe)
     read_back, built_none, filtered_read = _prune(recipe, tmp_path, "read", trained, graphs=("val",), sets=("val",))
     in_one_pass, built, filtered_built = _prune(recipe, tmp_path, "built", trained, graphs=(), sets=("val",))
