@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Mapping
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, MachineFault
 
 #: Largest id of a normal job step; ids above it are Slurm's special steps (batch 0xfffffffb, interactive 0xfffffffa, ...).
 SLURM_MAX_NORMAL_STEP_ID = 0xFFFFFFF0
@@ -119,15 +120,42 @@ def detect(environ: Mapping[str, str] | None = None) -> LauncherEnv:
     rank, world = _int(env, ("RANK",)), _int(env, ("WORLD_SIZE",))
     if rank is not None and world is not None:
         local = _int(env, ("LOCAL_RANK",))
+        _check_ranks(("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", local))
         kind = "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env"
         return LauncherEnv(kind, rank, world, 0 if local is None else local, job, step, nodes)
     if normal_step:
         rank = _int(env, ("SLURM_PROCID",))
-        world = _int(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"))
+        tasks = _first_set(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"))
+        world = _int(env, (tasks,)) if tasks else None
         if rank is not None and world is not None and world > 1:
             local = _int(env, ("SLURM_LOCALID",))
+            _check_ranks(("SLURM_PROCID", rank), (tasks, world), ("SLURM_LOCALID", local))
             return LauncherEnv("srun", rank, world, 0 if local is None else local, job, step, nodes)
     return LauncherEnv("none", 0, 1, 0, job, step, nodes)
+
+
+def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` set to something other than blanks."""
+    return next((name for name in names if environ.get(name, "").strip()), None)
+
+
+def _check_ranks(rank: tuple[str, int], world: tuple[str, int], local: tuple[str, int | None]) -> None:
+    """A launcher's rank, world size and local rank (each as (variable, value)) describe a process of the job.
+
+    A stale or hand-edited export (RANK=5 with WORLD_SIZE=2) would otherwise reach the rendezvous, where rank 0's
+    store waits for a peer that cannot exist until the timeout, then fails with a traceback.
+
+    Raises:
+        DomainparError: a world size below 1, a rank outside 0 .. world size - 1, or a negative local rank (named).
+    """
+    (world_name, size), (rank_name, number), (local_name, local_number) = world, rank, local
+    if size < 1:
+        raise DomainparError(f"environment variable {world_name} must be at least 1 (got {size})")
+    if not 0 <= number < size:
+        raise DomainparError(f"environment variable {rank_name} must be between 0 and {world_name}-1 = {size - 1} (got {number})")
+    # The local rank is not bounded by the world size: a hand-made one-process job may pin a GPU with it.
+    if local_number is not None and local_number < 0:
+        raise DomainparError(f"environment variable {local_name} must be at least 0 (got {local_number})")
 
 
 def planned_job(world_size: int, environ: Mapping[str, str] | None = None) -> LauncherEnv:
@@ -190,4 +218,38 @@ def slurm_rendezvous(launcher: LauncherEnv, environ: Mapping[str, str] | None = 
     return address, port
 
 
-__all__ = ["LauncherEnv", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]
+def check_rendezvous(address: str, port: str, launcher: LauncherEnv) -> None:
+    """MASTER_ADDR and MASTER_PORT name a host that resolves and a TCP port, before the rendezvous waits on them.
+
+    torch's ``env://`` rendezvous reads them itself: a port that is no number or out of range is its traceback, and
+    a host name that does not resolve is a connect retried until the process group timeout (minutes), then a
+    traceback that blames the network.
+
+    Raises:
+        DomainparError: a port that is not an integer in 1..65535, or a host name the resolver does not know.
+        MachineFault: the resolver failed for another reason (no name server reachable: the machine's, not the
+            name's).
+    """
+    where = f"the rendezvous of {launcher.describe()}"
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 1 <= number <= 65535:
+        raise DomainparError(f"environment variable MASTER_PORT must be a TCP port number 1..65535 for {where} (got {port[:40]!r})")
+    try:
+        socket.getaddrinfo(address, number, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if exc.errno in _UNKNOWN_NAME_ERRORS:
+            raise DomainparError(
+                f"environment variable MASTER_ADDR must name a host this machine can resolve for {where} "
+                f"(got {address[:80]!r}: {exc.strerror})"
+            ) from None
+        raise MachineFault(f"{where}: the host name {address[:80]!r} (MASTER_ADDR) could not be looked up: {exc.strerror}") from None
+
+
+#: getaddrinfo's answers that the name itself is unknown (not that the resolver could not be asked).
+_UNKNOWN_NAME_ERRORS = {getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA", "EAI_ADDRFAMILY") if hasattr(socket, name)}
+
+
+__all__ = ["LauncherEnv", "check_rendezvous", "detect", "first_host", "planned_job", "rendezvous_port", "slurm_rendezvous"]

@@ -36,9 +36,9 @@ import torch.multiprocessing as mp
 
 from domainpar.comm.failure import Failure, raised
 from domainpar.comm.watchdog import Watchdog, WatchdogConfig, base_store, current, finish_current, set_current
-from domainpar.errors import DomainparError, MachineFault, is_fault, note_stop
+from domainpar.errors import DomainparError, MachineFault, is_fault, message_line, note_stop
 from domainpar.launch.bootstrap import RankProcess, StartFailed, start_reason
-from domainpar.launch.env import LauncherEnv, detect, slurm_rendezvous
+from domainpar.launch.env import LauncherEnv, check_rendezvous, detect, slurm_rendezvous
 from domainpar.launch.inbox import Inbox
 from domainpar.launch.lifeline import Terminated, die_with_parent, name_process, terminate_on_signals
 from domainpar.signals import STOP_SIGNALS, children_start_quietly, hold_stops, signal_name, start_resource_tracker
@@ -266,13 +266,25 @@ def init_from_env(
                 raise DomainparError(
                     f"environment variable {name} must be set for the rendezvous of {launcher.describe()} (got nothing)"
                 )
-        dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        address, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+        check_rendezvous(address, port, launcher)
+        try:
+            dist.init_process_group(
+                backend=backend,
+                init_method="env://",
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=timeout_s),
+            )
+        except dist.DistError as exc:
+            # Rank 0's store not reachable within the timeout, or its port taken: the job's machines, not its input.
+            reason = message_line(str(exc).split("\n", 1)[0], 160)
+            if rank == 0:
+                advice = (f"check that port {port} is free on this host and that the other {world_size - 1} rank(s) "
+                          f"were started with MASTER_ADDR={address} MASTER_PORT={port} and can reach it")
+            else:
+                advice = f"check that rank 0 runs on {address} and that port {port} is free there and reachable from here"
+            raise MachineFault(f"{launcher.describe()}: no rendezvous at {address}:{port} ({reason}); {advice}") from None
     if world_size > 1 and watchdog is not None and current() is None:
         _start_watchdog(rank, world_size, watchdog, functools.partial(report_to_stderr, rank))
         atexit.register(finish_current)

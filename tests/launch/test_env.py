@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 
-from domainpar.errors import DomainparError
+from domainpar.errors import DomainparError, MachineFault
 from domainpar.launch.ranks import init_from_env
 from domainpar.launch.env import detect, first_host, rendezvous_port, slurm_rendezvous
 
@@ -109,3 +112,83 @@ def test_init_from_env_in_a_batch_script_names_slurm_and_what_to_run(monkeypatch
     message = str(info.value)
     assert "Slurm job 4242" in message and "srun" in message and "--ranks" in message
     assert "MASTER_ADDR" not in message
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"RANK": "5", "WORLD_SIZE": "2"}, r"RANK must be between 0 and WORLD_SIZE-1 = 1 \(got 5\)"),
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, r"RANK must be between 0 and WORLD_SIZE-1 = 1 \(got -1\)"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, r"WORLD_SIZE must be at least 1 \(got 0\)"),
+        ({"RANK": "0", "WORLD_SIZE": "-3"}, r"WORLD_SIZE must be at least 1 \(got -3\)"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-2"}, r"LOCAL_RANK must be at least 0 \(got -2\)"),
+        ({**srun_task(8)}, r"SLURM_PROCID must be between 0 and SLURM_STEP_NUM_TASKS-1 = 7 \(got 8\)"),
+        ({**srun_task(3), "SLURM_LOCALID": "-1"}, r"SLURM_LOCALID must be at least 0 \(got -1\)"),
+    ],
+)
+def test_a_rank_that_cannot_be_in_its_job_is_named(env, named):
+    # A stale export (RANK=5 of 2) used to reach the rendezvous and wait there for the timeout.
+    with pytest.raises(DomainparError, match=rf"^environment variable {named}$"):
+        detect(env)
+
+
+def test_the_edges_of_the_rank_ranges_are_jobs():
+    assert detect({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}).rank == 1
+    assert detect({"RANK": "0", "WORLD_SIZE": "1"}).world_size == 1
+    # A one-process job may pin a GPU by its local rank (tests/launch/test_ranks.py does).
+    assert detect({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "2"}).local_rank == 2
+    assert detect(srun_task(7)).rank == 7
+
+
+def _as_a_job_rank(monkeypatch) -> None:
+    """init_from_env in this test process without what it does to a launched rank's process (parent-death signal,
+    process name)."""
+    from domainpar.launch import ranks
+
+    monkeypatch.setattr(ranks, "die_with_parent", lambda *args: None)
+    monkeypatch.setattr(ranks, "name_process", lambda *args: None)
+
+
+@pytest.mark.parametrize(
+    "address, port, named",
+    [
+        ("127.0.0.1", "99999", r"MASTER_PORT must be a TCP port number 1\.\.65535 .* \(got '99999'\)"),
+        ("127.0.0.1", "0", r"MASTER_PORT must be a TCP port number 1\.\.65535 .* \(got '0'\)"),
+        ("127.0.0.1", "http", r"MASTER_PORT must be a TCP port number 1\.\.65535 .* \(got 'http'\)"),
+        ("no-such-host.invalid", "29500", r"MASTER_ADDR must name a host this machine can resolve .* \(got 'no-such-host\.invalid'"),
+    ],
+)
+def test_a_rendezvous_that_cannot_be_reached_is_named_before_the_wait(monkeypatch, address, port, named):
+    _as_a_job_rank(monkeypatch)
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID", "TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", address)
+    monkeypatch.setenv("MASTER_PORT", port)
+    started = time.monotonic()
+    with pytest.raises(DomainparError, match=named):
+        init_from_env(600, device="cpu", watchdog=None)
+    assert time.monotonic() - started < 30  # not the 600 s timeout
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_whose_rank_0_never_comes_is_a_machine_fault_within_the_timeout(monkeypatch):
+    import torch.distributed as dist
+
+    _as_a_job_rank(monkeypatch)
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID", "TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    with pytest.raises(MachineFault) as info:
+        init_from_env(2, device="cpu", watchdog=None)
+    assert not dist.is_initialized()
+    message = str(info.value)
+    assert message.startswith(f"rank 1 of 2 (RANK/WORLD_SIZE set in the environment): no rendezvous at 127.0.0.1:{port} (")
+    assert f"check that rank 0 runs on 127.0.0.1" in message and "\n" not in message
