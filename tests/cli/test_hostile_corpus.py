@@ -554,6 +554,11 @@ def _(ws):
     return _build(ws, ws.event_cell("cells", "value", "-0.5", row=2)) + ["--cell-features"]
 
 
+@case("build-cells-rows-written-twice-with-cell-features", "event000000001-cells.csv: expected each channel (ch0, ch1) of a hit once")
+def _(ws):
+    return _build(ws, ws.event("cells", lambda rows: rows.extend(rows[1:]))) + ["--cell-features"]
+
+
 @case("build-cells-value-nan-with-cell-features", "event000000001-cells.csv: column 'value' must be finite numbers")
 def _(ws):
     return _build(ws, ws.event_cell("cells", "value", "nan", row=2)) + ["--cell-features"]
