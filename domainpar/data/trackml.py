@@ -151,6 +151,32 @@ MAX_EVENT_FILE_BYTES = 1 << 30
 _READ_CHUNK = 1 << 24
 
 
+def unreadable_event_file(path: Path) -> DomainparError:
+    """The error of an event file this user may not read: theirs to mend (its mode or owner), exit 2, not a fault."""
+    return DomainparError(f"{path}: expected an event file this user can read (permission denied)")
+
+
+def read_event_bytes(path: Path) -> bytes:
+    """The bytes of an event file; one that this user may not read is named as the user's to mend, not the machine's.
+
+    Raises:
+        DomainparError: permission denied (exit 2: the file's mode or owner, as any unreadable input).
+    """
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except PermissionError:
+        raise unreadable_event_file(path) from None
+
+
+def _open_gzip(path: Path) -> gzip.GzipFile:
+    """``gzip.open(path)``, streamed (an archive is inflated chunk by chunk, up to the limit); unreadable: named."""
+    try:
+        return gzip.open(path, "rb")
+    except PermissionError:
+        raise unreadable_event_file(path) from None
+
+
 def _csv_text(path: Path, content: bytes | None) -> bytes:
     """The CSV text of an event file (decompressed when ``.gz``), at most :data:`MAX_EVENT_FILE_BYTES`.
 
@@ -161,9 +187,9 @@ def _csv_text(path: Path, content: bytes | None) -> bytes:
         size = len(content) if content is not None else path.stat().st_size
         if size > limit:
             raise DomainparError(f"{path}: expected at most {limit >> 30} GiB of CSV text in an event file (found {size:,} bytes)")
-        return content if content is not None else path.read_bytes()
+        return content if content is not None else read_event_bytes(path)
     text = io.BytesIO()
-    with gzip.GzipFile(fileobj=io.BytesIO(content)) if content is not None else gzip.open(path, "rb") as stream:
+    with gzip.GzipFile(fileobj=io.BytesIO(content)) if content is not None else _open_gzip(path) as stream:
         # In chunks, so that a bomb is stopped at the limit rather than inflated whole.
         while chunk := stream.read(_READ_CHUNK):
             text.write(chunk)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from domainpar.data.event_graph import EventGraph
 from domainpar.data.graph_files import graph_files, has_graph_files, refuse_mixed_inputs
-from domainpar.data.trackml import event_file, event_id_of, event_prefixes, has_truth, load_event
+from domainpar.data.trackml import event_file, event_id_of, event_prefixes, has_truth, load_event, unreadable_event_file
 from domainpar.errors import DomainparError
 
 
@@ -133,9 +133,12 @@ def read_raw_event(source: EventSource | Path, needs_cells: bool, truth: bool = 
     inputs = []
     for part in parts:
         path = event_file(prefix, part)
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            content = handle.read()
+        try:
+            with open(path, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                content = handle.read()
+        except PermissionError:
+            raise unreadable_event_file(path) from None
         contents[part] = (path, content)
         if part in ("hits", "cells"):
             inputs.append({"file": path.name, "bytes": len(content), "mtime_ns": int(info.st_mtime_ns),

@@ -398,3 +398,37 @@ def test_files_beside_the_events_that_are_no_event_files_are_ignored(plain_event
     for name in ("event000000001-hits.csv.gz.md5", "README.md", "event000000001-hits.csv.md5", "detectors.csv"):
         (tmp_path / name).write_text("x")
     assert event_prefixes(tmp_path) == [tmp_path / "event000000001"]
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["csv", "csv.gz"])
+def test_an_event_file_this_user_cannot_read_is_the_users_mistake(plain_event, tmp_path, monkeypatch, compressed):
+    # Exit 2 naming the file, in `build` and in `reconstruct` alike (a PermissionError was a machine fault, exit 1,
+    # in reconstruct's per-event failures). Root reads any file whatever its mode, so the denial is made here.
+    import builtins
+
+    from domainpar.inference import sources
+
+    for part in PARTS:
+        shutil.copy(f"{plain_event}-{part}.csv", tmp_path / f"event000000001-{part}.csv")
+    hits = tmp_path / "event000000001-hits.csv"
+    if compressed:
+        hits.with_suffix(".csv.gz").write_bytes(gzip.compress(hits.read_bytes()))
+        hits.unlink()
+        hits = hits.with_suffix(".csv.gz")
+    real_open, real_gzip_open = builtins.open, gzip.open
+
+    def denied(opener):
+        def open_(file, *args, **kwargs):
+            if str(file) == str(hits):
+                raise PermissionError(13, "Permission denied", str(file))
+            return opener(file, *args, **kwargs)
+
+        return open_
+
+    monkeypatch.setattr(builtins, "open", denied(real_open))
+    monkeypatch.setattr(gzip, "open", denied(real_gzip_open))
+    expected = rf"^{hits}: expected an event file this user can read \(permission denied\)$"
+    with pytest.raises(DomainparError, match=expected):
+        load_event(tmp_path / "event000000001", parts=("hits", "cells"))
+    with pytest.raises(DomainparError, match=expected):
+        sources.read_raw_event(tmp_path / "event000000001", needs_cells=True)
