@@ -33,8 +33,9 @@ _OPTIONS = (
                  help="With --checkpoint: the edge filter (filter.pt of a recipe run) the model's training graphs were "
                       "pruned with; it prunes graphs built from raw events and unpruned graph files."),
     click.option("--threshold", type=FiniteFloat(0, 1, min_open=True, max_open=True), default=None,
-                 help="Edge score cut (probability); default: the checkpoint's training threshold (else 0.5), or the "
-                      "sidecar's."),
+                 help="Edge score cut (probability) of the edge metrics and of the components and walk track "
+                      "builders (ckf and ambiguity have their own cuts: reconstruct refuses it with them); default: the "
+                      "checkpoint's training threshold (else 0.5), or the sidecar's."),
     click.option("--tracks", "track_method", type=click.Choice(list(METHODS)), default=None,
                  help=f"Track building from edge scores (docs/tracks.md); default: the builder the checkpoint records, "
                       f"else {DEFAULT_METHOD}."),

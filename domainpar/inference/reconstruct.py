@@ -151,6 +151,27 @@ def find_sources(config: ReconstructConfig, pipeline: Pipeline) -> list[EventSou
     return sources
 
 
+def check_threshold_is_read(config: ReconstructConfig, pipeline: Pipeline) -> None:
+    """Refuse a ``--threshold`` the track builder does not cut on, before anything is written.
+
+    ``ckf`` and ``ambiguity`` seed and extend on their own cuts (``seed_threshold``, ``extend_threshold``, recorded
+    with the model); the threshold is the edge-only builders' cut. Given to them, the tracks came out the same at
+    any value while the run recorded it as its threshold: a setting that silently did nothing. (``evaluate`` reads
+    it in any case: its edge metrics are taken at the threshold.)
+
+    Raises:
+        DomainparError: ``--threshold`` given with a builder that does not read it.
+    """
+    tracks = pipeline.tracks
+    if config.threshold is not None and not tracks.reads_threshold:
+        raise DomainparError(
+            f"--threshold {config.threshold:g}: the {tracks.method} track builder does not cut on it (it seeds and "
+            f"extends on seed_threshold {tracks.seed_threshold:g} and extend_threshold {tracks.extend_threshold:g}, "
+            f"recorded with the model); leave it out, or give --tracks components or walk to build tracks from the "
+            f"edges above it"
+        )
+
+
 def check_model_first(config: ReconstructConfig, pipeline: Pipeline, sources: list[EventSource]) -> None:
     """Refuse a user's model that is not local under ``--parts`` > 1 before ``--out`` is touched or a rank started.
 
@@ -277,6 +298,7 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
 
     started = time.perf_counter()
     pipeline = load_pipeline(config)
+    check_threshold_is_read(config, pipeline)
     sources = find_sources(config, pipeline)
     check_model_first(config, pipeline, sources)
     had_manifest = (Path(config.out) / MANIFEST).exists()
@@ -414,6 +436,7 @@ def _reconstruct_as_rank(config: ReconstructConfig) -> RunResult:
     if env.rank == 0:
         try:
             pipeline = load_pipeline(config)
+            check_threshold_is_read(config, pipeline)
             sources = find_sources(config, pipeline)
             check_model_first(config, pipeline, sources)
             lock = acquire(config.out, "--out", LOCK, "reconstruction")

@@ -116,10 +116,16 @@ class TrackConfig:
     """Free-hit pass: fewest hits of a chain (four hits make two triplets that must agree)."""
 
     @property
+    def reads_threshold(self) -> bool:
+        """Whether ``threshold`` is this builder's cut: the edge-only methods; ``ckf`` and ``ambiguity`` seed and
+        extend on ``seed_threshold`` and ``extend_threshold`` instead."""
+        return self.method not in ("ckf", "ambiguity")
+
+    @property
     def follow_threshold(self) -> float:
         """The score an edge must be strictly above for this builder to join hits along it: ``extend_threshold`` for
         ``ckf`` and ``ambiguity`` (``threshold`` is not their cut), ``threshold`` for the edge-only methods."""
-        return self.extend_threshold if self.method in ("ckf", "ambiguity") else self.threshold
+        return self.threshold if self.reads_threshold else self.extend_threshold
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

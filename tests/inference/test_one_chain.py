@@ -245,3 +245,26 @@ def test_where_particles_are_lost_is_the_same_from_every_input(pruned_run):
     # A pruned file alone cannot tell the construction's losses from the filter's.
     with pytest.raises(DomainparError, match="give its raw event"):
         evaluate(EvaluateConfig(checkpoint=checkpoint, data=root / "filtered", losses=True, progress=False))
+
+
+def test_a_threshold_the_track_builder_does_not_cut_on_is_refused_by_reconstruct(pruned_run, walk_checkpoint, tmp_path):
+    """ckf (the default) seeds and extends on its own cuts: a --threshold gave the same tracks at any value while
+    the run recorded it. reconstruct refuses it in one line, before --out exists; with an edge-only builder (the
+    recorded one, or --tracks) the threshold is the cut, and it is taken."""
+    from domainpar.inference.pipeline import load_pipeline
+    from domainpar.inference.reconstruct import check_threshold_is_read
+    from domainpar.inference.spec import ReconstructConfig
+
+    checkpoint, filtered = pruned_run["checkpoint"], pruned_run["root"] / "filtered"
+    code, err = _cli(["reconstruct", "--data", filtered, "--out", tmp_path / "ckf", "--checkpoint", checkpoint,
+                      "--threshold", "0.9", "--quiet"])  # fmt: skip
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: --threshold 0.9: the ckf track builder does not cut on it (it seeds and extends on "), line
+    assert "--tracks components or walk" in line
+    assert not (tmp_path / "ckf").exists()
+    for options in ({"checkpoint": walk_checkpoint, "threshold": 0.9},
+                    {"checkpoint": checkpoint, "threshold": 0.9, "track_method": "components"},
+                    {"checkpoint": checkpoint}):  # fmt: skip
+        config = ReconstructConfig(data=filtered, out=tmp_path / "ok", **options)
+        check_threshold_is_read(config, load_pipeline(config))
