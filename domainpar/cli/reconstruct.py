@@ -83,7 +83,10 @@ def reconstruct(
         + ", ".join(f"{stage} {means[stage]:.2f} s" for stage in ("read", "build", "filter", "inference", "tracks", "write")
                     if means.get(stage) is not None)
     )  # fmt: skip
-    click.echo(f"wrote {Path(out)}/submissions, tracks, events, summary.json")
+    if events["done"]:
+        click.echo(f"wrote {Path(out)}/submissions, tracks, events, summary.json")
+    else:  # every event failed or was done before: no submission was written by this run
+        click.echo(f"wrote {Path(out)}/summary.json")
     failed = result.failed
     if failed:
         names = ", ".join(o.name for o in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")

@@ -386,20 +386,25 @@ def test_exit_status_is_2_for_bad_input_and_1_for_any_other_failure(checkpoint, 
 
         return prepare
 
+    every = {name: DomainparError(f"{name}-hits.csv: column 'x' must be numeric") for name in ("event000000001", "event000000002", "event000000003")}
     for broken, expected in (
         ({"event000000002": DomainparError("event000000002-hits.csv: column 'x' must be numeric")}, 2),
         ({"event000000002": RuntimeError("a bug")}, 1),
         ({"event000000001": DomainparError("bad x"), "event000000003": RuntimeError("a bug")}, 1),
+        (every, 2),
     ):
         monkeypatch.setattr(preparer, "prepare_event", failing(broken))
         out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
         capsys.readouterr()
         code = _cli(["reconstruct", "--data", str(data), "--out", str(out), "--checkpoint", str(checkpoint), "--quiet",
                      "--workers", "1", "--prefetch", "0"])  # fmt: skip
-        err = capsys.readouterr().err.strip().splitlines()
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
         assert code == expected, (broken, err)
         assert err[-1].startswith(f"error: {len(broken)} of 3 events failed"), err
         assert len(list((out / "submissions").glob("*.csv"))) == 3 - len(broken)
+        # What stdout says was written is what was (no submissions at all when every event failed).
+        assert ("submissions, tracks, events" in captured.out) == (len(broken) < 3), captured.out
 
 
 @pytest.mark.distributed
