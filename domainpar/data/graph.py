@@ -248,7 +248,7 @@ class GraphStats:
 
 
 def _search_edges(
-    r: np.ndarray, phi: np.ndarray, z: np.ndarray, layer: np.ndarray, config: GraphConfig
+    r: np.ndarray, phi: np.ndarray, z: np.ndarray, layer: np.ndarray, config: GraphConfig, event_id: int = 0
 ) -> np.ndarray:
     """(2, E) int64 inner → outer node indices of every candidate segment, sorted by (src, dst).
 
@@ -303,7 +303,7 @@ def _search_edges(
         raise DomainparError(f"hits: too many for one graph ({int(n)})")
     node = np.require(order, np.int64, ["C", "W"])
 
-    def search(first: int, last: int) -> np.ndarray:
+    def search_items(chosen: np.ndarray, capacity: int) -> np.ndarray:
         return find_segments(
             *floats[:5],
             ints[0],
@@ -312,7 +312,7 @@ def _search_edges(
             np.require(barrel, np.bool_, ["C", "W"]),
             *floats[5:9],
             ints[2],
-            items[first:last],
+            chosen,
             np.require(pair_jumps, np.bool_, ["C", "W"]),
             ints[3],
             ints[4],
@@ -327,10 +327,14 @@ def _search_edges(
             float(config.skip_margin),
             bool(config.skip_missing),
             node,
-            # Room for the segments of ~8 per inner hit and pair (a full event's average is 6): rarely grown.
-            8 * int(hits_done[last] - hits_done[first]),
+            capacity,
         )
 
+    def search(first: int, last: int) -> np.ndarray:
+        # Room for the segments of ~8 per inner hit and pair (a full event's average is 6): rarely grown.
+        return search_items(items[first:last], 8 * int(hits_done[last] - hits_done[first]))
+
+    _check_room(int(event_id), int(n), items, hits_done, search_items)
     ranges = chunks.weighted_bounds(hits_done, pieces) if items.shape[0] else []
     keys = np.concatenate(chunks.run(search, ranges)) if ranges else np.zeros(0, np.int64)
     # Sorted by key is sorted by (src, dst) (a pair of nodes is one key, whatever the order the search found it in).
@@ -344,6 +348,66 @@ def _search_edges(
         if keep is not None:
             src, dst = src[keep], dst[keep]
     return np.stack([src, dst])
+
+
+#: Bytes the build holds per candidate edge at its peak (the search's keys and their sort, the triplet table, the
+#: edge features, the labels): event 21000's full graph took 165 above the process's own (4.19M edges, 0.66 GB).
+BUILD_BYTES_PER_EDGE = 200
+#: Candidate edges per hit below which no event is estimated: a full real event has 33 (event 21000).
+DENSE_EDGES_PER_HIT = 100
+#: Work items of the search a density estimate runs (a sample across layer pairs and the detector).
+ESTIMATE_ITEMS = 64
+
+
+def memory_room() -> tuple[int, str] | None:
+    """The memory one build may take at most, and whose limit it is: the machine's or its container's memory, or
+    what ``ulimit -v`` leaves this process; None where neither can be read."""
+    from domainpar.workers import memory_bytes, process_memory_limit
+
+    found = [memory_bytes()]
+    limit = process_memory_limit()
+    if limit is not None:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as fh:
+                mapped = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            mapped = 0
+        found.append((max(0, limit - mapped), "what this process's address-space limit (ulimit -v) leaves:"))
+    found = [room for room in found if room is not None]
+    return min(found) if found else None
+
+
+def _check_room(event_id: int, num_hits: int, items: np.ndarray, hits_done: np.ndarray, search_items) -> None:
+    """Refuse, before the search, an event whose graph cannot be built in this machine's memory.
+
+    An event far denser than the cuts were made for (events overlaid into one, coordinates squeezed) has candidate
+    edges growing with the square of its density: a full event tiled 16 times (2M hits) took the 21 GB of a 23 GB
+    machine before it was killed, with no word of why. Where even a busy event's density
+    (:data:`DENSE_EDGES_PER_HIT`) could not fit, the search runs on a sample of its work items first, and the edges
+    it finds, scaled to all inner hits, at :data:`BUILD_BYTES_PER_EDGE`, must fit: a necessary condition (other
+    processes' memory is not counted), so an event that fits is never refused.
+
+    Raises:
+        MachineFault: the estimated build does not fit (exit 1: a machine with more memory could build it).
+    """
+    room = memory_room()
+    total_hits = int(hits_done[-1])
+    if room is None or total_hits == 0 or num_hits * DENSE_EDGES_PER_HIT * BUILD_BYTES_PER_EDGE <= room[0]:
+        return
+    from domainpar.errors import MachineFault
+
+    sample = np.ascontiguousarray(items[:: max(1, items.shape[0] // ESTIMATE_ITEMS)])
+    sampled_hits = int((sample[:, 2] - sample[:, 1]).sum())
+    if sampled_hits == 0:
+        return
+    estimate = search_items(sample, 8 * sampled_hits).size * total_hits / sampled_hits
+    need = estimate * BUILD_BYTES_PER_EDGE
+    if need > room[0]:
+        raise MachineFault(
+            f"event {event_id}: the graph of its {num_hits:,} hits would have ~{estimate:,.0f} candidate edges (a detector's full "
+            f"event has ~4 million), ~{need / 1e9:.1f} GB to build, more than {room[1]} {room[0] / 1e9:.1f} GB; build it "
+            "on a machine with more memory, or with tighter graph cuts"
+        )
 
 
 def _unbridged(src, dst, crossed, r, phi, z, is_barrel, config) -> np.ndarray | None:
@@ -478,7 +542,7 @@ def build_graph(
     r = np.hypot(pos[:, 0], pos[:, 1])
     phi = np.arctan2(pos[:, 1], pos[:, 0])
     z = pos[:, 2]
-    edge_index = np.zeros((2, 0), np.int64) if config.construction == "module_map" else _search_edges(r, phi, z, layer, config)
+    edge_index = np.zeros((2, 0), np.int64) if config.construction == "module_map" else _search_edges(r, phi, z, layer, config, event_id)
     if config.construction != "cuts":
         found = _map_edges(hits, keep if truth is not None and config.min_pt > 0 else None, layer, pos, config)
         n = np.int64(pos.shape[0])  # both sets inner → outer: one directed key per edge, sorted, is (src, dst) order

@@ -579,3 +579,38 @@ def test_a_graph_of_some_volumes_is_the_graph_of_the_event_cut_to_them(small_eve
         GraphConfig(volumes=[7, 99])
     with pytest.raises(DomainparError, match=r"expected hits in the graph's volumes \[12\]"):
         build_graph(hits[hits["volume_id"] != 12], config=GraphConfig(volumes=[12]))
+
+
+def _room(monkeypatch, megabytes: float) -> None:
+    """This machine as if it had ``megabytes`` of memory."""
+    from domainpar.data import graph
+
+    monkeypatch.setattr(graph, "memory_room", lambda: (int(megabytes * 1e6), "this machine's"))
+
+
+def test_an_event_whose_graph_cannot_fit_in_memory_is_refused_before_the_search(monkeypatch, tmp_path, capsys):
+    # An event far denser than the cuts were made for (a full event tiled 16 times took 21 GB of a 23 GB machine
+    # before it was killed) is a machine fault in one line, estimated from a sample of the search's work.
+    from domainpar.errors import MachineFault
+
+    want, _ = build_event_graph(DATA / "event000000001")
+    _room(monkeypatch, 1.0)  # event 1's ~15k edges need ~3 MB
+    with pytest.raises(MachineFault) as info:
+        build_event_graph(DATA / "event000000001")
+    message = str(info.value)
+    assert message.startswith("event 1: the graph of its 5,527 hits would have ~") and "\n" not in message
+    assert "more than this machine's 0.0 GB" in message
+    estimate = float(message.split("~", 1)[1].split(" ", 1)[0].replace(",", ""))
+    assert 0.5 * want.num_edges < estimate < 2 * want.num_edges  # the sample's estimate of the edges (0.72 here)
+    # Room for it: the sample's estimate lets it through (a necessary condition never refuses what fits) ...
+    _room(monkeypatch, 20.0)
+    got, _ = build_event_graph(DATA / "event000000001")
+    np.testing.assert_array_equal(got.edge_index, want.edge_index)
+    # ... and through the command: exit 1, one line, no graph written.
+    _room(monkeypatch, 1.0)
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--input", str(DATA), "--out", str(tmp_path / "graphs"), "--workers", "1", "--quiet"])
+    assert exited.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "candidate edges" in line and "more memory" in line
+    assert not list(tmp_path.glob("graphs/*.npz"))
