@@ -12,6 +12,7 @@ event has no record and is redone; nothing here depends on timing or on how the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -181,13 +182,23 @@ def event_outputs(result, digest: str, threshold: float, fmt: str) -> EventOutpu
 
 
 def write_event(out: Path, outputs: EventOutputs, fmt: str) -> dict:
-    """Write the submission, the tracks file and, last, the record (each atomically); the record as written."""
+    """Write the submission, the tracks file and, last, the record (each atomically); the record as written.
+
+    An event is written whole or not at all: where a later file fails (a full disk, a stop), the files already
+    written are removed, since a submission without its tracks file and record looks finished to whoever scores
+    ``submissions/`` (a rerun redoes the event either way).
+    """
     record = dict(outputs.record)
-    record["outputs"] = {
-        "submission": _write(submission_path(out, outputs.name), outputs.submission),
-        "tracks": _write(tracks_path(out, outputs.name, fmt), outputs.tracks),
-    }
-    _write(record_path(out, outputs.name), (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    try:
+        record["outputs"] = {
+            "submission": _write(submission_path(out, outputs.name), outputs.submission),
+            "tracks": _write(tracks_path(out, outputs.name, fmt), outputs.tracks),
+        }
+        _write(record_path(out, outputs.name), (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_event(out, outputs.name)
+        raise
     return record
 
 

@@ -58,3 +58,30 @@ def test_other_columns_are_left_to_pandas():
         (pd.DataFrame({"a b": [1.5, 2.0]}), lambda t: tracks_bytes(t, "csv"), {"float_format": "%.7g", "na_rep": ""}),
     ):
         assert write(table) == table.to_csv(index=False, lineterminator="\n", **kwargs).encode()
+
+
+@pytest.mark.parametrize("failing", ["tracks", "events"])
+def test_an_event_is_written_whole_or_not_at_all(tmp_path, monkeypatch, failing):
+    # A full disk at the tracks file or the record left a complete submission behind, which looks finished to
+    # whoever scores submissions/.
+    import errno
+
+    from domainpar.inference import products
+
+    real = products._write
+
+    def write(path, content):
+        if path.parent.name == failing:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, content)
+
+    for sub in ("submissions", "tracks", "events"):
+        (tmp_path / sub).mkdir()
+    outputs = products.EventOutputs("event000000001", b"event_id,hit_id,track_id\n1,1,1\n", b"track_id\n1\n", {"event_id": 1})
+    monkeypatch.setattr(products, "_write", write)
+    with pytest.raises(OSError, match="No space left"):
+        products.write_event(tmp_path, outputs, "csv")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    monkeypatch.setattr(products, "_write", real)
+    record = products.write_event(tmp_path, outputs, "csv")
+    assert set(record["outputs"]) == {"submission", "tracks"} and len(list(tmp_path.rglob("*.csv"))) == 2
