@@ -198,6 +198,19 @@ def build_sidecar(
     }
 
 
+def _is_saved_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a ``torch.save`` archive (a training checkpoint or model.pt of ``domainpar train``) rather
+    than a TorchScript one: both are zips, only TorchScript's holds ``code/``. Read from the zip's directory only."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return any(name.endswith("/data.pkl") for name in names) and not any("/code/" in name for name in names)
+
+
 def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
     """The sidecar of a model file, checked against the file.
 
@@ -208,6 +221,12 @@ def read_sidecar(model_path: str | os.PathLike) -> dict[str, Any]:
     model_path = Path(model_path)
     path = sidecar_path(model_path)
     if not path.is_file():
+        if _is_saved_checkpoint(model_path):
+            raise DomainparError(
+                f"{model_path}: expected a model written by `domainpar export` (TorchScript or ONNX, with its sidecar "
+                f"{path.name}), found a file of torch.save (a checkpoint or model.pt of `domainpar train`, or an edge "
+                "filter): give a checkpoint as --checkpoint"
+            )
         raise DomainparError(
             f"{model_path}: expected its sidecar {path.name} beside it (written by `domainpar export`; it names the input features and threshold), found none"
         )

@@ -292,6 +292,13 @@ def test_evaluate_model_refusals(exported, checkpoint, event_dir, tmp_path, caps
     shutil.copy(exported["onnx"], lonely)
     code, err = _run_cli(["evaluate", "--model", str(lonely)] + evaluate[1:], capsys)
     assert code == 2 and err.count("\n") == 1 and "expected its sidecar lonely.onnx.json beside it" in err
+    # A lone TorchScript model is that too; a training checkpoint given as --model is named as what it is.
+    shutil.copy(exported["torchscript"], tmp_path / "lonely.pt")
+    code, err = _run_cli(["evaluate", "--model", str(tmp_path / "lonely.pt")] + evaluate[1:], capsys)
+    assert code == 2 and err.count("\n") == 1 and "expected its sidecar lonely.pt.json beside it" in err
+    code, err = _run_cli(["evaluate", "--model", str(checkpoint)] + evaluate[1:], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "found a file of torch.save (a checkpoint or model.pt of `domainpar train`, or an edge filter): give a checkpoint as --checkpoint" in err
     shutil.copy(f"{exported['torchscript']}.json", tmp_path / "lonely.onnx.json")
     code, err = _run_cli(["evaluate", "--model", str(lonely)] + evaluate[1:], capsys)
     assert code == 2 and "the model file does not match its sidecar lonely.onnx.json" in err
