@@ -62,6 +62,8 @@ def list_sources(data: Path, truth: bool = False) -> list[EventSource]:
             )
         return sources
     if not has_graph_files(data):
+        if data.is_dir():
+            event_prefixes(data)  # event files it would not read (upper case, .bz2, ...) are named, as by `build`
         raise DomainparError(
             f"--data {data}: expected raw TrackML events (event*-hits.csv[.gz]) or graph files (*.npz, or PyG *.pyg / *.pt), "
             "found neither"

@@ -392,6 +392,21 @@ def test_an_event_file_that_would_not_be_read_is_named(plain_event, tmp_path, na
         event_prefixes(tmp_path)
 
 
+def test_a_directory_of_only_unread_event_files_is_named_by_evaluate_and_reconstruct_too(plain_event, tmp_path):
+    # `build` named the upper-case files; evaluate and reconstruct (which list --data another way) said "found
+    # neither raw events nor graph files".
+    from domainpar.inference.sources import list_sources
+
+    for p in ("hits", "cells"):
+        shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.CSV")
+    with pytest.raises(DomainparError, match=r"event000000001-\w+\.CSV: expected event files named .* rename it in lower case"):
+        list_sources(tmp_path)
+    for path in tmp_path.iterdir():
+        path.unlink()
+    with pytest.raises(DomainparError, match=r"expected raw TrackML events .* or graph files .*, found neither"):
+        list_sources(tmp_path)
+
+
 def test_files_beside_the_events_that_are_no_event_files_are_ignored(plain_event, tmp_path):
     for p in PARTS:
         shutil.copy(f"{plain_event}-{p}.csv", tmp_path / f"event000000001-{p}.csv")
