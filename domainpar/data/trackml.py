@@ -437,6 +437,9 @@ def _validate_cells(cells: pd.DataFrame, path: Path) -> None:
         if negative.size:
             row = int(negative[0])
             raise DomainparError(f"{path}: column {column!r} must be {what}, >= 0 (found {values[row]:g} in row {row + 1})")
+    if not cells["value"].to_numpy().any():
+        # As degenerate as all hits at one point: every hit's charge feature 0 (a column zeroed on export).
+        raise DomainparError(f"{path}: column 'value' must hold the cells' deposited charges (found 0 in every row)")
     repeated, first = _repeated_cells(cells)
     if repeated > REPEATED_CELLS_LIMIT * len(cells):
         raise DomainparError(

@@ -301,6 +301,7 @@ def test_a_part_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
         (lambda rows: rows[:1], r"expected the cells of the event's hits \(found an empty table\)"),
         (_set("value", "-0.25", row=3), r"column 'value' must be a deposited charge, >= 0 \(found -0.25 in row 3\)"),
         (_set("ch1", "-1", row=2), r"column 'ch1' must be a channel number, >= 0 \(found -1 in row 2\)"),
+        (lambda rows: rows[:1] + [[*row[:3], "0"] for row in rows[1:]], r"column 'value' must hold the cells' deposited charges \(found 0 in every row\)"),
         # Written twice (two copies, or each row twice): cell counts and charges, the cluster features, doubled.
         (lambda rows: rows + rows[1:], r"expected each channel \(ch0, ch1\) of a hit once, .* \(found 185\d\d of 37128 rows repeating one, first in row \d+: "),
         (lambda rows: rows[:1] + [row for row in rows[1:] for _ in (0, 1)], r"expected each channel .* first in row 2: "),
@@ -308,7 +309,7 @@ def test_a_part_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
         (lambda rows: rows + [[*row[:1], "2147483647", *row[2:]] for row in rows[1:2]] + rows[1:],
          r"expected each channel \(ch0, ch1\) of a hit once"),
     ],
-    ids=["header-only", "negative-charge", "negative-channel", "rows-twice", "each-row-twice", "wide-channels-twice"],
+    ids=["header-only", "negative-charge", "negative-channel", "zero-charges", "rows-twice", "each-row-twice", "wide-channels-twice"],
 )
 def test_cells_that_would_make_cluster_features_of_nothing_are_refused(plain_event, tmp_path, edit, message):
     def apply(rows):
