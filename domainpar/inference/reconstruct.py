@@ -167,8 +167,8 @@ def check_threshold_is_read(config: ReconstructConfig, pipeline: Pipeline) -> No
         raise DomainparError(
             f"--threshold {config.threshold:g}: the {tracks.method} track builder does not cut on it (it seeds and "
             f"extends on seed_threshold {tracks.seed_threshold:g} and extend_threshold {tracks.extend_threshold:g}, "
-            f"recorded with the model); leave it out, or give --tracks components or walk to build tracks from the "
-            f"edges above it"
+            "recorded with the model); leave it out, or give --tracks components or walk to build tracks from the "
+            "edges above it"
         )
 
 
