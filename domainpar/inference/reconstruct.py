@@ -20,6 +20,7 @@ before ``--out`` is touched) leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -308,6 +309,13 @@ def reconstruct(config: ReconstructConfig) -> RunResult:
         except DomainparError:
             # A refusal (a rank's, after the plan was written) leaves --out as it found it.
             _undo_refused(Path(config.out), had_manifest)
+            raise
+        except BaseException:
+            # Stopped or failed: every writer is gone now (spawned ranks are joined before spawn returns), and a
+            # writer stopped between creating its temporary and taking charge of it, or killed when it did not stop
+            # in time, left the temporary behind. The lock is still ours.
+            with contextlib.suppress(OSError):
+                remove_temporaries(Path(config.out))
             raise
 
 

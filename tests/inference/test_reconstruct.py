@@ -452,3 +452,34 @@ def test_the_exported_pipeline_reconstructs_as_its_checkpoint(checkpoint, truth_
     assert (tmp_path / "model" / name).read_bytes() == (tmp_path / "checkpoint" / name).read_bytes()
     manifest = json.loads((tmp_path / "model" / "reconstruct.json").read_text())["pipeline"]
     assert manifest["model_format"] == "torchscript" and manifest["checkpoint_sha256"]
+
+
+def test_a_stop_that_strands_a_temporary_leaves_none_behind(checkpoint, simulated_dir, tmp_path, monkeypatch, capsys):
+    """A writer stopped after its temporary exists but before it takes charge of it (inside mkstemp), or a rank
+    killed when it did not stop in time, strands the temporary: the run sweeps them once every writer is gone
+    (seen once in CI: a tracks temporary left by a SIGTERM)."""
+    import signal
+
+    from domainpar.errors import Terminated
+    from domainpar.inference import products
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for part in ("hits", "cells"):
+        shutil.copy(simulated_dir / f"event000000001-{part}.csv.gz", data)
+    real = products._write
+
+    def stranded(path, content):
+        if path.parent.name == "tracks":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / f".{path.name}.tmp-1-stranded.csv").write_bytes(content[:10])
+            raise Terminated(signal.SIGTERM)
+        return real(path, content)
+
+    monkeypatch.setattr(products, "_write", stranded)
+    out = tmp_path / "out"
+    code = _cli(["reconstruct", "--data", str(data), "--out", str(out), "--checkpoint", str(checkpoint), "--quiet",
+                 "--workers", "1", "--prefetch", "0"])  # fmt: skip
+    assert code == 143, capsys.readouterr().err
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    assert not list(out.glob("submissions/*.csv"))  # the event is not half there either
