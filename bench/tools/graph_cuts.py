@@ -3,7 +3,8 @@
     python -m bench.tools.graph_cuts --checkpoint runs/x/model.pt --data ../shared/data/trackml/pixel \\
         --variant 'skip 0.02={"skip_dphi_margin": 0.02}' --variant 'slope 0.003={"phi_slope_max": 0.003}'
 
-Every raw event of ``--data`` (with truth) is built with the checkpoint's recorded build (the row ``recorded``) and
+Every raw event of ``--data`` (with truth) is built with the checkpoint's recorded build, or a recipe's ``graph:``
+section with ``--recipe examples/full_event.yaml`` (the row ``recorded``), and
 with every ``--variant NAME=JSON`` (the recorded :class:`~domainpar.data.graph.GraphConfig` with the JSON's settings
 replaced). For each: edges per event, the fraction of true segments built, and for the particles on >= 3 layers
 the fraction whose chain the graph breaks (:func:`~domainpar.tracks.losses.chain_joined`) per pT bin of
@@ -42,6 +43,17 @@ def recorded_build(checkpoint: Path) -> GraphConfig:
     if config is None:
         raise DomainparError(f"--checkpoint {checkpoint}: expected a checkpoint that records its graph build (none recorded)")
     return config
+
+
+def recipe_build(recipe: Path) -> GraphConfig:
+    """The graph build of a recipe file's ``graph:`` section."""
+    import yaml
+
+    try:
+        section = yaml.safe_load(recipe.read_text()).get("graph")
+    except (OSError, AttributeError, yaml.YAMLError) as exc:
+        raise DomainparError(f"--recipe {recipe}: expected a recipe YAML file with a graph section ({exc})") from None
+    return GraphConfig.from_dict(section if section is not None else {}, f"--recipe {recipe}: graph")
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -103,14 +115,16 @@ def measure(config: GraphConfig, events: list) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.graph_cuts", description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, type=Path, help="the build to start from (recorded in it)")
+    start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument("--checkpoint", type=Path, help="the build to start from (recorded in it)")
+    start.add_argument("--recipe", type=Path, help="or a recipe file, whose graph section is the build to start from")
     parser.add_argument("--data", required=True, type=Path, help="raw TrackML events with truth and particles")
     parser.add_argument("--variant", action="append", default=[], help='NAME=JSON settings replaced, e.g. skip={"skip_dphi_margin": 0.02}')
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
         changes = dict(parse_variant(text) for text in args.variant)
-        base = recorded_build(args.checkpoint)
+        base = recorded_build(args.checkpoint) if args.checkpoint is not None else recipe_build(args.recipe)
         variants = {"recorded": base}
         variants.update({name: GraphConfig.from_dict({**base.to_dict(), **settings}, f"--variant {name}")
                          for name, settings in changes.items()})  # fmt: skip

@@ -10,7 +10,7 @@ import click
 from domainpar.atomic import atomic_path
 from domainpar.cli.checks import local_ranks
 from domainpar.data.dataset import build_graph_files, build_workers, event_inputs
-from domainpar.data.graph import CONSTRUCTIONS, GraphConfig
+from domainpar.data.graph import CONSTRUCTIONS, TRAJECTORIES, GraphConfig
 from domainpar.errors import DomainparError
 from domainpar.cli.inputs import inputs_of
 from domainpar.output_paths import check_apart, check_output_dir, check_output_file, no_empty_directories_left
@@ -25,6 +25,8 @@ _DEFAULTS = GraphConfig()
 @click.option("--phi-slope-max", type=float, default=_DEFAULTS.phi_slope_max, show_default=True, help="Largest |dphi|/|dr| of an edge, rad/mm.")
 @click.option("--dphi-margin", type=float, default=_DEFAULTS.dphi_margin, show_default=True, help="Constant |dphi| allowance added to the phi-slope window, rad.")
 @click.option("--z0-max", type=float, default=_DEFAULTS.z0_max, show_default=True, help="Largest |z0| of the (r, z) line through both hits, mm.")
+@click.option("--trajectory", type=click.Choice(list(TRAJECTORIES)), default=_DEFAULTS.trajectory, show_default=True, help="What the phi-slope and z0 cuts follow: straight lines, or a helix from the beam line of curvature up to 2 x --phi-slope-max per mm (keeps low-pT segments at the strips' radii).")
+@click.option("--helix-reach", type=float, default=_DEFAULTS.helix_reach, show_default=True, help="With --trajectory helix: the most curved circle of the phi window turns at this multiple of the outer hit's radius (>= 1).")
 @click.option("--deta-max", type=float, default=_DEFAULTS.deta_max, show_default=True, help="Largest |deta| of an endcap disc -> disc edge.")
 @click.option("--skip-missing/--no-skip-missing", default=_DEFAULTS.skip_missing, show_default=True, help="Add edges that jump a layer where a hit is missing.")
 @click.option("--skip-phi-slope-max", type=float, default=_DEFAULTS.skip_phi_slope_max, show_default=True, help="Phi-slope cut of the layer-jumping edges, rad/mm.")

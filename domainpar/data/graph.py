@@ -62,6 +62,8 @@ if TYPE_CHECKING:  # training ranks import GraphConfig only: pandas and the numb
 
 #: Edge constructions of :attr:`GraphConfig.construction`.
 CONSTRUCTIONS = ("cuts", "module_map", "cuts+module_map")
+#: What the cuts of :attr:`GraphConfig.trajectory` extrapolate a hit pair along.
+TRAJECTORIES = ("line", "helix")
 #: Names of the extra node features appended with ``GraphConfig(cell_features=True)``.
 CELL_FEATURES = ("cell_count", "cell_charge")
 
@@ -76,6 +78,13 @@ class GraphConfig:
     """Constant |dphi| allowance added to the phi-slope window, rad (hit resolution on short segments)."""
     z0_max: float = 200.0
     """Largest |z0| (mm) where the (r, z) line through both hits meets the beam line."""
+    trajectory: str = "line"
+    """What the phi-slope and z0 cuts extrapolate: ``line`` (straight in (r, phi) and (r, z)) or ``helix`` (a circle
+    through the beam line of curvature up to 2 ``phi_slope_max`` per mm, z0 along the helix; keeps low-pT segments
+    at the strips' radii)."""
+    helix_reach: float = 1.0
+    """With ``helix``: the phi window's most curved circle turns at this multiple of the outer hit's radius (1: a
+    particle turning at the outer layer; more narrows the window where low-pT particles run tangential)."""
     deta_max: float = 0.07
     """Largest |deta| between the two hits of a disc → disc edge (the eta window)."""
     skip_missing: bool = True
@@ -141,6 +150,13 @@ class GraphConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (np.isfinite(value) and value >= 0):
                 raise DomainparError(f"GraphConfig.{name} must be a non-negative number (got {value!r})")
+        if not (isinstance(self.helix_reach, (int, float, np.integer, np.floating)) and not isinstance(self.helix_reach, bool)
+                and np.isfinite(self.helix_reach) and self.helix_reach >= 1.0):
+            raise DomainparError(f"GraphConfig.helix_reach must be a number >= 1 (got {self.helix_reach!r})")
+        if self.trajectory == "line" and self.helix_reach != 1.0:
+            raise DomainparError(f"GraphConfig.helix_reach is for trajectory 'helix' (got trajectory {self.trajectory!r})")
+        if self.trajectory not in TRAJECTORIES:
+            raise DomainparError(f"GraphConfig.trajectory must be one of {list(TRAJECTORIES)} (got {self.trajectory!r})")
         if self.construction not in CONSTRUCTIONS:
             raise DomainparError(f"GraphConfig.construction must be one of {list(CONSTRUCTIONS)} (got {self.construction!r})")
         if self.construction != "cuts":
@@ -183,6 +199,9 @@ class GraphConfig:
         for name in ("skip_dphi_margin", "bridge_dphi_margin"):
             if values[name] is None:
                 values.pop(name)  # what graphs built before the setting existed record (same hashes)
+        if self.trajectory == "line":
+            values.pop("trajectory")  # graphs of straight cuts record what they recorded before (same hashes)
+            values.pop("helix_reach")
         if not self.volumes:
             values.pop("volumes")  # the same: whole-detector graphs record what they recorded before
         if self.construction == "cuts":
@@ -328,6 +347,8 @@ def _search_edges(
             bool(config.skip_missing),
             node,
             capacity,
+            config.trajectory == "helix",
+            float(config.helix_reach),
         )
 
     def search(first: int, last: int) -> np.ndarray:

@@ -57,6 +57,52 @@ def _grow(buffer: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
+def helix_dphi(r_a: float, r_b: float, kappa_max: float, reach: float = 1.0) -> float:
+    """Largest |dphi| (rad) between hits at radii r_a < r_b (mm) of one circle through the beam line whose curvature
+    is at most ``kappa_max`` (1/mm): a hit at radius r of such a circle lies ``asin(r kappa / 2)`` from the azimuth
+    it started with, the more the more curved, up to the circle whose largest radius is ``reach`` r_b
+    (kappa = 2 / (reach r_b); 1: the circle that just reaches r_b, turning there).
+
+    For small curvatures it is ``kappa_max (r_b - r_a) / 2``: the straight phi-slope cut of slope ``kappa_max / 2``.
+    Beyond that it grows where a low-pT particle turns tangential (r_b near its circle's diameter), which the
+    straight cut refuses.
+    """
+    k = kappa_max
+    if reach * r_b * k > 2.0:
+        k = 2.0 / (reach * r_b)
+    return math.asin(min(1.0, 0.5 * r_b * k)) - math.asin(min(1.0, 0.5 * r_a * k))
+
+
+@njit(cache=True)
+def helix_arc(r: float, kappa: float) -> float:
+    """Transverse arc length (mm) from the beam line to radius ``r`` along a circle through it of curvature
+    ``kappa`` (1/mm, 0 <= r kappa <= 2): ``2 asin(r kappa / 2) / kappa``, its series where kappa r is tiny."""
+    x = 0.5 * r * kappa
+    if x < 1.0e-3:
+        return r * (1.0 + x * x / 6.0)
+    return 2.0 * math.asin(min(1.0, x)) / kappa
+
+
+@njit(cache=True)
+def _helix_keep(r_a, z_a, r_b, z_b, dphi, slope_cut, margin, z0_cut, reach):
+    """The helix cuts of one hit pair (r_a < r_b): the azimuth step of a circle through the beam line of curvature
+    at most ``2 slope_cut`` (plus ``margin``), and the beam-line intercept ``|z0| <= z0_cut`` of the helix through
+    both hits, z linear in the transverse arc length (the straight (r, z) line bends away from a low-pT helix at the
+    strips' radii)."""
+    kappa_max = 2.0 * slope_cut
+    if not (r_b > r_a and dphi <= helix_dphi(r_a, r_b, kappa_max, reach) + margin):
+        return False
+    # The circle through the beam line and both hits: its chord subtends dphi at the beam line (inscribed angle),
+    # so kappa = 2 sin(dphi) / chord; at most what still reaches r_b, and the cut's own (hits within the margin).
+    chord = math.sqrt(max(r_a * r_a + r_b * r_b - 2.0 * r_a * r_b * math.cos(dphi), 1.0e-300))
+    kappa = 2.0 * math.sin(min(dphi, 0.5 * math.pi)) / chord
+    kappa = min(kappa, kappa_max, 2.0 / r_b)
+    s_a = helix_arc(r_a, kappa)
+    s_b = helix_arc(r_b, kappa)
+    return abs(z_a * s_b - z_b * s_a) <= z0_cut * (s_b - s_a)
+
+
+@njit(cache=True)
 def _secondary_window_barrel(r_a, z_a, r_lo, r_hi, z0_max):
     """z range on an outer cylinder (radii r_lo..r_hi) of lines from |z0| <= z0_max through (r_a, z_a)."""
     # z_b = z0 + (z_a - z0) r_b / r_a is monotonic in z0 and r_b: the extremes sit at the corners.
@@ -230,6 +276,8 @@ def find_segments(
     allow_skip: bool,
     node: np.ndarray,
     capacity: int,
+    helix: bool = False,
+    helix_reach: float = 1.0,
 ) -> np.ndarray:
     """All hit pairs (inner, outer) of the given work items that pass the cuts, as one int64 key each.
 
@@ -263,6 +311,9 @@ def find_segments(
         skip_phi_slope_max, skip_z0_max, skip_margin: the phi slope, z0 and dphi margin cuts of segments that cross
             one layer.
         allow_skip: keep segments that cross one layer at all.
+        helix: the cuts of a circle through the beam line instead of straight lines (:func:`_helix_keep`): the
+            phi window of curvature ``2 phi_slope_max`` (``2 skip_phi_slope_max``), z0 along the helix; the
+            search windows widened to hold every hit that may pass.
         node: (N,) int64 node index of every sorted position (what the keys hold).
         capacity: keys the output holds before it grows (a guess: any value gives the same keys).
 
@@ -295,15 +346,33 @@ def find_segments(
             z_a = z[a]
             phi_a = phi[a]
             if outer_barrel:
-                lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_hi_o, z0_cut)
+                r_reach = r_hi_o
+                if helix:
+                    # z_b = z0 + (z_a - z0) s_b / s_a along a helix: s_b / s_a is largest on the most curved
+                    # circle that reaches the layer's far edge (asin is convex), so that ratio bounds the window.
+                    kappa = min(2.0 * slope_cut, 2.0 / r_hi_o)
+                    r_reach = r_a * helix_arc(r_hi_o, kappa) / helix_arc(r_a, kappa) * (1.0 + 1.0e-9)
+                lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_reach, z0_cut)
                 r_far = r_hi_o
             else:
                 lo, hi = _secondary_window_disc(
                     r_a, z_a, eta[a], layer_z_lo[outer], layer_z_hi[outer], z0_cut, deta_max, both_discs
                 )
+                if helix:
+                    # Along a helix r_b <= s_b = s_a (z_b - z0) / (z_a - z0), with s_a >= r_a: the straight
+                    # window's far end times the longest arc to r_a. Its near end, the straight line's r_a t, is
+                    # where the arc s_b >= r_a t ends at the least: on the most curved circle, r = 2 sin(kappa s / 2)
+                    # / kappa (no bound once that circle has turned back inward).
+                    kappa = min(2.0 * slope_cut, 2.0 / r_a)
+                    hi = hi * helix_arc(r_a, kappa) / r_a * (1.0 + 1.0e-9)
+                    half_turn = 0.5 * kappa * lo
+                    if lo > r_a and half_turn < 0.5 * math.pi:
+                        lo = 2.0 * math.sin(half_turn) / kappa * (1.0 - 1.0e-9) - 1.0e-6
+                    else:
+                        lo = r_a
                 # Only outer hits at a larger radius pass (dr > 0): on a disc the r window starts at r_a.
                 lo = max(lo, r_a)
-                if abs(z_a) <= z0_cut:
+                if abs(z_a) <= z0_cut and not helix:
                     lo = max(lo, _disc_z0_floor(r_a, z_a, layer_z_lo[outer], layer_z_hi[outer], z0_cut))
                 r_far = min(hi, r_hi_o)
             if lo > hi:
@@ -313,7 +382,10 @@ def find_segments(
             dr_reach = r_far - r_a
             if not dr_reach > 0.0:
                 continue
-            half_width = slope_cut * dr_reach + margin
+            if helix:
+                half_width = helix_dphi(r_a, r_far, 2.0 * slope_cut, helix_reach) + margin + 1.0e-9
+            else:
+                half_width = slope_cut * dr_reach + margin
             if half_width >= math.pi:
                 first_bin = 0
                 num_bins = num_phi_bins
@@ -322,7 +394,7 @@ def find_segments(
                 last_bin = int(math.floor((phi_a + half_width + math.pi) / bin_width))
                 num_bins = min(last_bin - first_bin + 1, num_phi_bins)
             # On a disc the bins away from phi_a hold only far hits that can pass: see _disc_bin_start.
-            narrow = (not outer_barrel) and 2.0 * (half_width + bin_width) < math.pi
+            narrow = (not outer_barrel) and (not helix) and 2.0 * (half_width + bin_width) < math.pi
             for k in range(num_bins):
                 b = (first_bin + k + num_phi_bins) % num_phi_bins
                 start = bin_start[outer, b]
@@ -341,7 +413,10 @@ def find_segments(
                     dphi = abs(_wrap_angle(phi[j] - phi_a))
                     # |z0| = |z_a - r_a dz/dr|, written without dividing by a tiny dr.
                     z0_times_dr = abs(z_a * dr - r_a * dz)
-                    keep = dr > 0.0 and dphi <= slope_cut * dr + margin and z0_times_dr <= z0_cut * dr
+                    if helix:
+                        keep = _helix_keep(r_a, z_a, r[j], z[j], dphi, slope_cut, margin, z0_cut, helix_reach)
+                    else:
+                        keep = dr > 0.0 and dphi <= slope_cut * dr + margin and z0_times_dr <= z0_cut * dr
                     if keep and both_discs:
                         keep = abs(eta[j] - eta[a]) <= deta_max
                     crossed = 0
@@ -352,11 +427,16 @@ def find_segments(
                             crossing_margin,
                         )
                         if crossed == 1:
-                            keep = (
-                                allow_skip
-                                and dphi <= skip_phi_slope_max * dr + skip_margin
-                                and z0_times_dr <= skip_z0_max * dr
-                            )
+                            if helix:
+                                keep = allow_skip and _helix_keep(
+                                    r_a, z_a, r[j], z[j], dphi, skip_phi_slope_max, skip_margin, skip_z0_max, helix_reach
+                                )
+                            else:
+                                keep = (
+                                    allow_skip
+                                    and dphi <= skip_phi_slope_max * dr + skip_margin
+                                    and z0_times_dr <= skip_z0_max * dr
+                                )
                         elif crossed > 1:
                             keep = False
                     if keep:
