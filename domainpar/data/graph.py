@@ -30,6 +30,14 @@ Cuts (all edges; the skip cuts, and ``skip_dphi_margin`` when set, replace the f
 * eta window, on disc → disc pairs only, where z0 is poorly measured because
   the two hits are a few mm apart in r: ``|deta| <= deta_max``.
 
+With ``trajectory="helix"`` the phi-slope and z0 cuts follow a helix from the
+beam line instead of straight lines: the phi window of a circle through the
+beam line of curvature up to ``2 phi_slope_max`` (its largest radius at least
+``helix_reach`` times the outer hit's), and z0 along the helix through both
+hits, z linear in the transverse arc length. Both agree with the straight cuts
+for small curvatures and keep the segments of low-pT particles at the strips'
+radii, where they run tangential (:func:`domainpar.kernels.segments.helix_dphi`).
+
 Labels and efficiency both use the true-segment definition of
 :mod:`domainpar.data.true_segments`.
 

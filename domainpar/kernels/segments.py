@@ -90,16 +90,31 @@ def _helix_keep(r_a, z_a, r_b, z_b, dphi, slope_cut, margin, z0_cut, reach):
     both hits, z linear in the transverse arc length (the straight (r, z) line bends away from a low-pT helix at the
     strips' radii)."""
     kappa_max = 2.0 * slope_cut
-    if not (r_b > r_a and dphi <= helix_dphi(r_a, r_b, kappa_max, reach) + margin):
+    if not r_b > r_a:
+        return False
+    # The window is at least its straight part k (r_b - r_a) / 2 (asin' >= 1): most pairs pass without the asins.
+    k = kappa_max
+    if reach * r_b * k > 2.0:
+        k = 2.0 / (reach * r_b)
+    if dphi > 0.5 * (min(2.0, r_b * k) - r_a * k) + margin and dphi > helix_dphi(r_a, r_b, kappa_max, reach) + margin:
         return False
     # The circle through the beam line and both hits: its chord subtends dphi at the beam line (inscribed angle),
-    # so kappa = 2 sin(dphi) / chord; at most what still reaches r_b, and the cut's own (hits within the margin).
+    # so kappa = 2 sin(dphi) / chord; at most the phi window's own, k (hits within the margin).
     chord = math.sqrt(max(r_a * r_a + r_b * r_b - 2.0 * r_a * r_b * math.cos(dphi), 1.0e-300))
-    kappa = 2.0 * math.sin(min(dphi, 0.5 * math.pi)) / chord
-    kappa = min(kappa, kappa_max, 2.0 / r_b)
+    kappa = min(2.0 * math.sin(min(dphi, 0.5 * math.pi)) / chord, k)
     s_a = helix_arc(r_a, kappa)
     s_b = helix_arc(r_b, kappa)
     return abs(z_a * s_b - z_b * s_a) <= z0_cut * (s_b - s_a)
+
+
+@njit(cache=True)
+def _helix_z0_possible(z_a, z_b, rho_lo, rho_hi, z0_cut):
+    """Whether some ratio of arcs rho = s_b / s_a in [rho_lo, rho_hi] passes the helix's z0 cut
+    ``|z_a rho - z_b| <= z0_cut (rho - 1)``: both sides are linear in rho, so their extremes sit at the ends. A
+    necessary condition of :func:`_helix_keep`'s z0 cut without its transcendentals (loosened by 1e-6 mm)."""
+    above = min(z_a * rho_lo - z_b - z0_cut * (rho_lo - 1.0), z_a * rho_hi - z_b - z0_cut * (rho_hi - 1.0))
+    below = max(z_a * rho_lo - z_b + z0_cut * (rho_lo - 1.0), z_a * rho_hi - z_b + z0_cut * (rho_hi - 1.0))
+    return above <= 1.0e-6 and below >= -1.0e-6
 
 
 @njit(cache=True)
@@ -214,6 +229,34 @@ def _disc_bin_start(phi_a, r_a, unwrapped_bin, bin_width, slope_cut, dphi_margin
     if gap <= dphi_margin:
         return -1.0e30
     return r_a + (gap - dphi_margin) / slope_cut - 1.0e-6
+
+
+@njit(cache=True)
+def _disc_bin_start_helix(phi_a, r_a, unwrapped_bin, bin_width, kappa_max, reach, dphi_margin):
+    """:func:`_disc_bin_start` for the helix's phi window: the smallest r_b whose window
+    :func:`helix_dphi` ``+ dphi_margin`` reaches the bin's angular gap to phi_a (the window grows with r_b), by
+    inverting it on either side of the radius 2 / (reach kappa_max) where its curvature cap changes; 1e30 where no
+    radius reaches the gap. Loosened as :func:`_disc_bin_start` is."""
+    edge_lo = -math.pi + unwrapped_bin * bin_width
+    edge_hi = edge_lo + bin_width
+    gap = 0.0
+    if phi_a < edge_lo:
+        gap = edge_lo - phi_a
+    elif phi_a > edge_hi:
+        gap = phi_a - edge_hi
+    gap -= 1.0e-9
+    if gap <= dphi_margin:
+        return -1.0e30
+    need = gap - dphi_margin
+    turn = math.asin(1.0 / reach)
+    crossover = 2.0 / (reach * kappa_max)
+    if r_a < crossover:
+        start = math.asin(0.5 * r_a * kappa_max)
+        if need <= turn - start:
+            return 2.0 * math.sin(need + start) / kappa_max * (1.0 - 1.0e-9) - 1.0e-6
+    if need >= turn:
+        return 1.0e30
+    return r_a / (reach * math.sin(turn - need)) * (1.0 - 1.0e-9) - 1.0e-6
 
 
 def work_items(pairs: np.ndarray, layer_start: np.ndarray, max_hits: int) -> np.ndarray:
@@ -349,8 +392,8 @@ def find_segments(
                 r_reach = r_hi_o
                 if helix:
                     # z_b = z0 + (z_a - z0) s_b / s_a along a helix: s_b / s_a is largest on the most curved
-                    # circle that reaches the layer's far edge (asin is convex), so that ratio bounds the window.
-                    kappa = min(2.0 * slope_cut, 2.0 / r_hi_o)
+                    # circle the cut takes at the layer's far edge (asin is convex), so that ratio bounds the window.
+                    kappa = min(2.0 * slope_cut, 2.0 / (helix_reach * r_hi_o))
                     r_reach = r_a * helix_arc(r_hi_o, kappa) / helix_arc(r_a, kappa) * (1.0 + 1.0e-9)
                 lo, hi = _secondary_window_barrel(r_a, z_a, r_lo_o, r_reach, z0_cut)
                 r_far = r_hi_o
@@ -358,22 +401,24 @@ def find_segments(
                 lo, hi = _secondary_window_disc(
                     r_a, z_a, eta[a], layer_z_lo[outer], layer_z_hi[outer], z0_cut, deta_max, both_discs
                 )
-                if helix:
-                    # Along a helix r_b <= s_b = s_a (z_b - z0) / (z_a - z0), with s_a >= r_a: the straight
-                    # window's far end times the longest arc to r_a. Its near end, the straight line's r_a t, is
-                    # where the arc s_b >= r_a t ends at the least: on the most curved circle, r = 2 sin(kappa s / 2)
-                    # / kappa (no bound once that circle has turned back inward).
-                    kappa = min(2.0 * slope_cut, 2.0 / r_a)
-                    hi = hi * helix_arc(r_a, kappa) / r_a * (1.0 + 1.0e-9)
-                    half_turn = 0.5 * kappa * lo
-                    if lo > r_a and half_turn < 0.5 * math.pi:
-                        lo = 2.0 * math.sin(half_turn) / kappa * (1.0 - 1.0e-9) - 1.0e-6
-                    else:
-                        lo = r_a
                 # Only outer hits at a larger radius pass (dr > 0): on a disc the r window starts at r_a.
                 lo = max(lo, r_a)
-                if abs(z_a) <= z0_cut and not helix:
+                if abs(z_a) <= z0_cut:
                     lo = max(lo, _disc_z0_floor(r_a, z_a, layer_z_lo[outer], layer_z_hi[outer], z0_cut))
+                if helix:
+                    # Along a helix s_b = s_a t, t = (z_b - z0) / (z_a - z0), so with theta = asin(kappa r_a / 2)
+                    # r_b = 2 sin(t theta) / kappa: for t >= 1 (a disc beyond z_a) at most the straight line's
+                    # r_a t (a curved track reaches less far in r for its arc) and at least its value on the most
+                    # curved circle the cut takes; the straight window's ends are r_a t at its extreme t.
+                    kappa = min(2.0 * slope_cut, 2.0 / (helix_reach * r_a))
+                    beyond = (z_a > z0_cut and layer_z_lo[outer] >= z_a) or (z_a < -z0_cut and layer_z_hi[outer] <= z_a)
+                    if not beyond:
+                        hi = hi * helix_arc(r_a, kappa) / r_a * (1.0 + 1.0e-9)  # r_b <= s_b <= s_a t
+                    turn = lo / r_a * math.asin(min(1.0, 0.5 * kappa * r_a))
+                    if lo > r_a and turn < 0.5 * math.pi:
+                        lo = max(r_a, 2.0 * math.sin(turn) / kappa * (1.0 - 1.0e-9) - 1.0e-6)
+                    else:
+                        lo = r_a
                 r_far = min(hi, r_hi_o)
             if lo > hi:
                 continue
@@ -382,8 +427,12 @@ def find_segments(
             dr_reach = r_far - r_a
             if not dr_reach > 0.0:
                 continue
+            rho_hi = 0.0
             if helix:
                 half_width = helix_dphi(r_a, r_far, 2.0 * slope_cut, helix_reach) + margin + 1.0e-9
+                # The largest ratio of arcs s_b / s_a the cut takes for any hit out to r_far (see the barrel window).
+                kappa = min(2.0 * slope_cut, 2.0 / (helix_reach * r_far))
+                rho_hi = helix_arc(r_far, kappa) / helix_arc(r_a, kappa) * (1.0 + 1.0e-9)
             else:
                 half_width = slope_cut * dr_reach + margin
             if half_width >= math.pi:
@@ -394,7 +443,7 @@ def find_segments(
                 last_bin = int(math.floor((phi_a + half_width + math.pi) / bin_width))
                 num_bins = min(last_bin - first_bin + 1, num_phi_bins)
             # On a disc the bins away from phi_a hold only far hits that can pass: see _disc_bin_start.
-            narrow = (not outer_barrel) and (not helix) and 2.0 * (half_width + bin_width) < math.pi
+            narrow = (not outer_barrel) and 2.0 * (half_width + bin_width) < math.pi
             for k in range(num_bins):
                 b = (first_bin + k + num_phi_bins) % num_phi_bins
                 start = bin_start[outer, b]
@@ -402,7 +451,16 @@ def find_segments(
                 if start == stop:
                     continue
                 lo_bin = lo
-                if narrow:
+                if narrow and helix:
+                    lo_bin = max(
+                        lo,
+                        _disc_bin_start_helix(
+                            phi_a, r_a, first_bin + k, bin_width, 2.0 * slope_cut, helix_reach, margin
+                        ),
+                    )
+                    if lo_bin > hi:
+                        continue
+                elif narrow:
                     lo_bin = max(lo, _disc_bin_start(phi_a, r_a, first_bin + k, bin_width, slope_cut, margin))
                     if lo_bin > hi:
                         continue
@@ -414,7 +472,13 @@ def find_segments(
                     # |z0| = |z_a - r_a dz/dr|, written without dividing by a tiny dr.
                     z0_times_dr = abs(z_a * dr - r_a * dz)
                     if helix:
-                        keep = _helix_keep(r_a, z_a, r[j], z[j], dphi, slope_cut, margin, z0_cut, helix_reach)
+                        # Most candidates fail z0 wherever the helix bends: decided first at both ends of the arcs'
+                        # ratio, from the straight line's r_b / r_a to rho_hi, without a transcendental.
+                        keep = (
+                            dr > 0.0
+                            and _helix_z0_possible(z_a, z[j], r[j] / r_a, rho_hi, z0_cut)
+                            and _helix_keep(r_a, z_a, r[j], z[j], dphi, slope_cut, margin, z0_cut, helix_reach)
+                        )
                     else:
                         keep = dr > 0.0 and dphi <= slope_cut * dr + margin and z0_times_dr <= z0_cut * dr
                     if keep and both_discs:

@@ -56,3 +56,27 @@ def test_graph_cuts_measures_a_wider_skip_margin_and_refuses_a_bad_variant(capsy
     assert all(w <= n for w, n in zip(wide["broken_by_pt"], narrow["broken_by_pt"]) if n is not None)
     assert graph_cuts(["--checkpoint", "absent.pt", "--data", str(EVENT1.parent), "--variant", "x={not json"]) == 2
     assert "--variant x={not json: expected NAME=JSON" in capsys.readouterr().err
+
+
+def test_graph_cuts_starts_from_a_recipe_graph_and_measures_the_helix(tmp_path, capsys):
+    import json
+    import shutil
+
+    from bench.tools.graph_cuts import main as graph_cuts, recipe_build
+    from domainpar.data.graph import GraphConfig
+
+    for path in EVENT1.parent.glob(EVENT1.name + "-*"):
+        shutil.copy(path, tmp_path)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("graph:\n  phi_slope_max: 0.002\n  dphi_margin: 0.005\n")
+    assert recipe_build(recipe) == GraphConfig(phi_slope_max=0.002, dphi_margin=0.005)
+    out = tmp_path / "cuts.json"
+    assert graph_cuts(["--recipe", str(recipe), "--data", str(tmp_path), "--variant", 'helix={"trajectory": "helix"}',
+                       "--json", str(out)]) == 0  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"recorded", "helix"}
+    assert results["helix"]["edges_per_event"] != results["recorded"]["edges_per_event"]
+    assert "helix: " in capsys.readouterr().out
+    recipe.write_text("graph:\n  trajectory: curve\n")
+    assert graph_cuts(["--recipe", str(recipe), "--data", str(tmp_path)]) == 2
+    assert "GraphConfig.trajectory must be one of" in capsys.readouterr().err

@@ -178,7 +178,7 @@ def _helix_cut(r_a, z_a, r_b, z_b, dphi, config):
     allowed = np.arcsin(np.minimum(1, r_b * k / 2)) - np.arcsin(np.minimum(1, r_a * k / 2))
     with np.errstate(divide="ignore", invalid="ignore"):
         chord = np.sqrt(r_a**2 + r_b**2 - 2 * r_a * r_b * np.cos(dphi))
-        kappa = np.minimum(np.minimum(2 * np.sin(np.minimum(dphi, np.pi / 2)) / chord, kappa_max), 2 / r_b)
+        kappa = np.minimum(2 * np.sin(np.minimum(dphi, np.pi / 2)) / chord, k)
 
         def arc(radius):
             x = radius * kappa / 2

@@ -174,7 +174,11 @@ def test_the_pixel_recipe_is_the_full_event_recipe_on_the_pixel_volumes():
     margins = (pixel.graph.dphi_margin, pixel.graph.bridge_dphi_margin, full.graph.dphi_margin, full.graph.bridge_dphi_margin)
     assert margins == (0.03, 0.005, 0.005, None)
     # Every other setting is its base's, the GPU profile too (the profile applied over the merged sections).
-    base_graph = replace(pixel.graph, volumes=(), skip_dphi_margin=None, dphi_margin=0.005, bridge_dphi_margin=None)
+    # The straight cuts on the pixel detector, the helix on the whole one.
+    trajectories = (pixel.graph.trajectory, pixel.graph.z0_max, full.graph.trajectory, full.graph.helix_reach, full.graph.z0_max)
+    assert trajectories == ("line", 200.0, "helix", 1.2, 180.0)
+    base_graph = replace(pixel.graph, volumes=(), skip_dphi_margin=None, dphi_margin=0.005, bridge_dphi_margin=None,
+                         trajectory="helix", helix_reach=1.2, z0_max=180.0)  # fmt: skip
     assert base_graph == full.graph and pixel.simulation == full.simulation
     # ... but the GNN's width and the builder's settings (its free-hit pass too), tuned for the pixel detector and
     # recorded in the checkpoint.
