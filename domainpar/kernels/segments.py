@@ -209,6 +209,19 @@ def _disc_z0_floor(r_a, z_a, z_lo, z_hi, z0_max):
 
 
 @njit(cache=True)
+def _bin_gap(phi_a, unwrapped_bin, bin_width):
+    """The angular gap (rad) from phi_a to phi bin ``unwrapped_bin`` (counted from -pi, unwrapped), less 1e-9."""
+    edge_lo = -math.pi + unwrapped_bin * bin_width
+    edge_hi = edge_lo + bin_width
+    gap = 0.0
+    if phi_a < edge_lo:
+        gap = edge_lo - phi_a
+    elif phi_a > edge_hi:
+        gap = phi_a - edge_hi
+    return gap - 1.0e-9
+
+
+@njit(cache=True)
 def _disc_bin_start(phi_a, r_a, unwrapped_bin, bin_width, slope_cut, dphi_margin):
     """Smallest r (mm) a hit in phi bin ``unwrapped_bin`` (counted from -pi, unwrapped) of an outer disc needs to
     pass the phi-slope cut from (r_a, phi_a): its |dphi| is at least the bin's angular gap to phi_a, and
@@ -218,14 +231,7 @@ def _disc_bin_start(phi_a, r_a, unwrapped_bin, bin_width, slope_cut, dphi_margin
     1e-9 rad and 1e-6 mm, a million times any rounding of a hit's bin or of dphi and dr, so no hit that passes
     is ever below it.
     """
-    edge_lo = -math.pi + unwrapped_bin * bin_width
-    edge_hi = edge_lo + bin_width
-    gap = 0.0
-    if phi_a < edge_lo:
-        gap = edge_lo - phi_a
-    elif phi_a > edge_hi:
-        gap = phi_a - edge_hi
-    gap -= 1.0e-9
+    gap = _bin_gap(phi_a, unwrapped_bin, bin_width)
     if gap <= dphi_margin:
         return -1.0e30
     return r_a + (gap - dphi_margin) / slope_cut - 1.0e-6
@@ -237,14 +243,7 @@ def _disc_bin_start_helix(phi_a, r_a, unwrapped_bin, bin_width, kappa_max, reach
     :func:`helix_dphi` ``+ dphi_margin`` reaches the bin's angular gap to phi_a (the window grows with r_b), by
     inverting it on either side of the radius 2 / (reach kappa_max) where its curvature cap changes; 1e30 where no
     radius reaches the gap. Loosened as :func:`_disc_bin_start` is."""
-    edge_lo = -math.pi + unwrapped_bin * bin_width
-    edge_hi = edge_lo + bin_width
-    gap = 0.0
-    if phi_a < edge_lo:
-        gap = edge_lo - phi_a
-    elif phi_a > edge_hi:
-        gap = phi_a - edge_hi
-    gap -= 1.0e-9
+    gap = _bin_gap(phi_a, unwrapped_bin, bin_width)
     if gap <= dphi_margin:
         return -1.0e30
     need = gap - dphi_margin
